@@ -1,0 +1,31 @@
+"""Error types. Each one is a user-facing failure that the CLI turns into one line and exit code 2.
+
+Library code raises these; it never prints. Messages name the file, key or tensor at fault and say
+what was expected, because the message is all a user sees (``KIMICOUNT_DEBUG=1`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+
+class KimicountError(Exception):
+    """Base class: bad input or an unreachable source. The CLI exits with 2."""
+
+
+class ConfigError(KimicountError):
+    """config.json is unreadable, not JSON, or has a missing, mistyped or out-of-range key."""
+
+
+class CheckpointError(KimicountError):
+    """A safetensors file or index is malformed (bad header length, JSON, dtype, shape or offsets)."""
+
+
+class SourceError(KimicountError):
+    """A repo, revision, file or folder cannot be reached or does not exist."""
+
+
+class UsageError(KimicountError):
+    """An option value that parses but makes no sense (a budget, a TP degree that does not divide heads)."""
+
+
+class MeasureError(KimicountError):
+    """`measure` cannot run here (torch missing, CUDA asked for without a GPU)."""
