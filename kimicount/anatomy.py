@@ -1,0 +1,643 @@
+"""The component tree: every part of the model, its parameters, and the checkpoint tensors it owns.
+
+One tree serves every report. `params` prints it, the per-layer and activated counts are read off it,
+and `verify` expands its tensor references into the exact names and shapes the checkpoint must hold.
+Each component is built by a small pure function of the spec; its docstring gives the config keys it
+reads and its Kimi K2 size (doctests run them against the bundled config as `k2`).
+
+Counts are Python ints throughout. A node's `instances` is the number of copies in the whole model
+(the key content up-projection of the MoE blocks: 60; the routed experts: 384 × 60 = 23,040), so
+`params = params_per_instance × instances` is always the node's share of the model total.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from kimicount.spec import ModelSpec
+
+
+class Role(str, Enum):
+    """What a tensor is; verification derives its expected storage dtype from this."""
+
+    LINEAR = "linear"  # a Linear weight [out, in]; quantized in FP8/INT4 checkpoints
+    ROUTER = "router"  # the MoE gate's Linear weight; kept in the checkpoint dtype
+    HEAD = "head"  # the output head's Linear weight; kept in the checkpoint dtype
+    EMBEDDING = "embedding"
+    NORM = "norm"  # RMSNorm / LayerNorm weight or bias
+    ROUTER_BIAS = "router_bias"  # e_score_correction_bias, stored in F32
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A checkpoint tensor (or the part of one) that a component owns, in every layer/expert it occurs.
+
+    `pattern` holds `{layer}` and `{expert}` fields that `names()` fills in. When the component owns
+    only some rows of the tensor (MLA packs two components into one matrix), `rows` says how many and
+    `part` says which, in words.
+    """
+
+    pattern: str
+    shape: tuple[int, ...]
+    role: Role
+    layers: tuple[int, ...] = ()
+    experts: int = 0
+    rows: int | None = None
+    part: str = ""
+
+    @property
+    def copies(self) -> int:
+        """How many tensors the pattern expands to."""
+        return max(len(self.layers), 1) * max(self.experts, 1)
+
+    @property
+    def elements(self) -> int:
+        """Elements of one copy that belong to this reference (the owned rows, or the whole tensor)."""
+        if self.rows is None:
+            return math.prod(self.shape)
+        return self.rows * math.prod(self.shape[1:])
+
+    def names(self) -> Iterator[str]:
+        """Every concrete tensor name, e.g. model.layers.1.mlp.experts.0.up_proj.weight."""
+        for layer in self.layers or (None,):
+            for expert in range(self.experts) if self.experts else (None,):
+                yield self.pattern.format(layer=layer, expert=expert)
+
+    @property
+    def display_name(self) -> str:
+        """The pattern with index sets written as in tensors.json: model.layers.{1..60}.mlp.experts.{0..383}…"""
+        return self.pattern.format(layer=index_set(self.layers), expert=index_set(tuple(range(self.experts))))
+
+    @property
+    def calculation(self) -> str:
+        """Linear weights read `in × out` (the key content up-projection: 512 × 8,192); others by shape."""
+        if self.role in (Role.LINEAR, Role.ROUTER, Role.HEAD) and len(self.shape) == 2:
+            out_features = self.shape[0] if self.rows is None else self.rows
+            return f"{self.shape[1]:,} × {out_features:,}"
+        return " × ".join(f"{d:,}" for d in self.shape)
+
+
+def index_set(indices: Sequence[int]) -> str:
+    """An index set in the checkpoint listing's notation.
+
+    >>> index_set((0,)), index_set(tuple(range(1, 61))), index_set((1, 3, 4, 5))
+    ('0', '{1..60}', '{1,3..5}')
+    """
+    runs = _runs(indices)
+    if len(runs) == 1 and runs[0][0] == runs[0][1]:
+        return str(runs[0][0])
+    return "{" + ",".join(str(a) if a == b else f"{a}..{b}" for a, b in runs) + "}"
+
+
+def layer_span(layers: Sequence[int]) -> str:
+    """Layers in words: 'layer 0', 'layers 1–60', 'layers 1–3, 5'."""
+    runs = _runs(layers)
+    text = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs)
+    return f"layer {text}" if len(layers) == 1 else f"layers {text}"
+
+
+def _runs(indices: Sequence[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+@dataclass(frozen=True)
+class Node:
+    """One component: its size per instance, how many instances the model has, and where it lives.
+
+    `calculation` is the per-instance arithmetic with numbers; `formula` the same in config keys.
+    Leaves own `tensors`; groups own `children`. Block groups carry the `layers` they stand for and
+    their `kind` ("dense" or "moe"), which is how the per-layer report reads the tree.
+    """
+
+    name: str
+    params_per_instance: int
+    instances: int
+    activated: int
+    calculation: str
+    formula: str = ""
+    tensors: tuple[TensorRef, ...] = ()
+    children: tuple[Node, ...] = ()
+    layers: tuple[int, ...] = ()
+    kind: str = ""
+    #: A stored copy of another module's tensor (the MTP layer's embedding and head).
+    copy: bool = False
+
+    @property
+    def params(self) -> int:
+        return self.params_per_instance * self.instances
+
+    def walk(self) -> Iterator[Node]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def find(self, *path: str) -> Node:
+        """The descendant reached by child names, e.g. find('61 transformer blocks', …)."""
+        node = self
+        for name in path:
+            node = next((c for c in node.children if c.name == name), None) or _missing(node, name)
+        return node
+
+
+def _missing(node: Node, name: str) -> Node:
+    names = ", ".join(c.name for c in node.children)
+    raise KeyError(f"'{node.name}' has no component '{name}' (it has: {names})")
+
+
+def leaf(
+    name: str,
+    instances: int,
+    tensors: Sequence[TensorRef],
+    formula: str,
+    *,
+    calculation: str | None = None,
+    activated: int | None = None,
+    copy: bool = False,
+) -> Node:
+    """A component that owns tensors directly; its size is the sum of what it owns."""
+    for tensor in tensors:
+        if tensor.copies != instances:
+            raise ValueError(
+                f"{name}: {tensor.display_name} has {tensor.copies} copies, expected {instances}"
+            )
+    per_instance = sum(t.elements for t in tensors)
+    return Node(
+        name=name,
+        params_per_instance=per_instance,
+        instances=instances,
+        activated=per_instance * instances if activated is None else activated,
+        calculation=calculation or " + ".join(t.calculation for t in tensors),
+        formula=formula,
+        tensors=tuple(tensors),
+        copy=copy,
+    )
+
+
+def group(
+    name: str,
+    children: Sequence[Node],
+    instances: int = 1,
+    *,
+    layers: tuple[int, ...] = (),
+    kind: str = "",
+) -> Node:
+    """A component made of others; its calculation is the sum of one instance's parts."""
+    total = sum(c.params for c in children)
+    per_instance, remainder = divmod(total, instances)
+    if remainder:
+        raise ValueError(f"{name}: {total} parameters do not split into {instances} equal instances")
+    return Node(
+        name=name,
+        params_per_instance=per_instance,
+        instances=instances,
+        activated=sum(c.activated for c in children),
+        calculation=" + ".join(_share(c, instances) for c in children),
+        children=tuple(children),
+        layers=layers,
+        kind=kind,
+    )
+
+
+def _share(child: Node, parent_instances: int) -> str:
+    """A child's part of one parent instance: '44,040,192' or '384 × 44,040,192'."""
+    per_parent = child.instances // parent_instances
+    if per_parent == 1:
+        return f"{child.params_per_instance:,}"
+    return f"{per_parent} × {child.params_per_instance:,}"
+
+
+# --- components --------------------------------------------------------------------------------
+# Each builder takes the spec and the layers it is built for, and returns one node whose instances
+# are len(layers). Names follow the design notes.
+
+
+def _layer_tensor(
+    spec: ModelSpec, suffix: str, shape: tuple[int, ...], role: Role, layers, **kw
+) -> TensorRef:
+    return TensorRef(f"{spec.weight_prefix}model.layers.{{layer}}.{suffix}", shape, role, tuple(layers), **kw)
+
+
+def rms_norm(spec: ModelSpec, layers: Sequence[int], name: str, suffix: str) -> Node:
+    """A per-layer RMSNorm weight [hidden_size]. [params]
+
+    >>> rms_norm(k2, [0], "Attention RMSNorm", "input_layernorm.weight").params_per_instance
+    7168
+    """
+    norm = _layer_tensor(spec, suffix, (spec.hidden_size,), Role.NORM, layers)
+    return leaf(name, len(layers), [norm], "hidden_size")
+
+
+def query_compression(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """q_a_proj [q_lora_rank, hidden_size] + q_a_layernorm [q_lora_rank]. [params]
+
+    >>> query_compression(k2, [0]).params_per_instance
+    11011584
+    """
+    rank = spec.q_lora_rank
+    assert rank is not None  # only built when the config has query compression
+    return leaf(
+        "Query compression",
+        len(layers),
+        [
+            _layer_tensor(spec, "self_attn.q_a_proj.weight", (rank, spec.hidden_size), Role.LINEAR, layers),
+            _layer_tensor(spec, "self_attn.q_a_layernorm.weight", (rank,), Role.NORM, layers),
+        ],
+        "hidden_size × q_lora_rank + q_lora_rank",
+    )
+
+
+def query_heads(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """Per-head queries: q_b_proj [H·qk_head_dim, q_lora_rank], or q_proj [H·qk_head_dim, hidden_size]
+    when q_lora_rank is null (DeepSeek-V2-Lite). [params]
+
+    >>> query_heads(k2, [0]).params_per_instance  # 1,536 × 64·192
+    18874368
+    """
+    out = spec.num_attention_heads * spec.qk_head_dim
+    if spec.q_lora_rank is None:
+        q = _layer_tensor(spec, "self_attn.q_proj.weight", (out, spec.hidden_size), Role.LINEAR, layers)
+        formula = "hidden_size × num_attention_heads·(qk_nope_head_dim + qk_rope_head_dim)"
+    else:
+        q = _layer_tensor(spec, "self_attn.q_b_proj.weight", (out, spec.q_lora_rank), Role.LINEAR, layers)
+        formula = "q_lora_rank × num_attention_heads·(qk_nope_head_dim + qk_rope_head_dim)"
+    return leaf("Query heads", len(layers), [q], formula)
+
+
+def _kv_a_proj(spec: ModelSpec, layers: Sequence[int], first: int, rows: int) -> TensorRef:
+    """kv_a_proj_with_mqa [kv_lora_rank + qk_rope_head_dim, hidden]: the latent rows, then the rotary key."""
+    shape = (spec.kv_lora_rank + spec.qk_rope_head_dim, spec.hidden_size)
+    part = f"rows {first}–{first + rows - 1}"
+    return _layer_tensor(
+        spec, "self_attn.kv_a_proj_with_mqa.weight", shape, Role.LINEAR, layers, rows=rows, part=part
+    )
+
+
+def key_value_compression(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """kv_a_proj_with_mqa rows 0…kv_lora_rank-1 + kv_a_layernorm [kv_lora_rank]. [params]
+
+    >>> key_value_compression(k2, [0]).params_per_instance
+    3670528
+    """
+    return leaf(
+        "Key–value compression",
+        len(layers),
+        [
+            _kv_a_proj(spec, layers, 0, spec.kv_lora_rank),
+            _layer_tensor(spec, "self_attn.kv_a_layernorm.weight", (spec.kv_lora_rank,), Role.NORM, layers),
+        ],
+        "hidden_size × kv_lora_rank + kv_lora_rank",
+    )
+
+
+def _kv_b_proj(spec: ModelSpec, layers: Sequence[int], first: int, width: int) -> TensorRef:
+    """kv_b_proj [H·(qk_nope + v), kv_lora_rank]: each head's key-content rows, then its value rows."""
+    per_head = spec.qk_nope_head_dim + spec.v_head_dim
+    shape = (spec.num_attention_heads * per_head, spec.kv_lora_rank)
+    part = f"features {first}–{first + width - 1} of each head's {per_head}"
+    return _layer_tensor(
+        spec, "self_attn.kv_b_proj.weight", shape, Role.LINEAR, layers,
+        rows=spec.num_attention_heads * width, part=part,
+    )  # fmt: skip
+
+
+def key_content_up_projection(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """kv_b_proj, the first qk_nope_head_dim features of each head. [params]
+
+    >>> node = key_content_up_projection(k2, [0])
+    >>> node.params_per_instance, node.calculation
+    (4194304, '512 × 8,192')
+    """
+    return leaf(
+        "Key content up-projection",
+        len(layers),
+        [_kv_b_proj(spec, layers, 0, spec.qk_nope_head_dim)],
+        "kv_lora_rank × num_attention_heads·qk_nope_head_dim",
+    )
+
+
+def shared_rotary_key(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """kv_a_proj_with_mqa, the last qk_rope_head_dim rows: one rotary key shared by all heads. [params]
+
+    >>> shared_rotary_key(k2, [0]).params_per_instance
+    458752
+    """
+    return leaf(
+        "Shared rotary key",
+        len(layers),
+        [_kv_a_proj(spec, layers, spec.kv_lora_rank, spec.qk_rope_head_dim)],
+        "hidden_size × qk_rope_head_dim",
+    )
+
+
+def value_heads(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """kv_b_proj, the last v_head_dim features of each head. [params]
+
+    >>> value_heads(k2, [0]).params_per_instance
+    4194304
+    """
+    return leaf(
+        "Value heads",
+        len(layers),
+        [_kv_b_proj(spec, layers, spec.qk_nope_head_dim, spec.v_head_dim)],
+        "kv_lora_rank × num_attention_heads·v_head_dim",
+    )
+
+
+def attention_output(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """o_proj [hidden_size, H·v_head_dim]. [params]
+
+    >>> attention_output(k2, [0]).params_per_instance
+    58720256
+    """
+    shape = (spec.hidden_size, spec.num_attention_heads * spec.v_head_dim)
+    o = _layer_tensor(spec, "self_attn.o_proj.weight", shape, Role.LINEAR, layers)
+    return leaf("Causal attention", len(layers), [o], "num_attention_heads·v_head_dim × hidden_size")
+
+
+def lightning_indexer(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """DeepSeek-V3.2's indexer: wq_b [n·d, q_lora_rank], wk [d, hidden], weights_proj [n, hidden],
+    k_norm weight and bias [d], with n = index_n_heads, d = index_head_dim. Always active. [params]
+    """
+    indexer = spec.indexer
+    assert indexer is not None and spec.q_lora_rank is not None
+    n, d, hidden = indexer.n_heads, indexer.head_dim, spec.hidden_size
+    prefix = "self_attn.indexer."
+    return leaf(
+        "Lightning indexer",
+        len(layers),
+        [
+            _layer_tensor(spec, prefix + "wq_b.weight", (n * d, spec.q_lora_rank), Role.LINEAR, layers),
+            _layer_tensor(spec, prefix + "wk.weight", (d, hidden), Role.LINEAR, layers),
+            _layer_tensor(spec, prefix + "weights_proj.weight", (n, hidden), Role.LINEAR, layers),
+            _layer_tensor(spec, prefix + "k_norm.weight", (d,), Role.NORM, layers),
+            _layer_tensor(spec, prefix + "k_norm.bias", (d,), Role.NORM, layers),
+        ],
+        "q_lora_rank × index_n_heads·index_head_dim + hidden_size × index_head_dim"
+        " + hidden_size × index_n_heads + 2·index_head_dim",
+    )
+
+
+def latent_attention(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """Multi-head latent attention, split the way the design notes read it. [params]
+
+    >>> latent_attention(k2, [0]).params_per_instance
+    101124096
+    """
+    n = len(layers)
+    parts = []
+    if spec.q_lora_rank is not None:
+        parts.append(query_compression(spec, layers))
+    parts += [
+        key_value_compression(spec, layers),
+        query_heads(spec, layers),
+        group("Key heads", [key_content_up_projection(spec, layers), shared_rotary_key(spec, layers)], n),
+        value_heads(spec, layers),
+        attention_output(spec, layers),
+    ]
+    if spec.indexer is not None:
+        parts.append(lightning_indexer(spec, layers))
+    return group("Latent attention", parts, n)
+
+
+def _mlp_tensors(spec: ModelSpec, layers: Sequence[int], module: str, width: int, experts: int = 0):
+    hidden = spec.hidden_size
+    return [
+        _layer_tensor(
+            spec, f"{module}.gate_proj.weight", (width, hidden), Role.LINEAR, layers, experts=experts
+        ),
+        _layer_tensor(
+            spec, f"{module}.up_proj.weight", (width, hidden), Role.LINEAR, layers, experts=experts
+        ),
+        _layer_tensor(
+            spec, f"{module}.down_proj.weight", (hidden, width), Role.LINEAR, layers, experts=experts
+        ),
+    ]
+
+
+def dense_mlp(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """SwiGLU MLP: gate_proj and up_proj [intermediate_size, hidden], down_proj [hidden, intermediate_size].
+
+    >>> dense_mlp(k2, [0]).params_per_instance  # 3 × 7,168 × 18,432
+    396361728
+    """
+    width = spec.intermediate_size
+    return leaf(
+        "Dense MLP",
+        len(layers),
+        _mlp_tensors(spec, layers, "mlp", width),
+        "3 × hidden_size × intermediate_size",
+        calculation=f"3 × {spec.hidden_size:,} × {width:,}",
+    )
+
+
+def router(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """gate.weight [n_routed_experts, hidden] + gate.e_score_correction_bias [n_routed_experts]
+    (the bias only with topk_method noaux_tc). [params]
+
+    >>> router(k2, [1]).params_per_instance
+    2752896
+    """
+    n = spec.n_routed_experts
+    tensors = [_layer_tensor(spec, "mlp.gate.weight", (n, spec.hidden_size), Role.ROUTER, layers)]
+    formula = "hidden_size × n_routed_experts"
+    if spec.router_bias:
+        tensors.append(
+            _layer_tensor(spec, "mlp.gate.e_score_correction_bias", (n,), Role.ROUTER_BIAS, layers)
+        )
+        formula += " + n_routed_experts"
+    return leaf("Router", len(layers), tensors, formula)
+
+
+def routed_experts(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """n_routed_experts SwiGLU experts of width moe_intermediate_size per MoE layer; per token only
+    num_experts_per_tok of them run. [params per expert]
+
+    >>> node = routed_experts(k2, range(1, 61))
+    >>> node.params_per_instance, node.instances, node.activated  # 8 of 384 experts active
+    (44040192, 23040, 21139292160)
+    """
+    width = spec.moe_intermediate_size
+    per_expert = 3 * spec.hidden_size * width
+    return leaf(
+        "Routed experts",
+        len(layers) * spec.n_routed_experts,
+        _mlp_tensors(spec, layers, "mlp.experts.{expert}", width, experts=spec.n_routed_experts),
+        "3 × hidden_size × moe_intermediate_size",
+        calculation=f"3 × {spec.hidden_size:,} × {width:,}",
+        activated=len(layers) * spec.num_experts_per_tok * per_expert,
+    )
+
+
+def shared_experts(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """The always-active shared experts, stored as one SwiGLU MLP n_shared_experts × moe_intermediate_size
+    wide (DeepSeek-V2 has 2; Kimi K2 and DeepSeek-V3 have 1). [params]
+
+    >>> shared_experts(k2, [1]).params_per_instance
+    44040192
+    """
+    width = spec.n_shared_experts * spec.moe_intermediate_size
+    return leaf(
+        "Shared expert" if spec.n_shared_experts == 1 else "Shared experts",
+        len(layers),
+        _mlp_tensors(spec, layers, "mlp.shared_experts", width),
+        "3 × hidden_size × n_shared_experts·moe_intermediate_size",
+        calculation=f"3 × {spec.hidden_size:,} × {width:,}",
+    )
+
+
+def mixture_of_experts(spec: ModelSpec, layers: Sequence[int]) -> Node:
+    """Router, routed experts and shared experts of one MoE layer. [params]
+
+    >>> mixture_of_experts(k2, [1]).params_per_instance
+    16958226816
+    """
+    parts = [router(spec, layers), routed_experts(spec, layers)]
+    if spec.n_shared_experts:
+        parts.append(shared_experts(spec, layers))
+    return group("Mixture of experts", parts, len(layers))
+
+
+def transformer_block(spec: ModelSpec, layers: Sequence[int], moe: bool) -> list[Node]:
+    """The parts of one block: attention with its norm, then the MLP (dense or MoE) with its norm."""
+    return [
+        rms_norm(spec, layers, "Attention RMSNorm", "input_layernorm.weight"),
+        latent_attention(spec, layers),
+        rms_norm(spec, layers, "MLP RMSNorm", "post_attention_layernorm.weight"),
+        mixture_of_experts(spec, layers) if moe else dense_mlp(spec, layers),
+    ]
+
+
+def block_groups(spec: ModelSpec, layers: Sequence[int]) -> list[Node]:
+    """The given layers, grouped into one node for the dense blocks and one for the MoE blocks."""
+    groups = []
+    for kind, moe, label in (("dense", False, "dense block"), ("moe", True, "MoE block")):
+        members = tuple(i for i in layers if spec.is_moe_layer(i) == moe)
+        if members:
+            n = len(members)
+            name = f"{n} {label}{'s' if n > 1 else ''} ({layer_span(members)})"
+            groups.append(group(name, transformer_block(spec, members, moe), n, layers=members, kind=kind))
+    return groups
+
+
+def _embedding(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = (), copy=False) -> Node:
+    shape = (spec.vocab_size, spec.hidden_size)
+    tensor = TensorRef(spec.weight_prefix + pattern, shape, Role.EMBEDDING, layers)
+    return leaf(name, max(len(layers), 1), [tensor], "vocab_size × hidden_size", copy=copy)
+
+
+def _output_head(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = (), copy=False) -> Node:
+    shape = (spec.vocab_size, spec.hidden_size)
+    tensor = TensorRef(spec.weight_prefix + pattern, shape, Role.HEAD, layers)
+    return leaf(name, max(len(layers), 1), [tensor], "hidden_size × vocab_size", copy=copy)
+
+
+def _final_norm(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = ()) -> Node:
+    norm = TensorRef(spec.weight_prefix + pattern, (spec.hidden_size,), Role.NORM, layers)
+    return leaf(name, max(len(layers), 1), [norm], "hidden_size")
+
+
+def language_model(spec: ModelSpec) -> Node:
+    """The main model: embedding, every transformer block, final norm and (unless tied) the head.
+
+    >>> language_model(k2).params
+    1026408232448
+    """
+    layers = range(spec.num_hidden_layers)
+    parts = [
+        _embedding(spec, "Token embedding", "model.embed_tokens.weight"),
+        group(f"{spec.num_hidden_layers} transformer blocks", block_groups(spec, layers)),
+        _final_norm(spec, "Final RMSNorm", "model.norm.weight"),
+    ]
+    if not spec.tie_word_embeddings:  # tied: the head reuses the embedding matrix
+        parts.append(_output_head(spec, "Output head", "lm_head.weight"))
+    return group(spec.name.rsplit("/", 1)[-1], parts)
+
+
+def multi_token_prediction(spec: ModelSpec) -> Node | None:
+    """DeepSeek-V3's MTP module (layer 61): its own norms, projection and block, plus the copies of
+    the embedding and head that the checkpoint stores with it. Outside the main total. [params]
+    """
+    layers = spec.mtp_layers
+    if not layers:
+        return None
+    n = len(layers)
+    hidden = spec.hidden_size
+    eh_proj = _layer_tensor(spec, "eh_proj.weight", (hidden, 2 * hidden), Role.LINEAR, layers)
+    parts = [
+        _embedding(spec, "Embedding copy", "model.layers.{layer}.embed_tokens.weight", layers, copy=True),
+        leaf(
+            "Input norms",
+            n,
+            [
+                _layer_tensor(spec, f"{norm}.weight", (hidden,), Role.NORM, layers)
+                for norm in ("enorm", "hnorm")
+            ],
+            "2 × hidden_size",
+        ),
+        leaf("Hidden projection", n, [eh_proj], "2·hidden_size × hidden_size"),
+        *block_groups(spec, layers),
+        _final_norm(spec, "Output norm", "model.layers.{layer}.shared_head.norm.weight", layers),
+        _output_head(
+            spec, "Output head copy", "model.layers.{layer}.shared_head.head.weight", layers, copy=True
+        ),
+    ]
+    return group("Multi-token prediction", parts)
+
+
+@dataclass(frozen=True)
+class LayerCount:
+    index: int
+    kind: str
+    params: int
+    activated: int
+
+
+@dataclass(frozen=True)
+class Anatomy:
+    """The component trees of one model: the main model, and the MTP module when there is one."""
+
+    spec: ModelSpec
+    model: Node
+    mtp: Node | None = None
+
+    @property
+    def total(self) -> int:
+        return self.model.params
+
+    @property
+    def activated(self) -> int:
+        return self.model.activated
+
+    def layers(self) -> list[LayerCount]:
+        """One row per main transformer layer, read off the block groups of the tree."""
+        rows = []
+        for node in self.model.walk():
+            for index in node.layers:
+                rows.append(
+                    LayerCount(index, node.kind, node.params_per_instance, node.activated // node.instances)
+                )
+        return sorted(rows, key=lambda row: row.index)
+
+    @property
+    def mtp_unique(self) -> int:
+        """MTP parameters that are its own (without the stored embedding and head copies)."""
+        return sum(c.params for c in self.mtp.children if not c.copy) if self.mtp else 0
+
+    @property
+    def mtp_activated(self) -> int:
+        """MTP parameters used per token, not counting the copies (they duplicate the main model's)."""
+        return sum(c.activated for c in self.mtp.children if not c.copy) if self.mtp else 0
+
+
+def build_anatomy(spec: ModelSpec) -> Anatomy:
+    """The component trees of the model the spec describes."""
+    return Anatomy(spec=spec, model=language_model(spec), mtp=multi_token_prediction(spec))
