@@ -1,0 +1,105 @@
+"""A local HTTP server that speaks the Hugging Face Hub's file protocol, for driving the real
+huggingface_hub client with HF_ENDPOINT pointed at it.
+
+It serves `HEAD` and `GET` (with `Range`) on `/{repo}/resolve/{revision}/{path}` the way the Hub does:
+`X-Repo-Commit`, `ETag`, `Content-Length`, `206 Partial Content`, and the `X-Error-Code` header
+(RepoNotFound, GatedRepo, RevisionNotFound, EntryNotFound) that huggingface_hub turns into its error
+types. Every request is recorded so tests and benchmarks can count them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from werkzeug import Request, Response
+
+_RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<path>.+)$")
+_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+
+
+@dataclass
+class FakeRepo:
+    files: dict[str, bytes | Path]
+    commit: str
+    branches: tuple[str, ...] = ("main",)
+    #: A gated or private repo answers only to this token.
+    token: str | None = None
+
+
+@dataclass
+class FakeHub:
+    repos: dict[str, FakeRepo] = field(default_factory=dict)
+    #: (method, path, Range header) of every request received.
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def add_repo(
+        self,
+        repo_id: str,
+        files: dict[str, bytes | Path],
+        *,
+        commit: str = "0123456789abcdef0123456789abcdef01234567",
+        token: str | None = None,
+    ) -> FakeRepo:
+        self.repos[repo_id] = FakeRepo(files=files, commit=commit, token=token)
+        return self.repos[repo_id]
+
+    def install(self, httpserver) -> str:
+        """Route every request of a pytest-httpserver to this hub; return the endpoint URL."""
+        httpserver.expect_request(re.compile(".*")).respond_with_handler(self.handle)
+        return httpserver.url_for("/").rstrip("/")
+
+    def handle(self, request: Request) -> Response:
+        self.requests.append((request.method, request.path, request.headers.get("Range")))
+        match = _RESOLVE.match(request.path)
+        if not match:
+            return _error(404, "RepoNotFound", "Not Found")
+        repo = self.repos.get(match["repo"])
+        if repo is None:
+            # The Hub answers 401 for unknown repos to callers without access, as for private ones.
+            return _error(401, "RepoNotFound", "Repository not found")
+        if repo.token is not None and request.headers.get("Authorization") != f"Bearer {repo.token}":
+            return _error(401, "GatedRepo", "Access to this repo is restricted")
+        if match["revision"] not in (*repo.branches, repo.commit):
+            return _error(404, "RevisionNotFound", "Invalid rev id")
+        content = repo.files.get(match["path"])
+        if content is None:
+            return _error(404, "EntryNotFound", "Entry not found")
+        return _serve(request, content, repo.commit)
+
+
+def _error(status: int, code: str, message: str) -> Response:
+    return Response(message, status=status, headers={"X-Error-Code": code, "X-Error-Message": message})
+
+
+def _serve(request: Request, content: bytes | Path, commit: str) -> Response:
+    size = content.stat().st_size if isinstance(content, Path) else len(content)
+    etag = hashlib.sha256(
+        f"{commit}:{size}:{content if isinstance(content, Path) else ''}".encode()
+    ).hexdigest()
+    headers = {"X-Repo-Commit": commit, "ETag": f'"{etag}"', "Accept-Ranges": "bytes"}
+    if request.method == "HEAD":
+        response = Response(b"", status=200, headers=headers)
+        response.headers["Content-Length"] = str(size)
+        response.automatically_set_content_length = False
+        return response
+    start, end, status = 0, size - 1, 200
+    wanted = _RANGE.match(request.headers.get("Range", ""))
+    if wanted:
+        start = int(wanted[1])
+        end = min(int(wanted[2]) if wanted[2] else size - 1, size - 1)
+        if start >= size:
+            return Response(b"", status=416, headers={"Content-Range": f"bytes */{size}"})
+        status = 206
+        headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+    return Response(_read(content, start, end + 1 - start), status=status, headers=headers)
+
+
+def _read(content: bytes | Path, start: int, length: int) -> bytes:
+    if isinstance(content, bytes):
+        return content[start : start + length]
+    with content.open("rb") as file:
+        file.seek(start)
+        return file.read(length)

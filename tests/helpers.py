@@ -1,0 +1,70 @@
+"""Shared test helpers. Nothing here reuses kimicount's own counting code: expected figures come from
+DESIGN.md, the real checkpoint listing in fixtures/, or hand computation in the tests."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kimicount.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+KIMI_K2 = FIXTURES / "kimi-k2-instruct"
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    """Run the CLI in-process, the way typer's tutorials test apps."""
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def run_kimicount(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    """Run `python -m kimicount` in a fresh interpreter (for env vars read at import, and import checks)."""
+    inherited = {k: v for k, v in os.environ.items() if k != "KIMICOUNT_DEBUG"}
+    full_env = {**inherited, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "kimicount", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+    )
+
+
+_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+
+
+def expand_listing_name(pattern: str) -> list[str]:
+    """Expand the listing's `{a..b}` notation: model.layers.{0..1}.x -> model.layers.0.x, model.layers.1.x."""
+    match = _RANGE.search(pattern)
+    if not match:
+        return [pattern]
+    first, last = int(match.group(1)), int(match.group(2))
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    return [name for i in range(first, last + 1) for name in expand_listing_name(f"{head}{i}{tail}")]
+
+
+def real_kimi_k2_tensors() -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every tensor of the real Kimi-K2-Instruct checkpoint: name -> (shape, dtype)."""
+    listing = json.loads((KIMI_K2 / "tensors.json").read_text())
+    tensors = {}
+    for entry in listing["tensors"]:
+        names = expand_listing_name(entry["name"])
+        assert len(names) == entry["count"], entry["name"]
+        for name in names:
+            tensors[name] = (tuple(entry["shape"]), entry["dtype"])
+    return tensors
+
+
+def elements(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)

@@ -1,0 +1,36 @@
+"""README.md stays true: every `$ kimicount …` example prints what README shows, and `.ci/run` runs
+exactly README's test command."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+
+import pytest
+
+from .helpers import ROOT, invoke
+
+README = (ROOT / "README.md").read_text()
+EXAMPLES = re.findall(r"```console\n\$ kimicount (.*?)\n(.*?)```", README, re.DOTALL)
+
+
+def test_readme_has_examples():
+    assert len(EXAMPLES) >= 2
+
+
+@pytest.mark.parametrize("command, shown", EXAMPLES, ids=[c for c, _ in EXAMPLES])
+def test_readme_example_prints_what_it_shows(command, shown, monkeypatch):
+    monkeypatch.chdir(ROOT)  # examples use paths relative to the repository
+    # README examples are rendered off a terminal, as a pipe would be (no COLUMNS)
+    result = invoke(*shlex.split(command), env={"COLUMNS": None})
+    assert result.exit_code == 0, result.output
+    assert result.stdout == shown
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    commands = re.findall(r"```sh\n(.*?)\n```", README, re.DOTALL)
+    test_command = next(c for c in commands if "pytest" in c)
+    ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert test_command in ci_lines
+    assert os.access(ROOT / ".ci" / "run", os.X_OK)
