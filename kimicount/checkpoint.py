@@ -1,0 +1,118 @@
+"""A checkpoint as its headers describe it: every file's tensors, and the index that maps them.
+
+`read_folder` reads a local checkpoint (header bytes only); `kimicount.hub.fetch_checkpoint` builds the
+same object from the Hub. Verification (`kimicount.verify`) only ever sees a `Checkpoint`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from kimicount.errors import CheckpointError, SourceError
+from kimicount.headers import FileHeader, TensorInfo, read_local_header
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class Index:
+    """model.safetensors.index.json: which file holds each tensor, and the declared data size.
+
+    `weight_map` is None when only the index's metadata is known (the Hub's bulk header endpoint
+    leaves the weight map out)."""
+
+    weight_map: Mapping[str, str] | None
+    total_size: int | None
+
+    @property
+    def files(self) -> list[str]:
+        return sorted(set(self.weight_map.values())) if self.weight_map else []
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    source: str
+    files: tuple[FileHeader, ...]
+    index: Index | None = None
+    #: What reading cost: header bytes read (or downloaded) and HTTP requests made.
+    bytes_read: int = 0
+    requests: int = 0
+    #: Tensor names found in more than one file (each is reported as a mismatch).
+    duplicates: tuple[str, ...] = field(default=())
+
+    @cached_property
+    def tensors(self) -> dict[str, TensorInfo]:
+        return {t.name: t for f in self.files for t in f.tensors}
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(f.data_bytes for f in self.files)
+
+
+def parse_index(text: str, where: str) -> Index:
+    """Parse an index file's text; errors name the file and what is wrong."""
+    try:
+        raw: Any = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{where}: not valid JSON: {error.msg} at line {error.lineno}") from error
+    weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
+    # JSON object keys are always strings; the values (file names) must be too (checked in C: 139,644
+    # entries for Kimi K2).
+    if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
+        raise CheckpointError(f"{where}: expected an object with a 'weight_map' of tensor name -> file name")
+    total = (raw.get("metadata") or {}).get("total_size")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
+        raise CheckpointError(f"{where}: metadata.total_size {json.dumps(total)} is not a byte count")
+    return Index(weight_map=weight_map, total_size=total)
+
+
+def assemble(source: str, headers: list[FileHeader], index: Index | None, bytes_read: int, requests: int = 0):
+    """A Checkpoint from headers read in any order (sorted by file name for stable reports)."""
+    headers = sorted(headers, key=lambda h: h.file)
+    seen: set[str] = set()
+    duplicates = []
+    for header in headers:
+        for tensor in header.tensors:
+            if tensor.name in seen:
+                duplicates.append(tensor.name)
+            seen.add(tensor.name)
+    return Checkpoint(source, tuple(headers), index, bytes_read, requests, tuple(duplicates))
+
+
+def checkpoint_files(folder: Path) -> tuple[list[Path], Index | None]:
+    """The safetensors files of a local checkpoint: from the index, the single file, or every shard."""
+    if not folder.is_dir():
+        raise SourceError(f"{folder}: no such folder")
+    index_path = folder / INDEX_FILE
+    if index_path.is_file():
+        index = parse_index(index_path.read_text(encoding="utf-8"), str(index_path))
+        for name in index.files:
+            if not (folder / name).is_file():
+                raise CheckpointError(f"{index_path}: names shard '{name}', which is not in {folder}")
+        return [folder / name for name in index.files], index
+    if (folder / SINGLE_FILE).is_file():
+        return [folder / SINGLE_FILE], None
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        raise SourceError(f"{folder}: no {INDEX_FILE}, {SINGLE_FILE} or *.safetensors files")
+    return shards, None
+
+
+def read_folder(folder: Path, on_file: Callable[[str], None] | None = None) -> Checkpoint:
+    """Read every header of a local checkpoint, and nothing of its data."""
+    paths, index = checkpoint_files(folder)
+    headers, bytes_read = [], 0
+    for path in paths:
+        # Files are named relative to the folder, as the index names them.
+        header, read = read_local_header(path, str(path.relative_to(folder)))
+        headers.append(header)
+        bytes_read += read
+        if on_file:
+            on_file(header.file)
+    return assemble(str(folder), headers, index, bytes_read)
