@@ -1,17 +1,20 @@
 """Everything that talks to the Hugging Face Hub, through huggingface_hub.
 
 Imported only when a `--repo` is named. huggingface_hub brings HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE,
-revisions and its download cache; this module adds one thing: every failure becomes a `SourceError`
-whose single line says which repo, revision or file could not be had and why.
+revisions, its download cache and its HTTP client; this module adds the fewest requests that read a
+checkpoint's headers, and turns every failure into a `SourceError` whose single line says which repo,
+revision or file could not be had and why.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 
-from huggingface_hub import constants, hf_hub_download
+from huggingface_hub import HfApi, constants, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
@@ -19,11 +22,24 @@ from huggingface_hub.errors import (
     HFValidationError,
     LocalEntryNotFoundError,
     OfflineModeIsEnabled,
+    RemoteEntryNotFoundError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
+    SafetensorsParsingError,
 )
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from kimicount.errors import SourceError
+from kimicount.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint, Index, assemble, parse_index
+from kimicount.errors import CheckpointError, SourceError
+from kimicount.headers import MAX_HEADER_BYTES, FileHeader, header_from_json, header_length, parse_header
+from kimicount.spec import ModelSpec, load_config_file, spec_from_config
+
+# huggingface_hub >= 1.0 talks HTTP through httpx (some builds vendor it as httpx2); its transport
+# errors are not OSErrors, so they are caught by class.
+try:
+    from httpx2 import TransportError
+except ImportError:  # pragma: no cover - depends on the huggingface_hub build
+    from httpx import TransportError
 
 
 @contextmanager
@@ -57,7 +73,7 @@ def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]
         raise SourceError(f"'{repo}': not a valid repo id ({_first_line(error)})") from error
     except HfHubHTTPError as error:
         raise SourceError(f"{where}: {filename}: {_first_line(error)}") from error
-    except OSError as error:  # network failures that huggingface_hub passes through
+    except (OSError, TransportError) as error:  # network failures that huggingface_hub passes through
         raise SourceError(f"{where}: cannot reach {constants.ENDPOINT}: {_first_line(error)}") from error
 
 
@@ -65,7 +81,133 @@ def _first_line(error: BaseException) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
+def spec_from_hub_config(path: Path, repo: str, revision: str | None) -> ModelSpec:
+    """The spec of a config.json fetched from the Hub; errors name the repo and revision."""
+    where = f"{repo}@{revision or constants.DEFAULT_REVISION} config.json"
+    return spec_from_config(load_config_file(path), name=repo, where=where)
+
+
 def download_config(repo: str, revision: str | None) -> Path:
     """config.json of the repo at the revision, through the Hub cache (only that file is fetched)."""
     with hub_errors(repo, revision, "config.json"):
         return Path(hf_hub_download(repo, "config.json", revision=revision))
+
+
+# --- checkpoint headers --------------------------------------------------------------------------
+
+#: Parallel header reads, as huggingface_hub's own thread map uses.
+MAX_WORKERS = 8
+#: Bytes to ask for when the header size cannot be estimated (a single model.safetensors).
+DEFAULT_WINDOW = 256 * 1024
+
+
+def fetch_checkpoint(
+    repo: str, revision: str | None, on_file: Callable[[str], None] | None = None
+) -> tuple[Path, Checkpoint]:
+    """config.json and every safetensors header of repo@revision, never the tensor data.
+
+    The config is fetched first, through the Hub cache; its snapshot folder names the commit the
+    revision resolves to, and everything else is read at that commit so that config and headers agree.
+    On `main` the Hub's bulk endpoint returns every shard header in one request; elsewhere (another
+    revision, or an endpoint without it) each shard costs one ranged GET sized from the index (a second
+    one only if the header is longer than estimated), in parallel.
+    """
+    config = download_config(repo, revision)
+    commit = config.parent.name  # the cache keeps files under snapshots/<commit>/
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        commit = revision or constants.DEFAULT_REVISION
+    source = f"{repo}@{revision or constants.DEFAULT_REVISION}"
+    if revision in (None, constants.DEFAULT_REVISION):
+        bulk = _bulk_headers(repo, source)
+        if bulk is not None:
+            return config, bulk
+    index = _download_index(repo, commit)
+    files = index.files if index else [SINGLE_FILE]
+    headers, bytes_read, requests = [], 0, 0
+    with ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(files))) as pool:
+        futures = [pool.submit(_read_remote_header, repo, commit, f, _window(index, f)) for f in files]
+        for future in as_completed(futures):
+            header, received, made = future.result()
+            headers.append(header)
+            bytes_read += received
+            requests += made
+            if on_file:
+                on_file(header.file)
+    return config, assemble(source, headers, index, bytes_read, requests)
+
+
+def _bulk_headers(repo: str, source: str) -> Checkpoint | None:
+    """Every shard header of `main` in one request, or None where the endpoint does not serve it."""
+    api = HfApi()
+    if not hasattr(api, "get_sharded_safetensors_metadata"):  # older huggingface_hub
+        return None
+    try:
+        metadata = api.get_sharded_safetensors_metadata(repo, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT)
+    except (HfHubHTTPError, KeyError, ValueError, TypeError):
+        return None  # not a sharded repo, or a Hub mirror without the endpoint: read shard by shard
+    except SafetensorsParsingError as error:
+        raise CheckpointError(f"{source}: {error}") from error
+    headers = []
+    for file, meta in metadata.files_metadata.items():
+        parsed = {
+            name: {"dtype": t.dtype, "shape": t.shape, "data_offsets": list(t.data_offsets)}
+            for name, t in meta.tensors.items()
+        }
+        parsed["__metadata__"] = meta.metadata or {}
+        headers.append(header_from_json(parsed, file, f"{source}/{file}", file_size=None, header_size=None))
+    total = (metadata.metadata or {}).get("total_size")
+    index = Index(weight_map=None, total_size=total if isinstance(total, int) else None)
+    return assemble(source, headers, index, bytes_read=0, requests=1)
+
+
+def _download_index(repo: str, commit: str) -> Index | None:
+    """The shard index at the commit, or None for a single-file checkpoint."""
+    with hub_errors(repo, commit, INDEX_FILE):
+        try:
+            path = Path(hf_hub_download(repo, INDEX_FILE, revision=commit))
+        except RemoteEntryNotFoundError:
+            return None
+    return parse_index(path.read_text(encoding="utf-8"), f"{repo}@{commit[:12]}/{INDEX_FILE}")
+
+
+def _window(index: Index | None, file: str) -> int:
+    """Bytes to request so that the header is in one response: the 8-byte length, then per tensor its
+    quoted name and at most ~128 bytes of dtype, shape and offsets, then room for __metadata__."""
+    if index is None or index.weight_map is None:
+        return DEFAULT_WINDOW
+    names = [name for name, f in index.weight_map.items() if f == file]
+    return min(8 + sum(len(name) + 128 for name in names) + 4096, 8 + MAX_HEADER_BYTES)
+
+
+def _read_remote_header(repo: str, commit: str, file: str, window: int) -> tuple[FileHeader, int, int]:
+    """One file's header by ranged GETs; returns it, the bytes received and the requests made."""
+    url = hf_hub_url(repo, file, revision=commit)
+    where = f"{repo}@{commit[:12]}/{file}"
+    with hub_errors(repo, commit, file):
+        data, size = _get_range(url, 0, window)
+        requests = 1
+        length = header_length(data, where, size)
+        if 8 + length > len(data):  # longer than estimated: fetch the rest
+            rest, _ = _get_range(url, len(data), 8 + length - len(data))
+            data, requests = data + rest, 2
+    return parse_header(data[8 : 8 + length], file, size, where=where), len(data), requests
+
+
+def _get_range(url: str, start: int, length: int) -> tuple[bytes, int]:
+    """Up to `length` bytes from `start`, and the file's total size. Streams, so that a server that
+    ignores Range (answering 200 with the whole file) costs no more than the bytes asked for."""
+    headers = {**build_hf_headers(), "Range": f"bytes={start}-{start + length - 1}"}
+    with get_session().stream(
+        "GET", url, headers=headers, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT
+    ) as response:
+        if response.status_code >= 400:
+            response.read()  # so that the error can quote the body
+            hf_raise_for_status(response)
+        total = response.headers.get("Content-Range", "").rpartition("/")[2]
+        size = int(total) if total.isdigit() else int(response.headers.get("Content-Length", 0))
+        data = bytearray()
+        for chunk in response.iter_bytes():
+            data += chunk
+            if len(data) >= length:
+                break
+    return bytes(data[:length]), size
