@@ -62,9 +62,14 @@ class TensorRef:
 
     def names(self) -> Iterator[str]:
         """Every concrete tensor name, e.g. model.layers.1.mlp.experts.0.up_proj.weight."""
+        for _, name in self.layer_names():
+            yield name
+
+    def layer_names(self) -> Iterator[tuple[int | None, str]]:
+        """(layer index or None, tensor name) for every concrete tensor name."""
         for layer in self.layers or (None,):
             for expert in range(self.experts) if self.experts else (None,):
-                yield self.pattern.format(layer=layer, expert=expert)
+                yield layer, self.pattern.format(layer=layer, expert=expert)
 
     @property
     def display_name(self) -> str:
