@@ -1,11 +1,14 @@
-"""Where the model comes from: the bundled Kimi K2 config, a local config.json, or a Hub repo."""
+"""Where the model comes from: the bundled Kimi K2 config, a local config.json, or a Hub repo; and
+where a checkpoint comes from: a local folder or a Hub repo, with the config that goes with it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from kimicount.checkpoint import Checkpoint, read_folder
 from kimicount.errors import UsageError
-from kimicount.spec import ModelSpec, bundled_spec, load_config_file, spec_from_config, spec_from_path
+from kimicount.spec import ModelSpec, bundled_spec, spec_from_path
 
 
 def load_spec(config: Path | None = None, repo: str | None = None, revision: str | None = None) -> ModelSpec:
@@ -20,9 +23,36 @@ def load_spec(config: Path | None = None, repo: str | None = None, revision: str
     if repo is not None:
         from kimicount import hub
 
-        path = hub.download_config(repo, revision)
-        where = f"{repo}@{revision or 'main'} config.json"
-        return spec_from_config(load_config_file(path), name=repo, where=where)
+        return hub.spec_from_hub_config(hub.download_config(repo, revision), repo, revision)
     if config is not None:
         return spec_from_path(config)
     return bundled_spec()
+
+
+def load_checkpoint(
+    path: Path | None = None,
+    repo: str | None = None,
+    revision: str | None = None,
+    config: Path | None = None,
+    on_file: Callable[[str], None] | None = None,
+) -> tuple[ModelSpec, Checkpoint]:
+    """The headers of the checkpoint named by --path or --repo, and the spec to check them against:
+    `config` if given, else the checkpoint's own config.json (from the same folder, or the same Hub
+    revision). `on_file` is called as each file's header is read."""
+    if (path is None) == (repo is None):
+        raise UsageError("name one checkpoint: --path DIR or --repo ORG/NAME")
+    if revision is not None and repo is None:
+        raise UsageError("--revision needs --repo")
+    if repo is not None:
+        from kimicount import hub
+
+        config_path, checkpoint = hub.fetch_checkpoint(repo, revision, on_file)
+        spec = spec_from_path(config) if config else hub.spec_from_hub_config(config_path, repo, revision)
+        return spec, checkpoint
+    assert path is not None
+    checkpoint = read_folder(path, on_file)
+    if config is None:
+        config = path / "config.json"
+        if not config.is_file():
+            raise UsageError(f"{path}: no config.json here; give --config")
+    return spec_from_path(config), checkpoint
