@@ -4,19 +4,25 @@ huggingface_hub client with HF_ENDPOINT pointed at it.
 It serves `HEAD` and `GET` (with `Range`) on `/{repo}/resolve/{revision}/{path}` the way the Hub does:
 `X-Repo-Commit`, `ETag`, `Content-Length`, `206 Partial Content`, and the `X-Error-Code` header
 (RepoNotFound, GatedRepo, RevisionNotFound, EntryNotFound) that huggingface_hub turns into its error
-types. Every request is recorded so tests and benchmarks can count them.
+types. It also serves the bulk header endpoint that `HfApi.get_sharded_safetensors_metadata` reads,
+`/api/models/{repo}/safetensors-metadata/{index}` (every shard header of `main` in one response), unless
+`bulk_endpoint` is off, as on a Hub mirror without it. Every request is recorded so tests and
+benchmarks can count them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from werkzeug import Request, Response
 
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<path>.+)$")
+_BULK = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/safetensors-metadata/(?P<path>.+)$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 
 
@@ -34,6 +40,7 @@ class FakeHub:
     repos: dict[str, FakeRepo] = field(default_factory=dict)
     #: (method, path, Range header) of every request received.
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+    bulk_endpoint: bool = True
 
     def add_repo(
         self,
@@ -53,21 +60,35 @@ class FakeHub:
 
     def handle(self, request: Request) -> Response:
         self.requests.append((request.method, request.path, request.headers.get("Range")))
-        match = _RESOLVE.match(request.path)
-        if not match:
-            return _error(404, "RepoNotFound", "Not Found")
+        match = _RESOLVE.match(request.path) or _BULK.match(request.path)
+        if not match or (match.re is _BULK and not self.bulk_endpoint):
+            return Response("Not Found", status=404)
         repo = self.repos.get(match["repo"])
         if repo is None:
             # The Hub answers 401 for unknown repos to callers without access, as for private ones.
             return _error(401, "RepoNotFound", "Repository not found")
         if repo.token is not None and request.headers.get("Authorization") != f"Bearer {repo.token}":
             return _error(401, "GatedRepo", "Access to this repo is restricted")
-        if match["revision"] not in (*repo.branches, repo.commit):
+        if match.re is _RESOLVE and match["revision"] not in (*repo.branches, repo.commit):
             return _error(404, "RevisionNotFound", "Invalid rev id")
         content = repo.files.get(match["path"])
         if content is None:
             return _error(404, "EntryNotFound", "Entry not found")
+        if match.re is _BULK:
+            return _bulk_headers(repo, content)
         return _serve(request, content, repo.commit)
+
+
+def _bulk_headers(repo: FakeRepo, index_content: bytes | Path) -> Response:
+    """{"index": the index without its weight map, "headers": {shard: its parsed header}}."""
+    index = json.loads(_read(index_content, 0, 1 << 40))
+    headers = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        content = repo.files[shard]
+        (length,) = struct.unpack("<Q", _read(content, 0, 8))
+        headers[shard] = json.loads(_read(content, 8, length))
+    body = {"index": {k: v for k, v in index.items() if k != "weight_map"}, "headers": headers}
+    return Response(json.dumps(body), status=200, content_type="application/json")
 
 
 def _error(status: int, code: str, message: str) -> Response:
