@@ -106,6 +106,7 @@ def _layout_json(report: KvCacheReport, cache: LayoutCache) -> dict[str, Any]:
         "formula": attention.formula,
         "calculation": attention.calculation,
         "ratio_to_latent": report.ratio_to_latent(cache),
+        "ratio_to_latent_per_gpu": report.ratio_to_latent_per_gpu(cache),
         "wasted_bytes": cache.wasted_bytes,
         "split_across_tp": splits_across_ranks(cache.layout),
         "bytes_per_token_per_gpu": cache.bytes_per_token_per_gpu,

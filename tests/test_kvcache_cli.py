@@ -107,6 +107,7 @@ def test_tp_says_the_latent_is_replicated_and_shows_per_gpu_bytes():
     assert (naive["split_across_tp"], latent["split_across_tp"]) == (True, False)
     assert latent["bytes_per_gpu"] == latent["total_bytes"] == 70_272 * 131_072 * 16
     assert latent["bytes_all_gpus"] == 8 * 70_272 * 131_072 * 16
+    assert naive["ratio_to_latent_per_gpu"] == pytest.approx(2_498_560 / 8 / 70_272)
 
 
 def test_block_size_shows_the_waste():
