@@ -215,7 +215,7 @@ def kv_cache(
     """KV-cache bytes per token, per layer and in total, in each cache layout an engine may use.
 
     Multi-head latent attention caches one small latent per token for all heads; engines that expand
-    it into per-head keys and values pay for every head (36× more for Kimi K2).
+    it into per-head keys and values pay for every head (35.6× the latent for Kimi K2).
     """
     from kimicount.kvcache import context_sweep, kv_cache_report
     from kimicount.source import load_spec

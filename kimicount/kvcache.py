@@ -452,7 +452,8 @@ SIZE_UNITS = {
     **{f"{prefix}b": 1000**power for power, prefix in enumerate("kmgt", start=1)},
     **{f"{prefix}ib": 1024**power for power, prefix in enumerate("kmgt", start=1)},
 }
-_SIZE = re.compile(r"(?P<number>\d+(?:\.\d*)?(?:e\d+)?)\s*(?P<unit>[a-z]*)", re.IGNORECASE)
+# Exponents stop at two digits: 1e99 bytes is already absurd, and 1e999999999 would take minutes to expand.
+_SIZE = re.compile(r"(?P<number>\d+(?:\.\d*)?(?:e\d{1,2})?)\s*(?P<unit>[a-z]*)", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:

@@ -177,14 +177,17 @@ def render_layers(console: Console, anatomy: Anatomy) -> None:
 
 
 def human_bytes(count: int) -> str:
-    """Binary units, three significant digits: 305 GiB, 8.58 GiB, 40 KiB, 656 B.
+    """Binary units, three significant digits (four from 1,000 to 1,023 of a unit): 305 GiB, 8.58 GiB.
 
     >>> human_bytes(327_491_256_320), human_bytes(9_210_691_584), human_bytes(40_960), human_bytes(656)
     ('305 GiB', '8.58 GiB', '40 KiB', '656 B')
+    >>> human_bytes(1000 * 2**30), human_bytes(3 * 2**50)
+    ('1000 GiB', '3 PiB')
     """
-    for power, suffix in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+    for power, suffix in ((5, "PiB"), (4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
         if count >= 1024**power:
-            return f"{count / 1024**power:.3g} {suffix}"
+            value = count / 1024**power
+            return f"{value:.3g} {suffix}" if value < 1000 else f"{value:.0f} {suffix}"
     return f"{count} B"
 
 
@@ -364,8 +367,8 @@ CHART_WIDTH = 48
 
 
 def render_cache_chart(console: Console, sweep: list[tuple[int, tuple[LayoutCache, ...]]]) -> None:
-    """Total cache size against context length, one bar per layout, on a log scale so that a 36× gap
-    is as visible at 512 tokens as at 128K. Bars grow by a whole number of characters per doubling."""
+    """Total cache size against context length, one bar per layout, on a log scale so that the gap
+    between layouts (35.6× for Kimi K2) is as long at 512 tokens as at 128K. Bars grow by a whole number of characters per doubling."""
     sizes = [cache.total_bytes for _, caches in sweep for cache in caches]
     low, high = min(sizes), max(sizes)
     per_doubling = max(1, CHART_WIDTH // max(1, math.ceil(math.log2(high / low))))

@@ -196,7 +196,9 @@ def test_parse_size(text, size):
     assert parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["", "GiB", "lots", "80 GiBs", "-5GiB", "80 Gb/s", "1,000", "inf", "nan"])
+@pytest.mark.parametrize(
+    "text", ["", "GiB", "lots", "80 GiBs", "-5GiB", "80 Gb/s", "1,000", "inf", "nan", "1e999999999"]
+)
 def test_parse_size_refuses_what_is_not_a_size(text):
     with pytest.raises(UsageError, match=r"--budget '.*': expected a size such as 80GiB"):
         parse_size(text)

@@ -9,7 +9,7 @@ from xml.etree import ElementTree
 import pytest
 
 from .helpers import FIXTURES, invoke, run_kimicount
-from .test_params_cli import _fails_cleanly
+from .test_params_cli import _fails_cleanly, hub  # noqa: F401 (hub: the fake Hub fixture)
 
 V3 = str(FIXTURES / "deepseek-v3")
 V32 = str(FIXTURES / "deepseek-v3.2-exp")
@@ -217,6 +217,17 @@ def test_python_dash_m_and_no_torch_or_hub_import():
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     assert "kimicount.kvcache" in imported  # the check sees our own imports
     assert not {m for m in imported if m.split(".")[0] in ("torch", "huggingface_hub")}
+
+
+def test_repo_reads_the_config_from_the_hub(hub):  # noqa: F811
+    _, env = hub
+    result = run_kimicount("kv-cache", "--repo", "moonshotai/Kimi-K2-Instruct", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["model"], report["layouts"][0]["bytes_per_token"]) == (
+        "moonshotai/Kimi-K2-Instruct",
+        2_498_560,
+    )
 
 
 # --- bad input: exit 2, one line naming the option and what was expected -----------------------
