@@ -226,6 +226,122 @@ def _progress(description: str, enabled: bool) -> Iterator[Callable[[str], None]
         yield lambda _file: progress.advance(task)
 
 
+@app.command("kv-cache")
+def kv_cache(
+    config: ConfigOption = None,
+    repo: RepoOption = None,
+    revision: RevisionOption = None,
+    tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--tokens",
+            help="Tokens per sequence (context length). Default: the model's max_position_embeddings.",
+            show_default=False,
+        ),
+    ] = None,
+    batch: Annotated[int, typer.Option("--batch", help="Sequences cached at once.")] = 1,
+    layout: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--layout",
+            metavar="[naive|flash|latent|flashmla-fp8]",
+            help="Show this layout only; repeat for several. Default: naive, flash and latent. naive: every "
+            "head's key and value; flash: values padded to the key width; latent: MLA's compressed latent "
+            "+ rotary key; flashmla-fp8: FlashMLA's fp8 latent (656 B per token per layer for Kimi K2).",
+            show_default=False,
+        ),
+    ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype",
+            metavar="[bf16|fp16|fp32|fp8]",
+            help="Cache element type. Default: the config's torch_dtype.",
+            show_default=False,
+        ),
+    ] = None,
+    block_size: Annotated[
+        int,
+        typer.Option(
+            "--block-size",
+            help="Page size in tokens: engines allocate whole pages, so each sequence is rounded up "
+            "(vLLM and SGLang use 16 to 64; FlashMLA 64). Default 1: no rounding.",
+        ),
+    ] = 1,
+    tp: Annotated[
+        int,
+        typer.Option(
+            "--tp",
+            help="Tensor-parallel GPUs: naive and flash split their heads across them (tp must divide "
+            "num_attention_heads); the latent is replicated on every GPU.",
+        ),
+    ] = 1,
+    include_mtp: Annotated[
+        bool,
+        typer.Option(
+            "--include-mtp", help="Count the multi-token-prediction layers' caches too (DeepSeek-V3)."
+        ),
+    ] = False,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            help="Memory for the cache on each GPU, e.g. 80GiB, 80GB, 512MiB or bytes: prints the most "
+            "tokens, and the most sequences of --tokens, that fit in each layout.",
+            show_default=False,
+        ),
+    ] = None,
+    chart: Annotated[
+        bool, typer.Option("--chart/--no-chart", help="Chart the cache size against context length.")
+    ] = True,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Also write that chart as an SVG file (log-log: bytes against context length).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """KV-cache bytes per token, per layer and in total, in each cache layout an engine may use.
+
+    Multi-head latent attention caches one small latent per token for all heads; engines that expand
+    it into per-head keys and values pay for every head (35.6× the latent for Kimi K2).
+    """
+    from kimicount.kvcache import context_sweep, kv_cache_report
+    from kimicount.source import load_spec
+
+    with user_errors():
+        report = kv_cache_report(
+            load_spec(config, repo, revision),
+            tokens=tokens,
+            batch=batch,
+            dtype=dtype,
+            layouts=layout or (),
+            block_size=block_size,
+            tp=tp,
+            include_mtp=include_mtp,
+            budget=budget,
+        )
+        if plot is not None:
+            from kimicount.chart import write_svg
+
+            write_svg(plot, report, context_sweep(report))
+    if as_json:
+        from kimicount.reports import kv_cache_json
+
+        print_json(kv_cache_json(report))
+        return
+    from kimicount import render
+
+    console = render.make_console()
+    render.render_kv_cache(console, report)
+    if chart:
+        render.show(console)
+        render.render_cache_chart(console, context_sweep(report))
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

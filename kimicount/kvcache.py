@@ -11,7 +11,11 @@ functions say exactly what each layout stores. `e` is the element size of the ca
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
+from fractions import Fraction
 
 from kimicount.errors import UsageError
 from kimicount.spec import ModelSpec
@@ -48,7 +52,8 @@ def element_bytes(dtype: str) -> int:
     try:
         return DTYPE_BYTES[dtype]
     except KeyError:
-        raise UsageError(f"unknown cache dtype '{dtype}' (expected one of: {', '.join(DTYPE_BYTES)})") from None
+        expected = ", ".join(DTYPE_BYTES)
+        raise UsageError(f"--dtype '{dtype}': unknown cache dtype (expected one of: {expected})") from None
 
 
 def naive_bytes(spec: ModelSpec, e: int) -> int:
@@ -96,6 +101,9 @@ def indexer_key_bytes(spec: ModelSpec) -> int:
     """DeepSeek-V3.2's lightning indexer caches one key of index_head_dim per token, in fp8 with one F32
     scale per 128 values: index_head_dim + ceil(index_head_dim / 128) × 4; 0 without an indexer.
     [bytes/token/layer]
+
+    >>> indexer_key_bytes(k2)  # Kimi K2 has no indexer; DeepSeek-V3.2: 128 + 1 × 4 = 132
+    0
     """
     if spec.indexer is None:
         return 0
@@ -113,3 +121,356 @@ def bytes_per_token_per_layer(spec: ModelSpec, layout: Layout | str, e: int) -> 
     if layout is Layout.latent:
         return latent_bytes(spec, e)
     return flashmla_fp8_bytes(spec)
+
+
+# --- what each number came from -------------------------------------------------------------------
+
+#: Each layout's size in config keys; `calculation()` writes the same with the model's values.
+FORMULAS = {
+    Layout.naive: "num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim + v_head_dim) × e",
+    Layout.flash: (
+        "num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim + max(qk_head_dim, v_head_dim)) × e"
+    ),
+    Layout.latent: "(kv_lora_rank + qk_rope_head_dim) × e",
+    Layout.flashmla_fp8: "kv_lora_rank × 1 + ceil(kv_lora_rank / 128) × 4 + qk_rope_head_dim × 2",
+}
+INDEXER_FORMULA = "index_head_dim × 1 + ceil(index_head_dim / 128) × 4"
+
+
+def calculation(spec: ModelSpec, layout: Layout, e: int) -> str:
+    """The layout's formula with the model's values, in bytes per token per layer.
+
+    >>> [calculation(k2, layout, 2) for layout in Layout]
+    ['64 × (128 + 64 + 128) × 2', '64 × (128 + 64 + 192) × 2', '(512 + 64) × 2', '512 × 1 + 4 × 4 + 64 × 2']
+    """
+    heads, nope, rope = spec.num_attention_heads, spec.qk_nope_head_dim, spec.qk_rope_head_dim
+    if layout is Layout.naive:
+        return f"{heads} × ({nope} + {rope} + {spec.v_head_dim}) × {e}"
+    if layout is Layout.flash:
+        return f"{heads} × ({nope} + {rope} + {max(spec.qk_head_dim, spec.v_head_dim)}) × {e}"
+    if layout is Layout.latent:
+        return f"({spec.kv_lora_rank} + {rope}) × {e}"
+    return f"{spec.kv_lora_rank} × 1 + {math.ceil(spec.kv_lora_rank / FP8_SCALE_GROUP)} × 4 + {rope} × 2"
+
+
+def indexer_calculation(spec: ModelSpec) -> str:
+    """INDEXER_FORMULA with the model's values ('128 × 1 + 1 × 4' for DeepSeek-V3.2); '' without one."""
+    if spec.indexer is None:
+        return ""
+    dim = spec.indexer.head_dim
+    return f"{dim} × 1 + {math.ceil(dim / FP8_SCALE_GROUP)} × 4"
+
+
+def splits_across_ranks(layout: Layout) -> bool:
+    """Whether tensor parallelism divides this layout's cache: per-head keys and values go with their
+    heads; the latent (and FlashMLA's fp8 latent) belongs to no head, so every rank holds all of it."""
+    return layout in (Layout.naive, Layout.flash)
+
+
+# --- a cache for a workload -----------------------------------------------------------------------
+
+#: What `kimicount kv-cache` shows unless --layout names others: the three layouts of DESIGN.md.
+DEFAULT_LAYOUTS = (Layout.naive, Layout.flash, Layout.latent)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is cached: `batch` sequences of `tokens` each, in pages of `block_size` tokens (an engine
+    allocates whole pages per sequence), over `tp` tensor-parallel ranks."""
+
+    tokens: int
+    batch: int = 1
+    block_size: int = 1
+    tp: int = 1
+
+    @property
+    def tokens_per_sequence(self) -> int:
+        """Allocated per sequence: ceil(tokens / block_size) × block_size. [tokens]
+
+        >>> Workload(tokens=1000, block_size=64).tokens_per_sequence  # 16 pages of 64
+        1024
+        """
+        return -(-self.tokens // self.block_size) * self.block_size
+
+    @property
+    def allocated_tokens(self) -> int:
+        """tokens_per_sequence × batch. [tokens]"""
+        return self.tokens_per_sequence * self.batch
+
+    @property
+    def wasted_tokens(self) -> int:
+        """Allocated but holding no token: the unused tail of each sequence's last page. [tokens]"""
+        return (self.tokens_per_sequence - self.tokens) * self.batch
+
+
+@dataclass(frozen=True)
+class CacheLine:
+    """One thing cached per token in every layer: a layout's keys and values, or the indexer's keys.
+
+    `ranks` is how many tensor-parallel ranks divide it: tp for per-head caches, 1 for a cache every
+    rank holds whole. `formula` gives bytes_per_token_per_layer in config keys, `calculation` in numbers.
+    """
+
+    bytes_per_token_per_layer: int
+    layers: int
+    ranks: int = 1
+    formula: str = ""
+    calculation: str = ""
+
+    @property
+    def bytes_per_token(self) -> int:
+        """bytes_per_token_per_layer × layers. [bytes/token]"""
+        return self.bytes_per_token_per_layer * self.layers
+
+    @property
+    def bytes_per_token_per_gpu(self) -> int:
+        """What one rank holds per token; exact, since tp divides the heads. [bytes/token]"""
+        return self.bytes_per_token // self.ranks
+
+
+@dataclass(frozen=True)
+class LayoutCache:
+    """A layout's whole cache for a workload: its attention keys and values, plus the lightning
+    indexer's keys on models that have one (they are cached whatever the layout)."""
+
+    layout: Layout
+    workload: Workload
+    attention: CacheLine
+    indexer: CacheLine | None = None
+
+    @property
+    def lines(self) -> tuple[CacheLine, ...]:
+        return (self.attention,) if self.indexer is None else (self.attention, self.indexer)
+
+    @property
+    def bytes_per_token_per_layer(self) -> int:
+        """[bytes/token/layer], the indexer keys included."""
+        return sum(line.bytes_per_token_per_layer for line in self.lines)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """[bytes/token] over all layers, the indexer keys included."""
+        return sum(line.bytes_per_token for line in self.lines)
+
+    @property
+    def bytes_per_token_per_gpu(self) -> int:
+        """[bytes/token] on each tensor-parallel rank."""
+        return sum(line.bytes_per_token_per_gpu for line in self.lines)
+
+    @property
+    def total_bytes(self) -> int:
+        """One copy of the cache: bytes_per_token × allocated tokens (pages, all sequences). [bytes]"""
+        return self.bytes_per_token * self.workload.allocated_tokens
+
+    @property
+    def wasted_bytes(self) -> int:
+        """The part of total_bytes in unused page tails. [bytes]"""
+        return self.bytes_per_token * self.workload.wasted_tokens
+
+    @property
+    def bytes_per_gpu(self) -> int:
+        """What each tensor-parallel rank holds: bytes_per_token_per_gpu × allocated tokens. [bytes]"""
+        return self.bytes_per_token_per_gpu * self.workload.allocated_tokens
+
+    @property
+    def bytes_all_gpus(self) -> int:
+        """bytes_per_gpu × tp: a replicated cache is paid for on every rank. [bytes]"""
+        return self.bytes_per_gpu * self.workload.tp
+
+    def at(self, tokens: int, batch: int | None = None) -> LayoutCache:
+        """The same layout for another number of tokens (and sequences)."""
+        batch = self.workload.batch if batch is None else batch
+        return replace(self, workload=replace(self.workload, tokens=tokens, batch=batch))
+
+    def max_tokens(self, budget: int) -> int:
+        """The most tokens whose pages fit in `budget` bytes per GPU, in whole pages:
+        budget // (bytes_per_token_per_gpu × block_size) × block_size. [tokens]"""
+        page = self.bytes_per_token_per_gpu * self.workload.block_size
+        return budget // page * self.workload.block_size
+
+    def max_sequences(self, budget: int) -> int:
+        """The most sequences of the workload's tokens (each rounded up to whole pages) that fit in
+        `budget` bytes per GPU. [sequences]"""
+        return budget // (self.bytes_per_token_per_gpu * self.workload.tokens_per_sequence)
+
+
+@dataclass(frozen=True)
+class KvCacheReport:
+    """The KV cache of one model for one workload, in each layout asked for.
+
+    `latent` is always computed: every layout is compared with it. `mtp_layers` is the number of
+    multi-token-prediction layers counted in `layers` (0 unless asked for and the model has them).
+    """
+
+    spec: ModelSpec
+    dtype: str
+    workload: Workload
+    layers: int
+    mtp_layers: int
+    include_mtp: bool
+    caches: tuple[LayoutCache, ...]
+    latent: LayoutCache
+    budget: int | None = None
+
+    @property
+    def indexer(self) -> CacheLine | None:
+        """The indexer keys' line (the same in every layout); None without an indexer."""
+        return self.latent.indexer
+
+    @property
+    def indexer_total_bytes(self) -> int:
+        """The indexer keys' share of every layout's total_bytes; 0 without an indexer. [bytes]"""
+        return 0 if self.indexer is None else self.indexer.bytes_per_token * self.workload.allocated_tokens
+
+    @property
+    def element_bytes(self) -> int:
+        """e: bytes per cached element of `dtype`."""
+        return element_bytes(self.dtype)
+
+    def ratio_to_latent(self, cache: LayoutCache) -> float:
+        """How many times the latent's bytes this layout takes (naive, Kimi K2: 2,498,560 / 70,272)."""
+        return cache.bytes_per_token / self.latent.bytes_per_token
+
+    def ratio_to_latent_per_gpu(self, cache: LayoutCache) -> float:
+        """The same on one tensor-parallel rank, where only per-head caches are divided by tp."""
+        return cache.bytes_per_token_per_gpu / self.latent.bytes_per_token_per_gpu
+
+
+def layout_cache(spec: ModelSpec, layout: Layout, e: int, layers: int, workload: Workload) -> LayoutCache:
+    """One layout of `spec` at element size `e` over `layers` layers, with the indexer keys if any."""
+    ranks = workload.tp if splits_across_ranks(layout) else 1
+    attention = CacheLine(
+        bytes_per_token_per_layer(spec, layout, e),
+        layers,
+        ranks,
+        FORMULAS[layout],
+        calculation(spec, layout, e),
+    )
+    indexer = None
+    if spec.indexer is not None:
+        indexer = CacheLine(indexer_key_bytes(spec), layers, 1, INDEXER_FORMULA, indexer_calculation(spec))
+    return LayoutCache(layout, workload, attention, indexer)
+
+
+def kv_cache_report(
+    spec: ModelSpec,
+    *,
+    tokens: int | None = None,
+    batch: int = 1,
+    dtype: str | None = None,
+    layouts: Sequence[str] = (),
+    block_size: int = 1,
+    tp: int = 1,
+    include_mtp: bool = False,
+    budget: str | None = None,
+) -> KvCacheReport:
+    """Validate the options and size the cache in each layout (DEFAULT_LAYOUTS when none is named).
+
+    `tokens` defaults to the config's max_position_embeddings, `dtype` to its torch_dtype; `budget` is
+    a size string for `parse_size`. Bad values raise UsageError naming the option.
+
+    >>> report = kv_cache_report(k2, tokens=1000, batch=2)
+    >>> [(c.layout.value, c.bytes_per_token, c.total_bytes) for c in report.caches]
+    [('naive', 2498560, 4997120000), ('flash', 2998272, 5996544000), ('latent', 70272, 140544000)]
+    """
+    tokens = spec.max_position_embeddings if tokens is None else tokens
+    for option, value in (
+        ("--tokens", tokens),
+        ("--batch", batch),
+        ("--block-size", block_size),
+        ("--tp", tp),
+    ):
+        _require_positive(option, value)
+    check_tp(spec, tp)
+    dtype = default_dtype(spec) if dtype is None else dtype
+    e = element_bytes(dtype)
+    chosen = [parse_layout(name) for name in layouts] or list(DEFAULT_LAYOUTS)
+    mtp_layers = len(spec.mtp_layers) if include_mtp else 0
+    layers = spec.num_hidden_layers + mtp_layers
+    workload = Workload(tokens=tokens, batch=batch, block_size=block_size, tp=tp)
+    return KvCacheReport(
+        spec=spec,
+        dtype=dtype,
+        workload=workload,
+        layers=layers,
+        mtp_layers=mtp_layers,
+        include_mtp=include_mtp,
+        caches=tuple(layout_cache(spec, layout, e, layers, workload) for layout in dict.fromkeys(chosen)),
+        latent=layout_cache(spec, Layout.latent, e, layers, workload),
+        budget=None if budget is None else parse_size(budget),
+    )
+
+
+def context_sweep(report: KvCacheReport, points: int = 5) -> list[tuple[int, tuple[LayoutCache, ...]]]:
+    """Each layout's cache at up to `points` context lengths, a factor of 4 apart, ending at the
+    report's tokens (for Kimi K2's 131,072: 512, 2,048, 8,192, 32,768, 131,072); for the chart.
+    Contexts shorter than a page are left out: they would all take one page.
+
+    >>> [tokens for tokens, _ in context_sweep(kv_cache_report(k2))]
+    [512, 2048, 8192, 32768, 131072]
+    >>> [tokens for tokens, _ in context_sweep(kv_cache_report(k2, tokens=1000, block_size=64))]
+    [250, 1000]
+    """
+    workload = report.workload
+    shortest = min(workload.block_size, workload.tokens)
+    contexts = sorted({c for k in range(points) if (c := workload.tokens // 4**k) >= shortest})
+    return [(context, tuple(cache.at(context) for cache in report.caches)) for context in contexts]
+
+
+# --- option values --------------------------------------------------------------------------------
+
+
+def _require_positive(option: str, value: int) -> None:
+    if value < 1:
+        raise UsageError(f"{option} {value}: expected a positive integer")
+
+
+def check_tp(spec: ModelSpec, tp: int) -> None:
+    """Tensor parallelism gives each rank num_attention_heads / tp whole heads; refuse any other tp."""
+    heads = spec.num_attention_heads
+    if heads % tp:
+        divisors = [d for d in range(1, heads + 1) if heads % d == 0]
+        choices = ", ".join(map(str, divisors[:-1])) + f" or {divisors[-1]}"
+        raise UsageError(
+            f"--tp {tp}: does not divide the {heads} attention heads of {spec.name} "
+            f"(num_attention_heads); use {choices}"
+        )
+
+
+def parse_layout(name: str) -> Layout:
+    """A Layout from its name; a clear error naming the choices otherwise."""
+    try:
+        return Layout(name)
+    except ValueError:
+        expected = ", ".join(layout.value for layout in Layout)
+        raise UsageError(f"--layout '{name}': unknown layout (expected one of: {expected})") from None
+
+
+#: Size suffixes: decimal (GB = 10⁹ bytes) and binary (GiB = 2³⁰ bytes), any case; none means bytes.
+SIZE_UNITS = {
+    "b": 1,
+    **{f"{prefix}b": 1000**power for power, prefix in enumerate("kmgt", start=1)},
+    **{f"{prefix}ib": 1024**power for power, prefix in enumerate("kmgt", start=1)},
+}
+# Exponents stop at two digits: 1e99 bytes is already absurd, and 1e999999999 would take minutes to expand.
+_SIZE = re.compile(r"(?P<number>\d+(?:\.\d*)?(?:e\d{1,2})?)\s*(?P<unit>[a-z]*)", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """A memory size in bytes: a number (decimals and exponents allowed) with an optional unit B, KB,
+    MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024); fractions of a byte are dropped.
+
+    >>> parse_size("80GiB"), parse_size("80 GB"), parse_size("1.5MiB"), parse_size("1e9"), parse_size("4096")
+    (85899345920, 80000000000, 1572864, 1000000000, 4096)
+    """
+    match = _SIZE.fullmatch(text.strip())
+    unit = SIZE_UNITS.get(match["unit"].lower() or "b") if match else None
+    if match is None or unit is None:
+        raise UsageError(
+            f"--budget '{text}': expected a size such as 80GiB, 80GB, 512MiB or a number of bytes "
+            "(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+        )
+    size = math.floor(Fraction(match["number"]) * unit)
+    if size < 1:
+        raise UsageError(f"--budget '{text}': expected at least 1 byte")
+    return size

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from kimicount.anatomy import Anatomy, Node, TensorRef
+from kimicount.kvcache import CacheLine, KvCacheReport, LayoutCache, splits_across_ranks
 from kimicount.verify import VerifyReport
 
 
@@ -98,3 +99,62 @@ def verify_json(report: VerifyReport) -> dict[str, Any]:
         ],
         "read": {"header_bytes": report.bytes_read, "requests": report.requests},
     }
+
+
+def kv_cache_json(report: KvCacheReport) -> dict[str, Any]:
+    """DESIGN.md's kv-cache keys, then the workload's page rounding, tensor parallelism and budget.
+
+    Byte figures are per layout and include the indexer keys, which `indexer` also gives on their own.
+    """
+    spec, workload = report.spec, report.workload
+    return {
+        "model": spec.name,
+        "model_type": spec.model_type,
+        "dtype": report.dtype,
+        "element_bytes": report.element_bytes,
+        "tokens": workload.tokens,
+        "batch": workload.batch,
+        "layers": report.layers,
+        "mtp_layers": report.mtp_layers,
+        "block_size": workload.block_size,
+        "allocated_tokens": workload.allocated_tokens,
+        "wasted_tokens": workload.wasted_tokens,
+        "tp": workload.tp,
+        "budget_bytes": report.budget,
+        "indexer": None if report.indexer is None else _indexer_json(report, report.indexer),
+        "layouts": [_layout_json(report, cache) for cache in report.caches],
+    }
+
+
+def _indexer_json(report: KvCacheReport, indexer: CacheLine) -> dict[str, Any]:
+    return {
+        "bytes_per_token_per_layer": indexer.bytes_per_token_per_layer,
+        "bytes_per_token": indexer.bytes_per_token,
+        "total_bytes": report.indexer_total_bytes,
+        "formula": indexer.formula,
+        "calculation": indexer.calculation,
+    }
+
+
+def _layout_json(report: KvCacheReport, cache: LayoutCache) -> dict[str, Any]:
+    attention = cache.attention
+    entry = {
+        "layout": cache.layout.value,
+        "bytes_per_token_per_layer": cache.bytes_per_token_per_layer,
+        "bytes_per_token": cache.bytes_per_token,
+        "total_bytes": cache.total_bytes,
+        "attention_bytes_per_token_per_layer": attention.bytes_per_token_per_layer,
+        "formula": attention.formula,
+        "calculation": attention.calculation,
+        "ratio_to_latent": report.ratio_to_latent(cache),
+        "ratio_to_latent_per_gpu": report.ratio_to_latent_per_gpu(cache),
+        "wasted_bytes": cache.wasted_bytes,
+        "split_across_tp": splits_across_ranks(cache.layout),
+        "bytes_per_token_per_gpu": cache.bytes_per_token_per_gpu,
+        "bytes_per_gpu": cache.bytes_per_gpu,
+        "bytes_all_gpus": cache.bytes_all_gpus,
+    }
+    if report.budget is not None:
+        entry["budget_max_tokens"] = cache.max_tokens(report.budget)
+        entry["budget_max_sequences"] = cache.max_sequences(report.budget)
+    return entry

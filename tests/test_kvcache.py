@@ -1,0 +1,239 @@
+"""KV-cache sizes against DESIGN.md's figures and hand computation; page rounding, TP, budgets, sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from kimicount.errors import UsageError
+from kimicount.kvcache import Layout, calculation, context_sweep, kv_cache_report, parse_size
+from kimicount.spec import bundled_spec, spec_from_path
+
+from .helpers import FIXTURES
+
+K2 = bundled_spec()
+
+
+def per_token(report) -> dict[str, int]:
+    return {cache.layout.value: cache.bytes_per_token for cache in report.caches}
+
+
+def test_kimi_k2_bf16_per_token_over_61_layers_matches_design():
+    report = kv_cache_report(K2)
+    assert (report.dtype, report.layers, report.workload.tokens) == ("bf16", 61, 131_072)
+    # DESIGN.md: naive 2,498,560, flash 2,998,272, latent 70,272 B per token
+    assert per_token(report) == {"naive": 2_498_560, "flash": 2_998_272, "latent": 70_272}
+    assert [c.bytes_per_token_per_layer for c in report.caches] == [
+        64 * (128 + 64 + 128) * 2,
+        64 * (192 + 192) * 2,
+        (512 + 64) * 2,
+    ]
+
+
+def test_totals_scale_with_tokens_and_batch():
+    one = kv_cache_report(K2, tokens=1, batch=1)
+    assert [c.total_bytes for c in one.caches] == [2_498_560, 2_998_272, 70_272]
+    full = kv_cache_report(K2, tokens=131_072, batch=16)
+    assert [c.total_bytes for c in full.caches] == [
+        2_498_560 * 131_072 * 16,  # 5,239,860,101,120: 4.77 TiB
+        2_998_272 * 131_072 * 16,
+        70_272 * 131_072 * 16,  # 147,371,065,344: 137 GiB
+    ]
+    assert isinstance(full.caches[0].total_bytes, int)
+
+
+def test_fp8_halves_the_bf16_latent_and_flashmla_has_its_own_format():
+    fp8 = kv_cache_report(K2, dtype="fp8", layouts=["latent", "flashmla-fp8"])
+    assert per_token(fp8) == {"latent": 35_136, "flashmla-fp8": (512 + 4 * 4 + 64 * 2) * 61}
+    assert fp8.caches[1].bytes_per_token_per_layer == 656
+    fp32 = kv_cache_report(K2, dtype="fp32", layouts=["latent"])
+    assert per_token(fp32) == {"latent": (512 + 64) * 4 * 61}
+
+
+def test_deepseek_v2_lite_by_hand():
+    # 27 layers, 16 heads, kv_lora_rank 512, qk_rope 64, qk_nope 128, v 128, bf16
+    lite = kv_cache_report(spec_from_path(FIXTURES / "deepseek-v2-lite"), tokens=4096, batch=2)
+    assert lite.layers == 27
+    assert per_token(lite) == {
+        "naive": 16 * (128 + 64 + 128) * 2 * 27,  # 276,480
+        "flash": 16 * (192 + 192) * 2 * 27,  # 331,776
+        "latent": (512 + 64) * 2 * 27,  # 31,104
+    }
+    assert lite.caches[2].total_bytes == 31_104 * 4096 * 2
+    assert lite.ratio_to_latent(lite.caches[0]) == pytest.approx(276_480 / 31_104)
+
+
+def test_dtype_defaults_to_the_config_torch_dtype(write_config, kimi_config):
+    spec = spec_from_path(write_config({**kimi_config, "torch_dtype": "float32"}))
+    assert kv_cache_report(spec).dtype == "fp32"
+    assert kv_cache_report(spec, layouts=["latent"]).caches[0].bytes_per_token_per_layer == (512 + 64) * 4
+
+
+def test_block_size_rounds_each_sequence_up_to_whole_pages():
+    report = kv_cache_report(K2, tokens=1000, batch=3, block_size=64, layouts=["latent"])
+    workload, latent = report.workload, report.caches[0]
+    assert (workload.tokens_per_sequence, workload.allocated_tokens) == (16 * 64, 3 * 1024)
+    assert workload.wasted_tokens == 3 * 24
+    assert latent.total_bytes == 70_272 * 3 * 1024
+    assert latent.wasted_bytes == 70_272 * 72
+    exact = kv_cache_report(K2, tokens=4096, block_size=64)
+    assert exact.workload.wasted_tokens == 0 and exact.caches[0].wasted_bytes == 0
+
+
+def test_tp_splits_the_heads_of_naive_and_flash_and_replicates_the_latent():
+    report = kv_cache_report(K2, tokens=131_072, batch=16, tp=8)
+    naive, flash, latent = report.caches
+    assert naive.bytes_per_token_per_gpu == 64 * (128 + 64 + 128) * 2 * 61 // 8 == 312_320
+    assert flash.bytes_per_token_per_gpu == 2_998_272 // 8
+    assert latent.bytes_per_token_per_gpu == 70_272  # every rank holds the whole latent
+    assert naive.bytes_per_gpu == 312_320 * 131_072 * 16
+    assert naive.bytes_all_gpus == naive.total_bytes  # split: the ranks hold one copy between them
+    assert latent.bytes_all_gpus == 8 * latent.total_bytes  # replicated: eight copies
+    assert report.ratio_to_latent_per_gpu(naive) == pytest.approx(312_320 / 70_272)  # 4.4×, not 35.6×
+
+
+@pytest.mark.parametrize("tp", [3, 5, 128, 48])
+def test_tp_must_divide_the_heads(tp):
+    with pytest.raises(UsageError, match=rf"--tp {tp}: does not divide the 64 attention heads"):
+        kv_cache_report(K2, tp=tp)
+
+
+def test_flashmla_fp8_and_latent_are_replicated_under_tp():
+    report = kv_cache_report(K2, tp=4, layouts=["flashmla-fp8", "latent", "naive"])
+    assert [c.attention.ranks for c in report.caches] == [1, 1, 4]
+
+
+def test_include_mtp_adds_deepseek_v3_multi_token_prediction_layer():
+    v3 = spec_from_path(FIXTURES / "deepseek-v3")
+    without = kv_cache_report(v3, layouts=["latent"])
+    with_mtp = kv_cache_report(v3, layouts=["latent"], include_mtp=True)
+    assert (without.layers, with_mtp.layers, with_mtp.mtp_layers) == (61, 62, 1)
+    assert per_token(with_mtp) == {"latent": (512 + 64) * 2 * 62}
+    k2 = kv_cache_report(K2, include_mtp=True)  # Kimi K2 has none: nothing changes
+    assert (k2.layers, k2.mtp_layers) == (61, 0)
+
+
+def test_deepseek_v32_caches_the_indexer_keys_in_every_layout():
+    v32 = kv_cache_report(spec_from_path(FIXTURES / "deepseek-v3.2-exp"), tokens=1000)
+    indexer = 128 + 1 * 4  # index_head_dim fp8 + one F32 scale per 128 values
+    assert v32.indexer.bytes_per_token_per_layer == indexer == 132
+    assert v32.indexer.bytes_per_token == 132 * 61
+    assert v32.indexer_total_bytes == 132 * 61 * 1000
+    assert [c.bytes_per_token_per_layer for c in v32.caches] == [
+        128 * (128 + 64 + 128) * 2 + 132,
+        128 * (192 + 192) * 2 + 132,
+        (512 + 64) * 2 + 132,
+    ]
+    tp = kv_cache_report(spec_from_path(FIXTURES / "deepseek-v3.2-exp"), tp=8, layouts=["naive"])
+    assert tp.caches[0].bytes_per_token_per_gpu == 128 * 320 * 2 * 61 // 8 + 132 * 61  # indexer replicated
+    assert kv_cache_report(K2).indexer is None
+
+
+def test_each_calculation_evaluates_to_its_bytes():
+    # The calculation strings are written separately from the byte formulas; they must agree.
+    for spec in (K2, spec_from_path(FIXTURES / "deepseek-v2-lite")):
+        for layout in Layout:
+            cache = kv_cache_report(spec, layouts=[layout.value], dtype="fp16").caches[0]
+            text = calculation(spec, layout, 2).replace("×", "*")
+            assert eval(text) == cache.attention.bytes_per_token_per_layer, (spec.name, layout)
+
+
+# --- budgets: the reported maximum fits, one more does not ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"block_size": 64},
+        {"tp": 8},
+        {"tp": 8, "block_size": 64, "batch": 16},
+        {"dtype": "fp8", "block_size": 16, "layouts": ["latent", "flashmla-fp8"]},
+    ],
+)
+@pytest.mark.parametrize("budget", ["141GiB", "80GB", "1MiB", "123456789"])
+def test_budget_maximum_fits_and_one_more_does_not(options, budget):
+    report = kv_cache_report(K2, tokens=100_000, budget=budget, **options)
+    for cache in report.caches:
+        most = cache.max_tokens(report.budget)
+        assert cache.at(most, batch=1).bytes_per_gpu <= report.budget
+        assert cache.at(most + 1, batch=1).bytes_per_gpu > report.budget
+        sequences = cache.max_sequences(report.budget)
+        assert cache.at(100_000, batch=sequences).bytes_per_gpu <= report.budget
+        assert cache.at(100_000, batch=sequences + 1).bytes_per_gpu > report.budget
+
+
+def test_budget_by_hand_for_one_h200_per_rank():
+    report = kv_cache_report(K2, tokens=131_072, tp=8, block_size=64, budget="141GiB")
+    naive, _, latent = report.caches
+    budget = 141 * 2**30
+    assert report.budget == budget == 151_397_597_184
+    naive_per_gpu = 64 * (128 + 64 + 128) * 2 * 61 // 8  # 312,320 B per token per GPU
+    assert naive.max_tokens(budget) == budget // (naive_per_gpu * 64) * 64 == 484_736
+    assert latent.max_tokens(budget) == budget // (70_272 * 64) * 64 == 2_154_432
+    assert latent.max_sequences(budget) == budget // (70_272 * 131_072) == 16
+    assert naive.max_sequences(budget) == 3
+
+
+@pytest.mark.parametrize(
+    "text, size",
+    [
+        ("80GiB", 80 * 2**30),
+        ("80 GiB", 80 * 2**30),
+        ("80gib", 80 * 2**30),
+        ("80GB", 80 * 10**9),
+        ("512MiB", 512 * 2**20),
+        ("512MB", 512 * 10**6),
+        ("1.5GiB", 3 * 2**29),
+        ("2TiB", 2 * 2**40),
+        ("64KiB", 65_536),
+        ("1e9", 1_000_000_000),
+        ("4096", 4096),
+        ("4096B", 4096),
+        ("10.7B", 10),  # whole bytes: the fraction is dropped
+    ],
+)
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize(
+    "text", ["", "GiB", "lots", "80 GiBs", "-5GiB", "80 Gb/s", "1,000", "inf", "nan", "1e999999999"]
+)
+def test_parse_size_refuses_what_is_not_a_size(text):
+    with pytest.raises(UsageError, match=r"--budget '.*': expected a size such as 80GiB"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize("text", ["0", "0GiB", "0.5"])
+def test_parse_size_refuses_less_than_a_byte(text):
+    with pytest.raises(UsageError, match="expected at least 1 byte"):
+        parse_size(text)
+
+
+# --- bad values -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"tokens": 0}, "--tokens 0: expected a positive integer"),
+        ({"tokens": -5}, "--tokens -5: expected a positive integer"),
+        ({"batch": 0}, "--batch 0: expected a positive integer"),
+        ({"block_size": -64}, "--block-size -64: expected a positive integer"),
+        ({"tp": 0}, "--tp 0: expected a positive integer"),
+        ({"dtype": "fp4"}, "--dtype 'fp4': unknown cache dtype (expected one of: bf16, fp16, fp32, fp8)"),
+        ({"layouts": ["paged"]}, "--layout 'paged': unknown layout (expected one of: naive, flash, latent,"),
+    ],
+)
+def test_bad_values_name_the_option(options, message):
+    with pytest.raises(UsageError) as error:
+        kv_cache_report(K2, **options)
+    assert message in str(error.value)
+
+
+def test_context_sweep_ends_at_the_tokens_asked_for():
+    sweep = context_sweep(kv_cache_report(K2, tokens=131_072, batch=2))
+    assert [tokens for tokens, _ in sweep] == [512, 2048, 8192, 32768, 131_072]
+    _, caches = sweep[0]
+    assert [c.total_bytes for c in caches] == [2_498_560 * 512 * 2, 2_998_272 * 512 * 2, 70_272 * 512 * 2]
+    assert context_sweep(kv_cache_report(K2, tokens=100))[0][0] == 100 // 4**3  # 1
