@@ -9,19 +9,48 @@ from __future__ import annotations
 import gc
 import json
 import os
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from kimicount import __version__
 from kimicount.errors import KimicountError
 from kimicount.render import Detail
 
+
+class OneLineErrors(TyperGroup):
+    """typer prints usage errors (a bad option value, an unknown command) as a boxed panel; kimicount
+    prints every error the same way: one line on stderr, exit code 2."""
+
+    def main(
+        self, args: Sequence[str] | None = None, *rest: Any, standalone_mode: bool = True, **kwargs: Any
+    ):
+        if not standalone_mode:
+            return super().main(args, *rest, standalone_mode=False, **kwargs)
+        try:
+            # Not standalone: typer raises its usage errors instead of printing them, and returns the
+            # exit code of typer.Exit (or the command's return value, None) instead of exiting.
+            code = super().main(args, *rest, standalone_mode=False, **kwargs)
+        except typer.TyperException as error:
+            if error.format_message():  # empty when typer has printed the help (no arguments given)
+                words = list(sys.argv[1:] if args is None else args)
+                command = " ".join(["kimicount", *[w for w in words if w in self.commands][:1]])
+                typer.echo(f"kimicount: error: {error.format_message()} (see {command} --help)", err=True)
+            sys.exit(2)
+        except typer.Abort:
+            typer.echo("kimicount: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     name="kimicount",
     help="Exact parameter and KV-cache accounting for Kimi K2 and the DeepSeek-V3 family (MLA + MoE).\n\n"
     "With no model named, every command reads the bundled moonshotai/Kimi-K2-Instruct config.",

@@ -261,3 +261,17 @@ def test_network_down_exits_2(tmp_path):
     assert result.returncode == 2, result.stderr
     assert "cannot reach http://127.0.0.1:9" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["params", "--by", "foo"], "Invalid value for '--by'"),
+        (["params", "--depth", "-1"], "Invalid value for '--depth'"),
+        (["params", "--no-such-option"], "No such option: --no-such-option"),
+        (["nosuch"], "No such command 'nosuch'"),
+    ],
+)
+def test_usage_errors_are_one_line_too(args, needle):
+    line = _fails_cleanly(invoke(*args), needle)
+    assert line.endswith("--help)")
