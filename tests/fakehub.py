@@ -50,7 +50,7 @@ class FakeHub:
         commit: str = "0123456789abcdef0123456789abcdef01234567",
         token: str | None = None,
     ) -> FakeRepo:
-        self.repos[repo_id] = FakeRepo(files=files, commit=commit, token=token)
+        self.repos[repo_id] = FakeRepo(files=dict(files), commit=commit, token=token)
         return self.repos[repo_id]
 
     def install(self, httpserver) -> str:

@@ -1,0 +1,158 @@
+"""`kimicount verify --repo`: the real huggingface_hub client against a local server that serves the
+full-size Kimi K2 layout the way the Hub does; requests are counted on the server."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from .checkpoints import kimi_k2_layout, write_header_only
+from .fakehub import FakeHub
+from .helpers import KIMI_K2, run_kimicount
+
+REPO = "moonshotai/Kimi-K2-Instruct"
+
+
+@pytest.fixture(scope="module")
+def kimi_k2_files(tmp_path_factory) -> dict[str, bytes | Path]:
+    folder = kimi_k2_layout(tmp_path_factory.mktemp("hub-kimi-k2"), config=KIMI_K2 / "config.json")
+    return {
+        path.name: (path if path.suffix == ".safetensors" else path.read_bytes()) for path in folder.iterdir()
+    }
+
+
+@pytest.fixture
+def hub(httpserver, tmp_path, kimi_k2_files):
+    fake = FakeHub()
+    fake.add_repo(REPO, kimi_k2_files)
+    env = {
+        "HF_ENDPOINT": fake.install(httpserver),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    return fake, env
+
+
+def verify_repo(env, *args: str):
+    result = run_kimicount("verify", "--repo", REPO, *args, "--json", env=env)
+    assert result.stderr == "" or result.returncode != 0, result.stderr
+    return result.returncode, json.loads(result.stdout) if result.stdout else None, result.stderr
+
+
+def _check_kimi_k2(report: dict) -> None:
+    assert report["ok"] and report["mismatches"] == []
+    assert report["tensors"] == 139_644
+    assert report["parameters"] == {"expected": 1_026_408_232_448, "found": 1_026_408_232_448}
+    assert report["fp8_scales"]["elements"] == 62_495_192
+    assert report["rotary_buffers"]["elements"] == 3_416
+    assert report["index"]["total_size"] == 1_029_173_256_720
+
+
+def test_main_reads_every_header_in_one_request(hub):
+    fake, env = hub
+    code, report, _ = verify_repo(env)
+    assert code == 0
+    _check_kimi_k2(report)
+    paths = [(method, path) for method, path, _ in fake.requests]
+    # config.json through the Hub cache (HEAD, then GET), then the bulk header endpoint
+    assert paths == [
+        ("HEAD", f"/{REPO}/resolve/main/config.json"),
+        ("GET", f"/{REPO}/resolve/main/config.json"),
+        ("GET", f"/api/models/{REPO}/safetensors-metadata/model.safetensors.index.json"),
+    ]
+
+
+def test_a_revision_costs_one_ranged_read_per_shard(hub):
+    fake, env = hub
+    commit = fake.repos[REPO].commit
+    code, report, _ = verify_repo(env, "--revision", commit)
+    assert code == 0
+    _check_kimi_k2(report)
+    shard_reads = Counter(path for method, path, _ in fake.requests if path.endswith(".safetensors"))
+    assert len(shard_reads) == 61 and set(shard_reads.values()) == {1}  # the header fit in every first read
+    ranges = {r for _, path, r in fake.requests if path.endswith(".safetensors")}
+    assert all(r.startswith("bytes=0-") for r in ranges)
+    assert len(fake.requests) == 2 + 2 + 61  # config and index (HEAD + GET each), one GET per shard
+    assert report["read"]["requests"] == 61
+    headers = sum(
+        8 + struct.unpack("<Q", p.open("rb").read(8))[0]
+        for p in fake.repos[REPO].files.values()
+        if isinstance(p, Path)
+    )
+    assert headers <= report["read"]["header_bytes"] < 2 * headers  # never the tensor data
+
+
+def test_main_falls_back_to_ranged_reads_without_the_bulk_endpoint(hub):
+    fake, env = hub
+    fake.bulk_endpoint = False
+    code, report, _ = verify_repo(env)
+    assert code == 0
+    _check_kimi_k2(report)
+    assert sum(path.endswith(".safetensors") for _, path, _ in fake.requests) == 61
+
+
+def test_single_file_repo_and_a_long_header(httpserver, tmp_path):
+    # A header longer than the first read: the rest is fetched with a second ranged GET.
+    names = {f"model.layers.0.mlp.experts.{e}.up_proj.weight": ((16, 8), "BF16") for e in range(4000)}
+    write_header_only(tmp_path / "model.safetensors", names)
+    fake = FakeHub()
+    fake.add_repo(
+        "org/single",
+        {
+            "config.json": (KIMI_K2 / "config.json").read_bytes(),
+            "model.safetensors": tmp_path / "model.safetensors",
+        },
+    )
+    env = {"HF_ENDPOINT": fake.install(httpserver), "HF_HOME": str(tmp_path / "hf")}
+    result = run_kimicount("verify", "--repo", "org/single", "--json", env=env)
+    assert result.returncode == 1, result.stderr  # not Kimi K2: mismatches, but read correctly
+    report = json.loads(result.stdout)
+    assert report["tensors"] == 4000 and report["read"]["requests"] == 2
+    assert sum(path.endswith("model.safetensors") for _, path, _ in fake.requests) == 2
+
+
+def test_a_lying_header_on_the_hub_exits_2(hub, tmp_path):
+    fake, env = hub
+    shard = "model-00007-of-00061.safetensors"
+    lying = tmp_path / shard
+    lying.write_bytes(struct.pack("<Q", 10**9) + b"{}")
+    fake.repos[REPO].files[shard] = lying
+    commit = fake.repos[REPO].commit
+    code, _, stderr = verify_repo(env, "--revision", commit)
+    assert code == 2
+    assert stderr.count("\n") == 1 and f"{shard}: header length 1,000,000,000 bytes is over" in stderr
+
+
+def test_a_shard_missing_on_the_hub_exits_2(hub):
+    fake, env = hub
+    del fake.repos[REPO].files["model-00030-of-00061.safetensors"]
+    fake.bulk_endpoint = False
+    code, _, stderr = verify_repo(env)
+    assert code == 2
+    assert "no file 'model-00030-of-00061.safetensors' in the repo" in stderr
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--repo", "nobody/nothing"], "nobody/nothing@main: repo not found"),
+        (["--repo", REPO, "--revision", "v9"], "revision 'v9' not found"),
+    ],
+)
+def test_missing_repo_or_revision_exits_2(hub, args, needle):
+    _, env = hub
+    result = run_kimicount("verify", *args, env=env)
+    assert result.returncode == 2 and needle in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_gated_repo_needs_its_token(hub, kimi_k2_files):
+    fake, env = hub
+    fake.add_repo("org/gated", kimi_k2_files, token="hf_secret")
+    denied = run_kimicount("verify", "--repo", "org/gated", env=env)
+    assert denied.returncode == 2 and "gated repo" in denied.stderr
+    allowed = run_kimicount("verify", "--repo", "org/gated", "--json", env={**env, "HF_TOKEN": "hf_secret"})
+    assert allowed.returncode == 0, allowed.stderr
