@@ -171,12 +171,14 @@ def _download_index(repo: str, commit: str) -> Index | None:
 
 
 def _window(index: Index | None, file: str) -> int:
-    """Bytes to request so that the header is in one response: the 8-byte length, then per tensor its
-    quoted name and at most ~128 bytes of dtype, shape and offsets, then room for __metadata__."""
+    """Bytes to request so that the header is in one response: the 8-byte length, then per tensor
+    `"name":{"dtype":"F8_E4M3","shape":[d,d],"data_offsets":[b,e]},` (46 bytes of JSON syntax, a
+    7-letter dtype, a 2-D shape of 6-digit sizes, 12-digit offsets: name + 90, rounded up to 96),
+    then room for __metadata__. A longer header costs one more request."""
     if index is None or index.weight_map is None:
         return DEFAULT_WINDOW
     names = [name for name, f in index.weight_map.items() if f == file]
-    return min(8 + sum(len(name) + 128 for name in names) + 4096, 8 + MAX_HEADER_BYTES)
+    return min(8 + sum(len(name) + 96 for name in names) + 4096, 8 + MAX_HEADER_BYTES)
 
 
 def _read_remote_header(repo: str, commit: str, file: str, window: int) -> tuple[FileHeader, int, int]:

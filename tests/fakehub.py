@@ -41,6 +41,8 @@ class FakeHub:
     #: (method, path, Range header) of every request received.
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
     bulk_endpoint: bool = True
+    #: Response body bytes sent, for benchmarks.
+    bytes_sent: int = 0
 
     def add_repo(
         self,
@@ -59,7 +61,12 @@ class FakeHub:
         return httpserver.url_for("/").rstrip("/")
 
     def handle(self, request: Request) -> Response:
+        response = self._respond(request)
         self.requests.append((request.method, request.path, request.headers.get("Range")))
+        self.bytes_sent += 0 if request.method == "HEAD" else response.content_length or 0
+        return response
+
+    def _respond(self, request: Request) -> Response:
         match = _RESOLVE.match(request.path) or _BULK.match(request.path)
         if not match or (match.re is _BULK and not self.bulk_endpoint):
             return Response("Not Found", status=404)
