@@ -2,8 +2,9 @@
 
 Fills every KV-cache layout (naive, flash, latent, FlashMLA-fp8) of Kimi K2 by a real prefill of
 T = 32,768 tokens at batch 1 and 8, measures each cache with CUDA's allocator, decodes one more token
-over it and times decode steps. Takes well under five minutes on one recent GPU (the largest cache,
-flash at batch 8, is 12.9 GB; the prefill peaks at about 40 GB).
+over it and times decode steps. Sized to take well under five minutes on one recent GPU: the largest
+cache, flash at batch 8, is 12.9 GB and the prefill should peak at about 40 GB (estimates: the script
+has not run on a GPU yet).
 
     pip install torch -e ".[measure]"      # a CUDA build of torch
     python benchmarks/measure_gpu.py                       # writes benchmarks/results/measure_gpu.{json,md}
