@@ -47,16 +47,7 @@ def test_hand_computed_sizes_agree_with_design():
 def k2_json():
     """Kimi K2, bf16 (the model's dtype), 64 tokens × batch 2 × 1 layer, through the CLI."""
     result = invoke(
-        "measure",
-        "--device",
-        "cpu",
-        "--tokens",
-        str(TOKENS),
-        "--batch",
-        str(BATCH),
-        "--decode-steps",
-        "1",
-        "--json",
+        "measure", *f"--device cpu --tokens {TOKENS} --batch {BATCH} --decode-steps 1 --json".split()
     )
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)  # stdout holds the JSON and nothing else
@@ -139,20 +130,9 @@ def test_table_with_two_layers():
 
 def test_fp32_caches_decode_to_fp32_precision():
     # DeepSeek-V2-Lite also exercises q_lora_rank: null (a plain q_proj); 16 heads, same head dims.
-    result = invoke(
-        "measure",
-        "--config",
-        str(FIXTURES / "deepseek-v2-lite"),
-        "--device",
-        "cpu",
-        "--tokens",
-        "32",
-        "--dtype",
-        "fp32",
-        "--decode-steps",
-        "1",
-        "--json",
-    )
+    v2_lite = str(FIXTURES / "deepseek-v2-lite")
+    args = ["--device", "cpu", "--tokens", "32", "--dtype", "fp32", "--decode-steps", "1", "--json"]
+    result = invoke("measure", "--config", v2_lite, *args)
     assert result.exit_code == 0, result.output
     rows = {row["layout"]: row for row in json.loads(result.stdout)["layouts"]}
     assert rows["naive"]["measured_bytes"] == 16 * (192 + 128) * 4 * 32
