@@ -371,6 +371,75 @@ def kv_cache(
         render.render_cache_chart(console, context_sweep(report))
 
 
+class MeasureDevice(str, Enum):
+    auto = "auto"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+@app.command("measure")
+def measure_command(
+    config: ConfigOption = None,
+    repo: RepoOption = None,
+    revision: RevisionOption = None,
+    device: Annotated[
+        MeasureDevice,
+        typer.Option(
+            "--device", help="auto: the CUDA GPU when torch sees one, else the CPU; cuda: fail without one."
+        ),
+    ] = MeasureDevice.auto,
+    tokens: Annotated[int, typer.Option("--tokens", help="Tokens prefilled into each cache (T).")] = 4096,
+    batch: Annotated[int, typer.Option("--batch", help="Sequences in the batch (B).")] = 1,
+    layers: Annotated[
+        int, typer.Option("--layers", help="Layers whose caches are filled (caches grow linearly with it).")
+    ] = 1,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype",
+            help="Cache dtype: bf16, fp16, fp32 or fp8 (default: the model's torch_dtype).",
+            show_default=False,
+        ),
+    ] = None,
+    decode_steps: Annotated[
+        int, typer.Option("--decode-steps", help="Decode steps timed after a warm-up one (median).")
+    ] = 5,
+    as_json: JsonOption = False,
+) -> None:
+    """Build each KV-cache layout for real in torch and measure the bytes it holds.
+
+    Runs one MLA attention layer at the model's true dimensions with seeded random weights, fills the
+    naive, flash, latent and FlashMLA-fp8 caches by a real prefill, compares their bytes with the
+    kv-cache prediction, and decodes one more token over each to check that they hold the same thing.
+    Needs torch, an optional extra: pip install "kimicount\\[measure]". Exits 1 when a cache holds other
+    bytes than predicted or decodes differently from the naive cache.
+    """
+    from kimicount.measure import measure
+    from kimicount.source import load_spec
+
+    with user_errors():
+        spec = load_spec(config, repo, revision)
+        result = measure(
+            spec,
+            device=device.value,
+            tokens=tokens,
+            batch=batch,
+            layers=layers,
+            dtype=dtype,
+            decode_steps=decode_steps,
+        )
+    if as_json:
+        from kimicount.reports import measure_json
+
+        print_json(measure_json(result))
+    else:
+        from kimicount import render
+
+        render.render_measure(render.make_console(), result)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -5,11 +5,14 @@ Plain dictionaries of ints and strings, no rendering: `--json` prints them as th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimicount.anatomy import Anatomy, Node, TensorRef
 from kimicount.kvcache import CacheLine, KvCacheReport, LayoutCache, splits_across_ranks
 from kimicount.verify import VerifyReport
+
+if TYPE_CHECKING:
+    from kimicount.measure import Measurement
 
 
 def tensor_json(tensor: TensorRef) -> dict[str, Any]:
@@ -158,3 +161,45 @@ def _layout_json(report: KvCacheReport, cache: LayoutCache) -> dict[str, Any]:
         entry["budget_max_tokens"] = cache.max_tokens(report.budget)
         entry["budget_max_sequences"] = cache.max_sequences(report.budget)
     return entry
+
+
+def measure_json(measurement: Measurement) -> dict[str, Any]:
+    """DESIGN.md's `{"device", "tokens", "batch", "layers", "layouts": [{"layout", "predicted_bytes",
+    "measured_bytes", "ratio"}]}`, plus where and how it was measured and each layout's decode check."""
+    m = measurement
+    return {
+        "model": m.model,
+        "device": m.device,
+        "device_name": m.device_name,
+        "torch_version": m.torch_version,
+        "measured_with": m.measured_with,
+        "dtype": m.dtype,
+        "compute_dtype": m.compute_dtype,
+        "tokens": m.tokens,
+        "batch": m.batch,
+        "layers": m.layers,
+        "seed": m.seed,
+        "decode_steps": m.decode_steps,
+        "ok": m.ok,
+        "layouts": [
+            {
+                "layout": r.layout.value,
+                "predicted_bytes": r.predicted_bytes,
+                "measured_bytes": r.measured_bytes,
+                "ratio": r.ratio,
+                "storage_bytes": r.storage_bytes,
+                "peak_bytes": r.peak_bytes,
+                "tensors": [
+                    {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "bytes": t.bytes}
+                    for t in r.tensors
+                ],
+                "decode_ms": r.decode_ms,
+                "decode_reference": "naive",
+                "decode_max_error": r.decode_error,
+                "decode_tolerance": r.decode_tolerance,
+                "decode_agrees": r.decode_agrees,
+                "note": r.note,
+            }
+            for r in m.layouts
+        ],
+    }

@@ -1,0 +1,113 @@
+"""GPU benchmark: `kimicount measure` at full size on a CUDA device, results written to a file.
+
+Fills every KV-cache layout (naive, flash, latent, FlashMLA-fp8) of Kimi K2 by a real prefill of
+T = 32,768 tokens at batch 1 and 8, measures each cache with CUDA's allocator, decodes one more token
+over it and times decode steps. Sized to take well under five minutes on one recent GPU: the largest
+cache, flash at batch 8, is 12.9 GB and the prefill should peak at about 40 GB (estimates: the script
+has not run on a GPU yet).
+
+    pip install torch -e ".[measure]"      # a CUDA build of torch
+    python benchmarks/measure_gpu.py                       # writes benchmarks/results/measure_gpu.{json,md}
+    python benchmarks/measure_gpu.py --out /tmp/run.json   # and /tmp/run.md
+
+`--smoke` runs the same script on the CPU at small sizes (T = 64, batch 1 and 2), to check it anywhere.
+The markdown table is printed as well; it is what README.md shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kimicount.errors import KimicountError
+from kimicount.measure import measure
+from kimicount.reports import measure_json
+from kimicount.source import load_spec
+
+RESULTS = Path(__file__).resolve().parent / "results"
+FULL = {"device": "cuda", "tokens": 32_768, "batches": (1, 8)}
+SMOKE = {"device": "cpu", "tokens": 64, "batches": (1, 2)}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """One `measure` per batch size; returns every report and the wall time."""
+    sizes = SMOKE if args.smoke else FULL
+    spec = load_spec(args.config)
+    start = time.perf_counter()
+    reports = []
+    for batch in sizes["batches"]:
+        measurement = measure(
+            spec,
+            device=sizes["device"],
+            tokens=args.tokens or sizes["tokens"],
+            batch=batch,
+            layers=args.layers,
+            dtype=args.dtype,
+            decode_steps=args.decode_steps,
+        )
+        reports.append(measure_json(measurement))
+        print(f"batch {batch}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return {"elapsed_s": round(time.perf_counter() - start, 1), "runs": reports}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """A markdown table of every run: one row per batch size and layout."""
+    first = results["runs"][0]
+    layers = f"{first['layers']} layer" + ("" if first["layers"] == 1 else "s")
+    title = (
+        f"{first['model']} on {first['device_name']} ({first['device']}), torch {first['torch_version']}, "
+        f"{first['dtype']} cache, T = {first['tokens']:,} tokens, {layers}; {results['elapsed_s']} s in all."
+    )
+    lines = [
+        title,
+        f"Measured: {first['measured_with']}.",
+        "",
+        "| batch | layout | predicted B | measured B | ratio | peak B | decode ms/step | decode vs naive | note |",
+        "|---:|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for report in results["runs"]:
+        for row in report["layouts"]:
+            peak = "—" if row["peak_bytes"] is None else f"{row['peak_bytes']:,}"
+            if row["decode_max_error"] is None:
+                agreement = "reference"
+            else:
+                agreement = f"{row['decode_max_error']:.1e} ≤ {row['decode_tolerance']:g}"
+            lines.append(
+                f"| {report['batch']} | {row['layout']} | {row['predicted_bytes']:,} | {row['measured_bytes']:,} | "
+                f"{row['ratio']:.4f} | {peak} | {row['decode_ms']:.2f} | {agreement} | {row['note']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="small sizes on the CPU, to check the script")
+    parser.add_argument("--config", type=Path, help="a config.json (default: the bundled Kimi K2)")
+    parser.add_argument("--tokens", type=int, help="override T (default 32,768; --smoke: 64)")
+    parser.add_argument("--layers", type=int, default=1, help="layers whose caches are filled (default 1)")
+    parser.add_argument("--dtype", help="cache dtype (default: the model's, bf16 for Kimi K2)")
+    parser.add_argument("--decode-steps", type=int, default=20, help="decode steps timed (default 20)")
+    parser.add_argument("--out", type=Path, help="results JSON; the markdown goes next to it as .md")
+    args = parser.parse_args()
+    out = args.out or RESULTS / ("measure_smoke.json" if args.smoke else "measure_gpu.json")
+
+    try:
+        results = run(args)
+    except KimicountError as error:
+        raise SystemExit(f"measure_gpu: {error}") from None
+    table = markdown(results)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    out.with_suffix(".md").write_text(table)
+    print(table)
+    print(f"written: {out} and {out.with_suffix('.md')}", file=sys.stderr)
+    if not all(report["ok"] for report in results["runs"]):
+        raise SystemExit("measure_gpu: a cache did not hold the predicted bytes or did not decode alike")
+
+
+if __name__ == "__main__":
+    main()
