@@ -55,8 +55,8 @@ class Checkpoint:
         return sum(f.data_bytes for f in self.files)
 
 
-def parse_index(text: str, where: str) -> Index:
-    """Parse an index file's text; errors name the file and what is wrong."""
+def parse_index(text: str | bytes, where: str) -> Index:
+    """Parse an index file's contents; errors name the file and what is wrong."""
     try:
         raw: Any = json.loads(text)
     except json.JSONDecodeError as error:
@@ -91,7 +91,7 @@ def checkpoint_files(folder: Path) -> tuple[list[Path], Index | None]:
         raise SourceError(f"{folder}: no such folder")
     index_path = folder / INDEX_FILE
     if index_path.is_file():
-        index = parse_index(index_path.read_text(encoding="utf-8"), str(index_path))
+        index = parse_index(index_path.read_bytes(), str(index_path))
         for name in index.files:
             if not (folder / name).is_file():
                 raise CheckpointError(f"{index_path}: names shard '{name}', which is not in {folder}")

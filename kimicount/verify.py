@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 import operator
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from kimicount.anatomy import Anatomy, Node, Role
+from kimicount.anatomy import Anatomy, Node, Role, TensorRef
 from kimicount.checkpoint import INDEX_FILE, Checkpoint
 from kimicount.headers import TensorInfo
 from kimicount.spec import ModelSpec
@@ -28,19 +28,23 @@ _STORAGE_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 _FP8_DTYPES = {"e4m3": "F8_E4M3", "e5m2": "F8_E5M2"}
 
 
-class ExpectedTensor(NamedTuple):
-    """A tensor the trees say the checkpoint holds."""
+@dataclass(frozen=True)
+class ExpectedGroup:
+    """Tensors the trees expect under one name pattern (a tensor in every layer, or in every expert of
+    every layer), all of one shape and role; `parts` are the components that own them (two for the
+    tensors MLA splits between components, each with the elements it owns)."""
 
-    name: str
     shape: tuple[int, ...]
     role: Role
     mtp: bool
-    layer: int | None
-    #: (component id, elements it owns) per owning component: two for the tensors MLA splits
-    parts: tuple[tuple[int, int], ...]
-    elements: int
-    #: stored as FP8 with a block scale (a Linear weight of an FP8 checkpoint)
-    quantized: bool
+    parts: tuple[tuple[int, int], ...]  # (component id, elements owned per tensor)
+    names: tuple[str, ...]
+    layers: tuple[int | None, ...]  # each name's layer index (None outside the layers)
+    scale_shape: tuple[int, int] | None  # the FP8 block scale each tensor has, if quantized
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
@@ -185,69 +189,93 @@ def _components(anatomy: Anatomy) -> list[_Component]:
     return rows
 
 
-def expected_tensors(
-    anatomy: Anatomy, components: list[_Component] | None = None
-) -> dict[str, ExpectedTensor]:
-    """Every tensor name the trees expect, with its shape, role, layer and owning components."""
-    components = components or _components(anatomy)
-    mtp_root = len(components) - sum(1 for _ in anatomy.mtp.walk()) if anatomy.mtp else len(components)
-    fp8 = anatomy.spec.quantization is not None
-    expected: dict[str, ExpectedTensor] = {}
-    for component_id, (node, _, _) in enumerate(components):
-        for ref in node.tensors:
-            part = (component_id, ref.elements)
-            elements = math.prod(ref.shape)
-            quantized = fp8 and ref.role is Role.LINEAR
-            for layer, name in ref.layer_names():
-                known = expected.get(name)
-                parts = (*known.parts, part) if known else (part,)
-                expected[name] = ExpectedTensor(
-                    name, ref.shape, ref.role, component_id >= mtp_root, layer, parts, elements, quantized
-                )
-    return expected
+def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[ExpectedGroup]:
+    """Every tensor the trees expect, grouped by name pattern; the references that split one tensor
+    between components (same pattern, same layers) become one group with two parts."""
+    spec = anatomy.spec
+    mtp_first = len(components) - sum(1 for _ in anatomy.mtp.walk()) if anatomy.mtp else len(components)
+    refs: dict[tuple, list[tuple[int, TensorRef]]] = defaultdict(list)
+    for component_id, component in enumerate(components):
+        for ref in component.node.tensors:
+            refs[ref.pattern, ref.layers, ref.experts].append((component_id, ref))
+    groups = []
+    for owners in refs.values():
+        ref = owners[0][1]
+        layers, names = zip(*ref.layer_names())
+        quantized = spec.quantization is not None and ref.role is Role.LINEAR
+        groups.append(
+            ExpectedGroup(
+                shape=ref.shape,
+                role=ref.role,
+                mtp=owners[0][0] >= mtp_first,
+                parts=tuple((component_id, r.elements) for component_id, r in owners),
+                names=names,
+                layers=layers,
+                scale_shape=fp8_scale_shape(spec, ref.shape) if quantized else None,
+            )
+        )
+    return groups
 
 
 def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
     """Check every tensor of the checkpoint against the anatomy; collect counts and mismatches."""
     spec = anatomy.spec
     components = _components(anatomy)
-    expected = expected_tensors(anatomy, components)
+    groups = expected_groups(anatomy, components)
     found = checkpoint.tensors
     mismatches: list[Mismatch] = []
-
-    # Every checkpoint tensor: classify it and check it against what the tree says.
-    groups: dict[str, list[TensorInfo]] = defaultdict(list)
-    dtypes = {role: storage_dtypes(spec, role) for role in Role}
-    for name, tensor in found.items():
-        want = expected.get(name)
-        if want is not None:
-            groups["mtp" if want.mtp else "weights"].append(tensor)
-            if tensor.shape != want.shape:
-                mismatches.append(Mismatch(name, "shape", str(list(want.shape)), str(list(tensor.shape))))
-            if tensor.dtype not in dtypes[want.role]:
-                mismatches.append(Mismatch(name, "dtype", " or ".join(dtypes[want.role]), tensor.dtype))
-        elif name.endswith(FP8_SCALE_SUFFIX):
-            groups["fp8_scales"].append(tensor)
-            mismatches += _check_scale(spec, expected, tensor)
-        elif name.endswith(ROTARY_SUFFIX):
-            groups["rotary_buffers"].append(tensor)
-        else:
-            groups["unknown"].append(tensor)
-            mismatches.append(Mismatch(name, "unexpected", "no such tensor in the model", _describe(tensor)))
-
-    # Every tensor the tree expects: present? (and its scale, if quantized); counts per part.
+    kinds: dict[str, list[TensorInfo]] = defaultdict(list)
     parts = _PartCounts(spec, components)
-    for name, want in expected.items():
-        tensor = found.get(name)
-        parts.add(want, tensor is not None and tensor.shape == want.shape)
-        if tensor is None:
-            mismatches.append(Mismatch(name, "missing", _describe_expected(spec, want), "absent"))
-        elif want.quantized and name + FP8_SCALE_SUFFIX not in found:
-            scale = fp8_scale_shape(spec, want.shape)
-            mismatches.append(Mismatch(name + FP8_SCALE_SUFFIX, "scale", f"{list(scale)} F32", "absent"))
+
+    # Every tensor the trees expect: present, of its shape and dtype, with its scale if quantized.
+    # (Column-wise comprehensions: a 1T checkpoint has 70,000 expected tensors.)
+    for group in groups:
+        dtypes = storage_dtypes(spec, group.role)
+        tensors = [found.get(name) for name in group.names]
+        verified = [t is not None and t.shape == group.shape for t in tensors]
+        parts.add(group, Counter(zip(group.layers, verified)))
+        present = [t for t in tensors if t is not None]
+        kinds["mtp" if group.mtp else "weights"] += present
+        mismatches += [
+            Mismatch(name, "missing", f"{list(group.shape)} {' or '.join(dtypes)}", "absent")
+            for name, t in zip(group.names, tensors)
+            if t is None
+        ]
+        mismatches += [
+            Mismatch(t.name, "shape", str(list(group.shape)), str(list(t.shape)))
+            for t in present
+            if t.shape != group.shape
+        ]
+        mismatches += [
+            Mismatch(t.name, "dtype", " or ".join(dtypes), t.dtype) for t in present if t.dtype not in dtypes
+        ]
+        if group.scale_shape is not None:
+            mismatches += _check_scales(
+                [t.name + FP8_SCALE_SUFFIX for t in present], group.scale_shape, found
+            )
+
+    # Every other tensor of the checkpoint: an FP8 scale (checked above with its weight), a rotary
+    # buffer, or unknown.
+    others = found.keys() - {name for group in groups for name in group.names}
+    scales = {name for name in others if name.endswith(FP8_SCALE_SUFFIX)}
+    rotary = {name for name in others if name.endswith(ROTARY_SUFFIX)}
+    unknown = others - scales - rotary
+    orphans = scales - {
+        name + FP8_SCALE_SUFFIX for group in groups if group.scale_shape for name in group.names
+    }
+    kinds["fp8_scales"] = [found[name] for name in scales]
+    kinds["rotary_buffers"] = [found[name] for name in rotary]
+    kinds["unknown"] = [found[name] for name in sorted(unknown)]
+    mismatches += [
+        Mismatch(name, "scale", "no scale (no FP8-quantized weight of that name)", _describe(found[name]))
+        for name in sorted(orphans)
+    ]
+    mismatches += [
+        Mismatch(t.name, "unexpected", "no such tensor in the model", _describe(t)) for t in kinds["unknown"]
+    ]
 
     mismatches += _check_index(checkpoint)
-    tallies = {group: Tally.of(tensors) for group, tensors in groups.items()}
+    tallies = {kind: Tally.of(tensors) for kind, tensors in kinds.items()}
     by_dtype: dict[str, list[TensorInfo]] = defaultdict(list)
     for tensor in found.values():
         by_dtype[tensor.dtype].append(tensor)
@@ -280,21 +308,15 @@ def _describe(tensor: TensorInfo) -> str:
     return f"{list(tensor.shape)} {tensor.dtype}"
 
 
-def _describe_expected(spec: ModelSpec, want: ExpectedTensor) -> str:
-    return f"{list(want.shape)} {' or '.join(storage_dtypes(spec, want.role))}"
-
-
-def _check_scale(spec: ModelSpec, expected: dict[str, ExpectedTensor], scale: TensorInfo) -> list[Mismatch]:
-    """An FP8 block scale must belong to a quantized Linear weight and have one F32 per block."""
-    weight = expected.get(scale.name.removesuffix(FP8_SCALE_SUFFIX))
-    if weight is None or not weight.quantized:
-        return [
-            Mismatch(scale.name, "scale", "no scale (no FP8-quantized weight of that name)", _describe(scale))
-        ]
-    want = _scale_shape(spec.quantization.block, weight.shape)
-    if scale.shape != want or scale.dtype != "F32":
-        return [Mismatch(scale.name, "scale", f"{list(want)} F32", _describe(scale))]
-    return []
+def _check_scales(names: list[str], shape: tuple[int, int], found: dict[str, TensorInfo]) -> list[Mismatch]:
+    """Quantized weights' FP8 block scales: present, one F32 per block."""
+    scales = [found.get(name) for name in names]
+    expected = f"{list(shape)} F32"
+    return [
+        Mismatch(name, "scale", expected, "absent" if scale is None else _describe(scale))
+        for name, scale in zip(names, scales)
+        if scale is None or scale.shape != shape or scale.dtype != "F32"
+    ]
 
 
 def _check_index(checkpoint: Checkpoint) -> list[Mismatch]:
@@ -342,10 +364,12 @@ class _PartCounts:
         self.components = components
         self.counts: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
 
-    def add(self, want: ExpectedTensor, verified: bool) -> None:
-        count = self.counts[want.parts, want.layer, want.elements]
-        count[0] += 1
-        count[1] += verified
+    def add(self, group: ExpectedGroup, tally: Counter) -> None:
+        """Count a group's tensors from a Counter of (layer, verified) pairs."""
+        for (layer, verified), n in tally.items():
+            count = self.counts[group.parts, layer, group.elements]
+            count[0] += n
+            count[1] += n if verified else 0
 
     def component_checks(self) -> tuple[ComponentCheck, ...]:
         n = len(self.components)

@@ -1,0 +1,28 @@
+"""Write the real Kimi-K2-Instruct checkpoint (fixtures/kimi-k2-instruct/tensors.json) as 61 full-size,
+header-only safetensors shards with an index and config.json: each file is the real header followed by
+a sparse hole as long as its tensor data, so ~1 TB of checkpoint costs a few MB of disk. Something to
+run `kimicount verify --path` on without downloading a terabyte.
+
+    python benchmarks/make_kimi_k2_headers.py /tmp/kimi-k2-headers
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.checkpoints import kimi_k2_layout  # noqa: E402
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    folder = kimi_k2_layout(Path(sys.argv[1]), config=ROOT / "fixtures/kimi-k2-instruct/config.json")
+    print(f"{folder}: {len(list(folder.glob('*.safetensors')))} header-only shards, index and config.json")
+
+
+if __name__ == "__main__":
+    main()
