@@ -142,6 +142,7 @@ def hub(folder: Path) -> None:
                     "HF_ENDPOINT": endpoint,
                     "HF_HOME": hf_home,
                     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                    "HF_HUB_DISABLE_TELEMETRY": "1",
                 }
                 seconds, _, code = timed_process(command, env)
             if code:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
+from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT, invoke
+from .checkpoints import kimi_k2_layout
+from .helpers import KIMI_K2, ROOT, invoke
 
 README = (ROOT / "README.md").read_text()
 EXAMPLES = re.findall(r"```console\n\$ kimicount (.*?)\n(.*?)```", README, re.DOTALL)
@@ -19,9 +22,16 @@ def test_readme_has_examples():
     assert len(EXAMPLES) >= 2
 
 
+#: The header-only Kimi K2 checkpoint the verify example reads (benchmarks/make_kimi_k2_headers.py).
+KIMI_K2_HEADERS = Path("/tmp/kimi-k2-headers")
+
+
 @pytest.mark.parametrize("command, shown", EXAMPLES, ids=[c for c, _ in EXAMPLES])
 def test_readme_example_prints_what_it_shows(command, shown, monkeypatch):
     monkeypatch.chdir(ROOT)  # examples use paths relative to the repository
+    if str(KIMI_K2_HEADERS) in command:
+        shutil.rmtree(KIMI_K2_HEADERS, ignore_errors=True)
+        kimi_k2_layout(KIMI_K2_HEADERS, config=KIMI_K2 / "config.json")
     # README examples are rendered off a terminal, as a pipe would be (no COLUMNS)
     result = invoke(*shlex.split(command), env={"COLUMNS": None})
     assert result.exit_code == 0, result.output
