@@ -17,18 +17,39 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from kimicount.spec import ModelSpec
+from kimicount.spec import ModelSpec, VisionSpec
 
 
 class Role(str, Enum):
-    """What a tensor is; verification derives its expected storage dtype from this."""
+    """What a tensor is; its storage (dtype, quantization) in a checkpoint follows from this."""
 
     LINEAR = "linear"  # a Linear weight [out, in]; quantized in FP8/INT4 checkpoints
     ROUTER = "router"  # the MoE gate's Linear weight; kept in the checkpoint dtype
-    HEAD = "head"  # the output head's Linear weight; kept in the checkpoint dtype
+    HEAD = "head"  # the output head's Linear weight; kept in FP8 checkpoints' dtype
     EMBEDDING = "embedding"
     NORM = "norm"  # RMSNorm / LayerNorm weight or bias
     ROUTER_BIAS = "router_bias"  # e_score_correction_bias, stored in F32
+    UNQUANTIZED = "unquantized"  # a weight or bias every checkpoint keeps in the model dtype
+
+
+@dataclass(frozen=True)
+class RowPart:
+    """The rows of a tensor that one component owns when MLA packs two components into one matrix:
+    in every block of `period` rows, `width` rows from `offset` (kv_b_proj: per head of 256 rows, the
+    key content is rows 0–127 and the value rows 128–255; kv_a_proj_with_mqa: one block of 576, the
+    latent rows 0–511 and the rotary key rows 512–575)."""
+
+    offset: int
+    width: int
+    period: int
+
+    def owns(self, row: int) -> bool:
+        return 0 <= row % self.period - self.offset < self.width
+
+    def describe(self, rows: int) -> str:
+        """'rows 512–575', or "features 0–127 of each head's 256"."""
+        span = f"{self.offset}–{self.offset + self.width - 1}"
+        return f"rows {span}" if self.period == rows else f"features {span} of each head's {self.period}"
 
 
 @dataclass(frozen=True)
@@ -36,8 +57,7 @@ class TensorRef:
     """A checkpoint tensor (or the part of one) that a component owns, in every layer/expert it occurs.
 
     `pattern` holds `{layer}` and `{expert}` fields that `names()` fills in. When the component owns
-    only some rows of the tensor (MLA packs two components into one matrix), `rows` says how many and
-    `part` says which, in words.
+    only some rows of the tensor (MLA packs two components into one matrix), `rows` says which.
     """
 
     pattern: str
@@ -45,8 +65,16 @@ class TensorRef:
     role: Role
     layers: tuple[int, ...] = ()
     experts: int = 0
-    rows: int | None = None
-    part: str = ""
+    rows: RowPart | None = None
+
+    @property
+    def part(self) -> str:
+        """Which part of the tensor this is, in words ('' for the whole tensor)."""
+        return self.rows.describe(self.shape[0]) if self.rows else ""
+
+    @property
+    def owned_rows(self) -> int:
+        return self.shape[0] if self.rows is None else self.rows.width * (self.shape[0] // self.rows.period)
 
     @property
     def copies(self) -> int:
@@ -56,9 +84,7 @@ class TensorRef:
     @property
     def elements(self) -> int:
         """Elements of one copy that belong to this reference (the owned rows, or the whole tensor)."""
-        if self.rows is None:
-            return math.prod(self.shape)
-        return self.rows * math.prod(self.shape[1:])
+        return self.owned_rows * math.prod(self.shape[1:])
 
     def names(self) -> Iterator[str]:
         """Every concrete tensor name, e.g. model.layers.1.mlp.experts.0.up_proj.weight."""
@@ -79,9 +105,8 @@ class TensorRef:
     @property
     def calculation(self) -> str:
         """Linear weights read `in × out` (the key content up-projection: 512 × 8,192); others by shape."""
-        if self.role in (Role.LINEAR, Role.ROUTER, Role.HEAD) and len(self.shape) == 2:
-            out_features = self.shape[0] if self.rows is None else self.rows
-            return f"{self.shape[1]:,} × {out_features:,}"
+        if self.role in (Role.LINEAR, Role.ROUTER, Role.HEAD, Role.UNQUANTIZED) and len(self.shape) == 2:
+            return f"{self.shape[1]:,} × {self.owned_rows:,}"
         return " × ".join(f"{d:,}" for d in self.shape)
 
 
@@ -279,11 +304,11 @@ def query_heads(spec: ModelSpec, layers: Sequence[int]) -> Node:
 
 def _kv_a_proj(spec: ModelSpec, layers: Sequence[int], first: int, rows: int) -> TensorRef:
     """kv_a_proj_with_mqa [kv_lora_rank + qk_rope_head_dim, hidden]: the latent rows, then the rotary key."""
-    shape = (spec.kv_lora_rank + spec.qk_rope_head_dim, spec.hidden_size)
-    part = f"rows {first}–{first + rows - 1}"
+    total = spec.kv_lora_rank + spec.qk_rope_head_dim
     return _layer_tensor(
-        spec, "self_attn.kv_a_proj_with_mqa.weight", shape, Role.LINEAR, layers, rows=rows, part=part
-    )
+        spec, "self_attn.kv_a_proj_with_mqa.weight", (total, spec.hidden_size), Role.LINEAR, layers,
+        rows=RowPart(first, rows, total),
+    )  # fmt: skip
 
 
 def key_value_compression(spec: ModelSpec, layers: Sequence[int]) -> Node:
@@ -307,11 +332,9 @@ def _kv_b_proj(spec: ModelSpec, layers: Sequence[int], first: int, width: int) -
     """kv_b_proj [H·(qk_nope + v), kv_lora_rank]: each head's key-content rows, then its value rows."""
     per_head = spec.qk_nope_head_dim + spec.v_head_dim
     shape = (spec.num_attention_heads * per_head, spec.kv_lora_rank)
-    part = f"features {first}–{first + width - 1} of each head's {per_head}"
     return _layer_tensor(
-        spec, "self_attn.kv_b_proj.weight", shape, Role.LINEAR, layers,
-        rows=spec.num_attention_heads * width, part=part,
-    )  # fmt: skip
+        spec, "self_attn.kv_b_proj.weight", shape, Role.LINEAR, layers, rows=RowPart(first, width, per_head)
+    )
 
 
 def key_content_up_projection(spec: ModelSpec, layers: Sequence[int]) -> Node:
@@ -382,7 +405,8 @@ def lightning_indexer(spec: ModelSpec, layers: Sequence[int]) -> Node:
         [
             _layer_tensor(spec, prefix + "wq_b.weight", (n * d, spec.q_lora_rank), Role.LINEAR, layers),
             _layer_tensor(spec, prefix + "wk.weight", (d, hidden), Role.LINEAR, layers),
-            _layer_tensor(spec, prefix + "weights_proj.weight", (n, hidden), Role.LINEAR, layers),
+            # kept in BF16 in DeepSeek-V3.2's FP8 release (its quantization_config's modules_to_not_convert)
+            _layer_tensor(spec, prefix + "weights_proj.weight", (n, hidden), Role.UNQUANTIZED, layers),
             _layer_tensor(spec, prefix + "k_norm.weight", (d,), Role.NORM, layers),
             _layer_tensor(spec, prefix + "k_norm.bias", (d,), Role.NORM, layers),
         ],
@@ -598,6 +622,120 @@ def multi_token_prediction(spec: ModelSpec) -> Node | None:
     return group("Multi-token prediction", parts)
 
 
+# --- the vision side (Kimi K2.5) -------------------------------------------------------------------
+# MoonViT and the patch-merger projector; every tensor kept in the model dtype, outside the language
+# model's quantization. Linear weights are [out, in] with biases; LayerNorms have a weight and a bias.
+
+
+def _vision_linear(pattern: str, out_features: int, in_features: int, layers: tuple[int, ...] = ()):
+    return [
+        TensorRef(f"{pattern}.weight", (out_features, in_features), Role.UNQUANTIZED, layers),
+        TensorRef(f"{pattern}.bias", (out_features,), Role.UNQUANTIZED, layers),
+    ]
+
+
+def _layer_norm(pattern: str, width: int, layers: tuple[int, ...] = ()) -> list[TensorRef]:
+    return [TensorRef(f"{pattern}.{p}", (width,), Role.NORM, layers) for p in ("weight", "bias")]
+
+
+def vision_blocks(vision: VisionSpec) -> Node:
+    """vt_num_hidden_layers MoonViT blocks: LayerNorm, fused QKV [3·vt_hidden, vt_hidden] and output
+    [vt_hidden, vt_hidden] projections, LayerNorm, MLP fc0 [vt_intermediate, vt_hidden] and fc1
+    [vt_hidden, vt_intermediate]; every Linear with a bias. [params]"""
+    n, hidden, inner = vision.num_layers, vision.hidden_size, vision.intermediate_size
+    layers = tuple(range(n))
+    block = "vision_tower.encoder.blocks.{layer}"
+    parts = [
+        leaf("Attention LayerNorm", n, _layer_norm(f"{block}.norm0", hidden, layers), "2 × vt_hidden_size"),
+        leaf(
+            "Fused QKV",
+            n,
+            _vision_linear(f"{block}.wqkv", 3 * hidden, hidden, layers),
+            "vt_hidden_size × 3·vt_hidden_size + 3·vt_hidden_size",
+        ),
+        leaf(
+            "Attention output",
+            n,
+            _vision_linear(f"{block}.wo", hidden, hidden, layers),
+            "vt_hidden_size × vt_hidden_size + vt_hidden_size",
+        ),
+        leaf("MLP LayerNorm", n, _layer_norm(f"{block}.norm1", hidden, layers), "2 × vt_hidden_size"),
+        leaf(
+            "MLP",
+            n,
+            _vision_linear(f"{block}.mlp.fc0", inner, hidden, layers)
+            + _vision_linear(f"{block}.mlp.fc1", hidden, inner, layers),
+            "2 × vt_hidden_size × vt_intermediate_size + vt_intermediate_size + vt_hidden_size",
+        ),
+    ]
+    return group(f"{n} vision blocks", parts, n)
+
+
+def vision_tower(vision: VisionSpec) -> Node:
+    """MoonViT: a patch embedding (a conv [vt_hidden, 3, patch, patch] with bias), a learned position
+    embedding [init_pos_emb_height, init_pos_emb_width, vt_hidden], the blocks, a final LayerNorm."""
+    hidden, patch = vision.hidden_size, vision.patch_size
+    conv = [
+        TensorRef("vision_tower.patch_embed.proj.weight", (hidden, 3, patch, patch), Role.UNQUANTIZED),
+        TensorRef("vision_tower.patch_embed.proj.bias", (hidden,), Role.UNQUANTIZED),
+    ]
+    position = TensorRef(
+        "vision_tower.patch_embed.pos_emb.weight",
+        (vision.pos_emb_height, vision.pos_emb_width, hidden),
+        Role.UNQUANTIZED,
+    )
+    return group(
+        "Vision tower",
+        [
+            leaf("Patch embedding", 1, conv, "vt_hidden_size × 3 × patch_size² + vt_hidden_size"),
+            leaf(
+                "Position embedding",
+                1,
+                [position],
+                "init_pos_emb_height × init_pos_emb_width × vt_hidden_size",
+            ),
+            vision_blocks(vision),
+            leaf(
+                "Final LayerNorm",
+                1,
+                _layer_norm("vision_tower.encoder.final_layernorm", hidden),
+                "2 × vt_hidden_size",
+            ),
+        ],
+    )
+
+
+def projector(vision: VisionSpec) -> Node:
+    """The patch merger: a LayerNorm over mm_hidden_size, then proj.0 [m, m] and proj.2 [text_hidden, m]
+    with biases, m = mm_hidden_size × merge_kernel_size[0] × merge_kernel_size[1]. [params]"""
+    m = vision.merged_size
+    return group(
+        "Projector",
+        [
+            leaf(
+                "Pre-norm",
+                1,
+                _layer_norm("mm_projector.pre_norm", vision.mm_hidden_size),
+                "2 × mm_hidden_size",
+            ),
+            leaf("Merged patch projection", 1, _vision_linear("mm_projector.proj.0", m, m), "m × m + m"),
+            leaf(
+                "Projection to the language model",
+                1,
+                _vision_linear("mm_projector.proj.2", vision.text_hidden_size, m),
+                "m × text_hidden_size + text_hidden_size",
+            ),
+        ],
+    )
+
+
+def vision_model(spec: ModelSpec) -> Node | None:
+    """The vision tower and projector of a multimodal model; None for a language model alone."""
+    if spec.vision is None:
+        return None
+    return group("Vision", [vision_tower(spec.vision), projector(spec.vision)])
+
+
 @dataclass(frozen=True)
 class LayerCount:
     index: int
@@ -608,11 +746,13 @@ class LayerCount:
 
 @dataclass(frozen=True)
 class Anatomy:
-    """The component trees of one model: the main model, and the MTP module when there is one."""
+    """The component trees of one model: the language model, the MTP module when there is one, and the
+    vision side of a multimodal model. Only the language model counts in `total` and `activated`."""
 
     spec: ModelSpec
     model: Node
     mtp: Node | None = None
+    vision: Node | None = None
 
     @property
     def total(self) -> int:
@@ -645,4 +785,6 @@ class Anatomy:
 
 def build_anatomy(spec: ModelSpec) -> Anatomy:
     """The component trees of the model the spec describes."""
-    return Anatomy(spec=spec, model=language_model(spec), mtp=multi_token_prediction(spec))
+    return Anatomy(
+        spec=spec, model=language_model(spec), mtp=multi_token_prediction(spec), vision=vision_model(spec)
+    )

@@ -14,7 +14,8 @@ new transformers release is handled here once.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -24,6 +25,10 @@ from kimicount.errors import ConfigError
 
 #: model_type values whose architecture kimicount models (MLA attention + DeepSeek MoE).
 SUPPORTED_MODEL_TYPES = ("kimi_k2", "deepseek_v3", "deepseek_v32", "deepseek_v2")
+#: Multimodal wrappers: the language model under `text_config`, a vision tower under `vision_config`.
+MULTIMODAL_MODEL_TYPES = ("kimi_k25",)
+#: Where a multimodal checkpoint keeps the language model's tensors.
+LANGUAGE_MODEL_PREFIX = "language_model."
 
 #: The model used when none is named; its config ships inside the package.
 BUNDLED_MODEL = "moonshotai/Kimi-K2-Instruct"
@@ -63,6 +68,63 @@ class Fp8Quantization:
 
 
 @dataclass(frozen=True)
+class PackedQuantization:
+    """compressed-tensors "pack-quantized": a targeted Linear's integer weights packed into int32
+    (32 / num_bits values each), one scale per `group_size` inputs (per row for strategy "channel"),
+    symmetric (no zero points). `targets` and `ignore` say which modules were meant to be packed:
+    class names ("Linear"), module names, or `re:` regexes, as compressed-tensors matches them."""
+
+    num_bits: int
+    group_size: int | None  # None: one scale per output row
+    targets: tuple[str, ...]
+    ignore: tuple[str, ...]
+
+    @property
+    def pack_factor(self) -> int:
+        """Values per int32."""
+        return 32 // self.num_bits
+
+    def packs(self, module: str) -> bool:
+        """Whether the config means the Linear `module` (a dotted name, e.g. model.layers.1.mlp.experts.0.up_proj)
+        to be packed.
+
+        >>> q = PackedQuantization(4, 32, ("Linear",), ("lm_head", "re:.*self_attn.*"))
+        >>> q.packs("model.layers.1.mlp.experts.0.up_proj"), q.packs("model.layers.1.self_attn.o_proj"), q.packs("lm_head")
+        (True, False, False)
+        """
+        if any(_module_matches(pattern, module) for pattern in self.ignore):
+            return False
+        return any(target == "Linear" or _module_matches(target, module) for target in self.targets)
+
+
+def _module_matches(pattern: str, module: str) -> bool:
+    """compressed-tensors' matching: `re:` patterns match from the start of the name, others exactly."""
+    if pattern.startswith("re:"):
+        return re.match(pattern[3:], module) is not None
+    return pattern == module
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """Kimi K2.5's vision side: a MoonViT tower and the patch-merger projector into the language model."""
+
+    hidden_size: int  # vt_hidden_size
+    intermediate_size: int  # vt_intermediate_size
+    num_layers: int  # vt_num_hidden_layers
+    patch_size: int
+    pos_emb_height: int  # init_pos_emb_height
+    pos_emb_width: int  # init_pos_emb_width
+    mm_hidden_size: int
+    merge_kernel: tuple[int, int]  # merge_kernel_size
+    text_hidden_size: int
+
+    @property
+    def merged_size(self) -> int:
+        """The projector's width: mm_hidden_size × the patches merged into one token."""
+        return self.mm_hidden_size * self.merge_kernel[0] * self.merge_kernel[1]
+
+
+@dataclass(frozen=True)
 class Indexer:
     """DeepSeek-V3.2's lightning indexer: a small extra attention per layer that picks the keys to attend."""
 
@@ -97,10 +159,11 @@ class ModelSpec:
     num_nextn_predict_layers: int
     max_position_embeddings: int
     torch_dtype: str
-    quantization: Fp8Quantization | None = None
+    quantization: Fp8Quantization | PackedQuantization | None = None
     indexer: Indexer | None = None
     #: Prepended to every checkpoint tensor name (multimodal checkpoints nest the language model).
     weight_prefix: str = ""
+    vision: VisionSpec | None = None
 
     @property
     def qk_head_dim(self) -> int:
@@ -181,10 +244,40 @@ def spec_from_config(config: Any, *, name: str, where: str) -> ModelSpec:
     if not isinstance(config, dict):
         raise ConfigError(f"{where}: expected a JSON object at the top level, found {type(config).__name__}")
     read = _Reader(config, where)
+    model_type = read.string("model_type")
+    if model_type in MULTIMODAL_MODEL_TYPES:
+        return _multimodal_spec(read, model_type, name)
+    return _language_spec(read, name)
 
+
+def _multimodal_spec(read: _Reader, model_type: str, name: str) -> ModelSpec:
+    """Kimi K2.5: the language model from `text_config` (its tensors under `language_model.`), the
+    vision tower and projector from `vision_config`."""
+    text = read.config.get("text_config")
+    if not isinstance(text, dict):
+        raise read.fail(
+            "text_config", f"expected an object (the language model's config), found {json.dumps(text)}"
+        )
+    text_read = _Reader(text, f"{read.where} text_config")
+    if "quantization_config" not in text and "quantization_config" in read.config:
+        text_read = _Reader(
+            {**text, "quantization_config": read.config["quantization_config"]}, text_read.where
+        )
+    language = _language_spec(text_read, name)
+    return replace(
+        language,
+        model_type=model_type,
+        weight_prefix=LANGUAGE_MODEL_PREFIX,
+        vision=_vision(read, language.hidden_size),
+    )
+
+
+def _language_spec(read: _Reader, name: str) -> ModelSpec:
+    """The spec of a DeepSeek-V3-family language model config (a whole config.json, or a text_config)."""
+    config, where = read.config, read.where
     model_type = read.string("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
-        supported = ", ".join(SUPPORTED_MODEL_TYPES)
+        supported = ", ".join(SUPPORTED_MODEL_TYPES + MULTIMODAL_MODEL_TYPES)
         raise read.fail("model_type", f"unsupported model type '{model_type}' (supported: {supported})")
 
     missing = [key for key in _REQUIRED if key not in config]
@@ -253,7 +346,7 @@ def spec_from_config(config: Any, *, name: str, where: str) -> ModelSpec:
     )
 
 
-def _quantization(read: _Reader) -> Fp8Quantization | None:
+def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | None:
     raw = read.config.get("quantization_config")
     if raw is None:
         return None
@@ -261,8 +354,12 @@ def _quantization(read: _Reader) -> Fp8Quantization | None:
         raise read.fail("quantization_config", f"expected an object, found {json.dumps(raw)}")
     sub = _Reader(raw, f"{read.where} quantization_config")
     method = sub.string("quant_method")
+    if method == "compressed-tensors":
+        return _packed_quantization(sub)
     if method != "fp8":
-        raise sub.fail("quant_method", f"unsupported quantization '{method}' (supported: fp8)")
+        raise sub.fail(
+            "quant_method", f"unsupported quantization '{method}' (supported: fp8, compressed-tensors)"
+        )
     block = raw.get("weight_block_size")
     if (
         not isinstance(block, list)
@@ -271,6 +368,81 @@ def _quantization(read: _Reader) -> Fp8Quantization | None:
     ):
         raise sub.fail("weight_block_size", f"expected two positive integers, found {json.dumps(block)}")
     return Fp8Quantization(fmt=sub.string("fmt", "e4m3"), block=(block[0], block[1]))
+
+
+#: Integer widths compressed-tensors packs into int32.
+_PACKED_BITS = (2, 4, 8)
+
+
+def _packed_quantization(read: _Reader) -> PackedQuantization:
+    """compressed-tensors' config: one config group whose `weights` are symmetric ints, group- or
+    channel-wise, in the pack-quantized format."""
+    fmt = read.string("format")
+    if fmt != "pack-quantized":
+        raise read.fail(
+            "format", f"unsupported compressed-tensors format '{fmt}' (supported: pack-quantized)"
+        )
+    groups = read.config.get("config_groups")
+    if not isinstance(groups, dict) or len(groups) != 1:
+        raise read.fail("config_groups", "expected exactly one config group")
+    ((group_name, group),) = groups.items()
+    if not isinstance(group, dict) or not isinstance(group.get("weights"), dict):
+        raise read.fail("config_groups", f"group '{group_name}' has no 'weights' object")
+    weights = _Reader(group["weights"], f"{read.where} config_groups.{group_name}.weights")
+    num_bits = weights.integer("num_bits")
+    if num_bits not in _PACKED_BITS:
+        raise weights.fail("num_bits", f"{num_bits} cannot be packed into int32 (supported: 2, 4, 8)")
+    if weights.string("type", "int") != "int" or not weights.boolean("symmetric", True):
+        raise weights.fail("symmetric", "only symmetric integer weights are supported (no zero points)")
+    strategy = weights.string("strategy", "group")
+    if strategy not in ("group", "channel"):
+        raise weights.fail("strategy", f"unsupported strategy '{strategy}' (supported: group, channel)")
+    group_size = weights.integer("group_size") if strategy == "group" else None
+    return PackedQuantization(
+        num_bits=num_bits,
+        group_size=group_size,
+        targets=_strings(_Reader(group, f"{read.where} config_groups.{group_name}"), "targets"),
+        ignore=_strings(read, "ignore"),
+    )
+
+
+def _strings(read: _Reader, key: str) -> tuple[str, ...]:
+    value = read.config.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise read.fail(key, f"expected a list of strings, found {json.dumps(value)}")
+    return tuple(value)
+
+
+_VISION_KEYS = (
+    "vt_hidden_size",
+    "vt_intermediate_size",
+    "vt_num_hidden_layers",
+    "patch_size",
+    "init_pos_emb_height",
+    "init_pos_emb_width",
+    "mm_hidden_size",
+)
+
+
+def _vision(read: _Reader, text_hidden_size: int) -> VisionSpec:
+    raw = read.config.get("vision_config")
+    if not isinstance(raw, dict):
+        raise read.fail("vision_config", f"expected an object, found {json.dumps(raw)}")
+    vision = _Reader(raw, f"{read.where} vision_config")
+    merge = raw.get("merge_kernel_size")
+    if not isinstance(merge, list) or len(merge) != 2 or not all(_is_positive_int(m) for m in merge):
+        raise vision.fail("merge_kernel_size", f"expected two positive integers, found {json.dumps(merge)}")
+    text_hidden = vision.integer("text_hidden_size", default=text_hidden_size)
+    if text_hidden != text_hidden_size:
+        raise vision.fail(
+            "text_hidden_size", f"{text_hidden} is not text_config.hidden_size ({text_hidden_size})"
+        )
+    sizes = [vision.integer(key) for key in _VISION_KEYS]
+    return VisionSpec(*sizes, merge_kernel=(merge[0], merge[1]), text_hidden_size=text_hidden)
+
+
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _indexer(read: _Reader, model_type: str) -> Indexer | None:

@@ -1,9 +1,10 @@
-"""Verification: join a checkpoint's headers with the component tree, tensor by tensor.
+"""Verification: join a checkpoint's headers with the component trees, tensor by tensor.
 
-Every tensor in the checkpoint is classified — a weight of a tree node, an FP8 block scale, a rotary
-buffer, a weight of the multi-token-prediction module, or unknown — and every tensor the tree expects
-is looked up. Names, shapes and dtypes are compared; scales are checked against their weights; the
-index is checked against the headers. The result holds every mismatch and the counts side by side.
+Every tensor the trees expect is looked up: its name, shape and dtype, and the FP8 block scale or the
+packed INT4 form that stores it (kimicount.storage says how each is stored). Every other tensor of the
+checkpoint is classified: an FP8 scale (it must belong to a quantized weight), a rotary buffer, or
+unknown. The index is checked against the headers. The result holds every mismatch and the counts,
+expected against found, per component and per layer.
 """
 
 from __future__ import annotations
@@ -11,46 +12,34 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-from functools import lru_cache
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kimicount.anatomy import Anatomy, Node, Role, TensorRef
 from kimicount.checkpoint import INDEX_FILE, Checkpoint
 from kimicount.headers import TensorInfo
 from kimicount.spec import ModelSpec
+from kimicount.storage import (
+    FP8_SCALE_SUFFIX,
+    PACKED_SUFFIXES,
+    config_packs,
+    fp8_quantized,
+    fp8_scale_shape,
+    packable,
+    packed_layout,
+    plain_dtypes,
+)
 
-FP8_SCALE_SUFFIX = "_scale_inv"  # X.weight -> X.weight_scale_inv
 ROTARY_SUFFIX = ".rotary_emb.inv_freq"
-
-#: config torch_dtype -> the safetensors dtype name of unquantized tensors
-_STORAGE_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
-_FP8_DTYPES = {"e4m3": "F8_E4M3", "e5m2": "F8_E5M2"}
-
-
-@dataclass(frozen=True)
-class ExpectedGroup:
-    """Tensors the trees expect under one name pattern (a tensor in every layer, or in every expert of
-    every layer), all of one shape and role; `parts` are the components that own them (two for the
-    tensors MLA splits between components, each with the elements it owns)."""
-
-    shape: tuple[int, ...]
-    role: Role
-    mtp: bool
-    parts: tuple[tuple[int, int], ...]  # (component id, elements owned per tensor)
-    names: tuple[str, ...]
-    layers: tuple[int | None, ...]  # each name's layer index (None outside the layers)
-    scale_shape: tuple[int, int] | None  # the FP8 block scale each tensor has, if quantized
-
-    @property
-    def elements(self) -> int:
-        return math.prod(self.shape)
+#: The trees of an anatomy, as verification names them.
+MODULES = ("model", "mtp", "vision")
 
 
 @dataclass(frozen=True)
 class Mismatch:
     tensor: str
-    kind: str  # missing | unexpected | shape | dtype | scale | index | duplicate | total_size
+    kind: str  # missing | unexpected | shape | dtype | scale | packed | storage | index | duplicate | total_size
     expected: str
     found: str
 
@@ -66,12 +55,12 @@ class Tally:
     bytes: int = 0
 
     @classmethod
-    def of(cls, tensors: list[TensorInfo]) -> Tally:
-        return cls(
-            len(tensors),
-            sum(map(_elements, tensors)),
-            sum(map(_nbytes, tensors)),
-        )
+    def of(cls, tensors: Iterable[TensorInfo]) -> Tally:
+        tensors = list(tensors)
+        return cls(len(tensors), sum(map(_elements, tensors)), sum(map(_nbytes, tensors)))
+
+    def __add__(self, other: Tally) -> Tally:
+        return Tally(self.tensors + other.tensors, self.elements + other.elements, self.bytes + other.bytes)
 
 
 @dataclass(frozen=True)
@@ -106,16 +95,31 @@ class LayerCheck:
 
 
 @dataclass(frozen=True)
+class PackedLinears:
+    """How a pack-quantized checkpoint stores its Linears: its names decide; the config says what was
+    meant, and disagreements are counted (not mismatches: real checkpoints keep some targeted layers,
+    such as routers, unpacked)."""
+
+    packed: int = 0
+    plain: int = 0
+    packed_against_config: int = 0
+    plain_against_config: int = 0
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     source: str
     model: str
     tensors: int
     parameters_expected: int
-    parameters_found: int
-    mtp_expected: int
+    parameters_found: int  # the language model's weights (packed ones as their logical size) + unknown
     weights: Tally
+    mtp_expected: int
     mtp: Tally
+    vision_expected: int
+    vision: Tally
     fp8_scales: Tally
+    int4_metadata: Tally
     rotary_buffers: Tally
     unknown: Tally
     by_dtype: dict[str, Tally]
@@ -127,94 +131,97 @@ class VerifyReport:
     bytes_read: int
     requests: int
     files: int
+    packed_linears: PackedLinears | None = None
 
     @property
     def ok(self) -> bool:
         return not self.mismatches
 
 
-def storage_dtypes(spec: ModelSpec, role: Role) -> tuple[str, ...]:
-    """The dtypes a tensor of this role may be stored in, from the config.
-
-    FP8 checkpoints (`quantization_config.quant_method: fp8`) store Linear weights in FP8 with F32
-    block scales; norms, embedding, head and router stay in the checkpoint dtype; the router's
-    score-correction bias is F32. Norms may also be F32: DeepSeek-V3.2 keeps them so.
-
-    >>> storage_dtypes(k2, Role.LINEAR), storage_dtypes(k2, Role.NORM), storage_dtypes(k2, Role.ROUTER_BIAS)
-    (('F8_E4M3',), ('BF16', 'F32'), ('F32',))
-    """
-    base = _STORAGE_DTYPES.get(spec.torch_dtype, "BF16")
-    if role is Role.ROUTER_BIAS:
-        return ("F32",)
-    if role is Role.NORM:
-        return (base,) if base == "F32" else (base, "F32")
-    if role is Role.LINEAR and spec.quantization is not None:
-        return (_FP8_DTYPES.get(spec.quantization.fmt, "F8_E4M3"),)
-    return (base,)
-
-
-def fp8_scale_shape(spec: ModelSpec, weight_shape: tuple[int, ...]) -> tuple[int, int]:
-    """One F32 scale per weight_block_size block: ceil(out / block_out) × ceil(in / block_in).
-
-    >>> fp8_scale_shape(k2, (576, 7168))  # kv_a_proj_with_mqa
-    (5, 56)
-    """
-    assert spec.quantization is not None
-    return _scale_shape(spec.quantization.block, weight_shape)
-
-
-@lru_cache(maxsize=256)  # a checkpoint has a handful of weight shapes and 70,000 scales
-def _scale_shape(block: tuple[int, int], weight_shape: tuple[int, ...]) -> tuple[int, int]:
-    return (-(-weight_shape[0] // block[0]), -(-weight_shape[1] // block[1]))
-
-
 class _Component(NamedTuple):
     node: Node
     depth: int
     chain: tuple[int, ...]  # ids of the component's ancestors, root first, ending with its own
+    module: str  # model | mtp | vision
 
 
 def _components(anatomy: Anatomy) -> list[_Component]:
-    """Every node of the trees (main model, then MTP) in display order, numbered by position."""
+    """Every node of the trees (model, MTP, vision) in display order, numbered by position."""
     rows: list[_Component] = []
 
-    def visit(node: Node, depth: int, ancestors: tuple[int, ...]) -> None:
+    def visit(node: Node, depth: int, ancestors: tuple[int, ...], module: str) -> None:
         chain = (*ancestors, len(rows))
-        rows.append(_Component(node, depth, chain))
+        rows.append(_Component(node, depth, chain, module))
         for child in node.children:
-            visit(child, depth + 1, chain)
+            visit(child, depth + 1, chain, module)
 
-    for root in [anatomy.model] + ([anatomy.mtp] if anatomy.mtp else []):
-        visit(root, 0, ())
+    for module in MODULES:
+        root = getattr(anatomy, module)
+        if root is not None:
+            visit(root, 0, (), module)
     return rows
+
+
+@dataclass(frozen=True)
+class ExpectedGroup:
+    """Tensors the trees expect under one name pattern (a tensor in every layer, or in every expert of
+    every layer), all of one shape and role; `parts` are the components that own them (two for the
+    tensors MLA splits between components, each with the elements it owns)."""
+
+    shape: tuple[int, ...]
+    role: Role
+    module: str
+    parts: tuple[tuple[int, int], ...]  # (component id, elements owned per tensor)
+    names: tuple[str, ...]
+    layers: tuple[int | None, ...]  # each name's layer index; None outside the language model's layers
+    dtypes: tuple[str, ...]  # when stored as itself
+    fp8_scale: tuple[int, int] | None  # the block scale each tensor has, in FP8 checkpoints
+    packable: bool  # a Linear a pack-quantized checkpoint may store packed
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
 
 
 def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[ExpectedGroup]:
     """Every tensor the trees expect, grouped by name pattern; the references that split one tensor
     between components (same pattern, same layers) become one group with two parts."""
     spec = anatomy.spec
-    mtp_first = len(components) - sum(1 for _ in anatomy.mtp.walk()) if anatomy.mtp else len(components)
     refs: dict[tuple, list[tuple[int, TensorRef]]] = defaultdict(list)
     for component_id, component in enumerate(components):
         for ref in component.node.tensors:
             refs[ref.pattern, ref.layers, ref.experts].append((component_id, ref))
     groups = []
     for owners in refs.values():
-        ref = owners[0][1]
+        component_id, ref = owners[0]
+        module = components[component_id].module
         layers, names = zip(*ref.layer_names())
-        quantized = spec.quantization is not None and ref.role is Role.LINEAR
         groups.append(
             ExpectedGroup(
                 shape=ref.shape,
                 role=ref.role,
-                mtp=owners[0][0] >= mtp_first,
-                parts=tuple((component_id, r.elements) for component_id, r in owners),
+                module=module,
+                parts=tuple((owner, r.elements) for owner, r in owners),
                 names=names,
-                layers=layers,
-                scale_shape=fp8_scale_shape(spec, ref.shape) if quantized else None,
+                layers=layers if module != "vision" else (None,) * len(names),
+                dtypes=plain_dtypes(spec, ref.role),
+                fp8_scale=fp8_scale_shape(spec, ref.shape) if fp8_quantized(spec, ref.role) else None,
+                packable=packable(spec, ref.role) and module != "vision",
             )
         )
     return groups
+
+
+@dataclass
+class _Findings:
+    """What the checks gather as they go."""
+
+    mismatches: list[Mismatch] = field(default_factory=list)
+    present: dict[str, list[TensorInfo]] = field(default_factory=lambda: defaultdict(list))
+    packed: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))  # logical size, packed bytes
+    int4_metadata: list[TensorInfo] = field(default_factory=list)
+    claimed: set[str] = field(default_factory=set)  # packed-form names checked with their Linear
+    linears: Counter = field(default_factory=Counter)
 
 
 def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
@@ -223,75 +230,34 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
     components = _components(anatomy)
     groups = expected_groups(anatomy, components)
     found = checkpoint.tensors
-    mismatches: list[Mismatch] = []
-    kinds: dict[str, list[TensorInfo]] = defaultdict(list)
+    findings = _Findings()
     parts = _PartCounts(spec, components)
-
-    # Every tensor the trees expect: present, of its shape and dtype, with its scale if quantized.
-    # (Column-wise comprehensions: a 1T checkpoint has 70,000 expected tensors.)
     for group in groups:
-        dtypes = storage_dtypes(spec, group.role)
-        tensors = [found.get(name) for name in group.names]
-        verified = [t is not None and t.shape == group.shape for t in tensors]
+        verified = (_check_packable if group.packable else _check_stored)(spec, group, found, findings)
         parts.add(group, Counter(zip(group.layers, verified)))
-        present = [t for t in tensors if t is not None]
-        kinds["mtp" if group.mtp else "weights"] += present
-        mismatches += [
-            Mismatch(name, "missing", f"{list(group.shape)} {' or '.join(dtypes)}", "absent")
-            for name, t in zip(group.names, tensors)
-            if t is None
-        ]
-        mismatches += [
-            Mismatch(t.name, "shape", str(list(group.shape)), str(list(t.shape)))
-            for t in present
-            if t.shape != group.shape
-        ]
-        mismatches += [
-            Mismatch(t.name, "dtype", " or ".join(dtypes), t.dtype) for t in present if t.dtype not in dtypes
-        ]
-        if group.scale_shape is not None:
-            mismatches += _check_scales(
-                [t.name + FP8_SCALE_SUFFIX for t in present], group.scale_shape, found
-            )
+    kinds = _classify_the_rest(groups, found, findings)
 
-    # Every other tensor of the checkpoint: an FP8 scale (checked above with its weight), a rotary
-    # buffer, or unknown.
-    others = found.keys() - {name for group in groups for name in group.names}
-    scales = {name for name in others if name.endswith(FP8_SCALE_SUFFIX)}
-    rotary = {name for name in others if name.endswith(ROTARY_SUFFIX)}
-    unknown = others - scales - rotary
-    orphans = scales - {
-        name + FP8_SCALE_SUFFIX for group in groups if group.scale_shape for name in group.names
-    }
-    kinds["fp8_scales"] = [found[name] for name in scales]
-    kinds["rotary_buffers"] = [found[name] for name in rotary]
-    kinds["unknown"] = [found[name] for name in sorted(unknown)]
-    mismatches += [
-        Mismatch(name, "scale", "no scale (no FP8-quantized weight of that name)", _describe(found[name]))
-        for name in sorted(orphans)
-    ]
-    mismatches += [
-        Mismatch(t.name, "unexpected", "no such tensor in the model", _describe(t)) for t in kinds["unknown"]
-    ]
-
-    mismatches += _check_index(checkpoint)
-    tallies = {kind: Tally.of(tensors) for kind, tensors in kinds.items()}
+    mismatches = findings.mismatches + _check_index(checkpoint)
+    tally = {module: Tally.of(findings.present[module]) + findings.packed[module] for module in MODULES}
     by_dtype: dict[str, list[TensorInfo]] = defaultdict(list)
     for tensor in found.values():
         by_dtype[tensor.dtype].append(tensor)
-    empty = Tally()
+    linears = findings.linears
     return VerifyReport(
         source=checkpoint.source,
         model=spec.name,
         tensors=len(found),
         parameters_expected=anatomy.total,
-        parameters_found=tallies.get("weights", empty).elements + tallies.get("unknown", empty).elements,
+        parameters_found=tally["model"].elements + kinds["unknown"].elements,
+        weights=tally["model"],
         mtp_expected=anatomy.mtp.params if anatomy.mtp else 0,
-        weights=tallies.get("weights", empty),
-        mtp=tallies.get("mtp", empty),
-        fp8_scales=tallies.get("fp8_scales", empty),
-        rotary_buffers=tallies.get("rotary_buffers", empty),
-        unknown=tallies.get("unknown", empty),
+        mtp=tally["mtp"],
+        vision_expected=anatomy.vision.params if anatomy.vision else 0,
+        vision=tally["vision"],
+        fp8_scales=kinds["fp8_scales"],
+        int4_metadata=Tally.of(findings.int4_metadata),
+        rotary_buffers=kinds["rotary_buffers"],
+        unknown=kinds["unknown"],
         by_dtype={dtype: Tally.of(by_dtype[dtype]) for dtype in sorted(by_dtype)},
         index_total_size=checkpoint.index.total_size if checkpoint.index else None,
         data_bytes=checkpoint.data_bytes,
@@ -301,11 +267,35 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
         bytes_read=checkpoint.bytes_read,
         requests=checkpoint.requests,
         files=len(checkpoint.files),
+        packed_linears=PackedLinears(**linears) if any(g.packable for g in groups) else None,
     )
 
 
-def _describe(tensor: TensorInfo) -> str:
-    return f"{list(tensor.shape)} {tensor.dtype}"
+def _check_stored(spec: ModelSpec, group: ExpectedGroup, found: dict[str, TensorInfo], findings: _Findings):
+    """Tensors stored as themselves: present, of their shape and dtype, with their FP8 scale if any.
+    Column by column (a 1T checkpoint has 70,000 of them). Returns which names are verified."""
+    tensors = [found.get(name) for name in group.names]
+    present = [t for t in tensors if t is not None]
+    findings.present[group.module] += present
+    missing = f"{list(group.shape)} {' or '.join(group.dtypes)}"
+    findings.mismatches += [
+        Mismatch(name, "missing", missing, "absent") for name, t in zip(group.names, tensors) if t is None
+    ]
+    findings.mismatches += [
+        Mismatch(t.name, "shape", str(list(group.shape)), str(list(t.shape)))
+        for t in present
+        if t.shape != group.shape
+    ]
+    findings.mismatches += [
+        Mismatch(t.name, "dtype", " or ".join(group.dtypes), t.dtype)
+        for t in present
+        if t.dtype not in group.dtypes
+    ]
+    if group.fp8_scale is not None:
+        findings.mismatches += _check_scales(
+            [t.name + FP8_SCALE_SUFFIX for t in present], group.fp8_scale, found
+        )
+    return [t is not None and t.shape == group.shape for t in tensors]
 
 
 def _check_scales(names: list[str], shape: tuple[int, int], found: dict[str, TensorInfo]) -> list[Mismatch]:
@@ -317,6 +307,104 @@ def _check_scales(names: list[str], shape: tuple[int, int], found: dict[str, Ten
         for name, scale in zip(names, scales)
         if scale is None or scale.shape != shape or scale.dtype != "F32"
     ]
+
+
+def _check_packable(spec: ModelSpec, group: ExpectedGroup, found: dict[str, TensorInfo], findings: _Findings):
+    """Linears of a pack-quantized checkpoint: each stored either as itself (`X.weight`) or as the packed
+    triple (`X.weight_packed`, `X.weight_scale`, `X.weight_shape`), never both, never half. Returns which
+    names are verified."""
+    layout = packed_layout(spec, group.shape)
+    verified = []
+    for name in group.names:
+        base = name.removesuffix(".weight")
+        companions = {suffix: f"{base}.{suffix}" for suffix in PACKED_SUFFIXES}
+        findings.claimed.update(companions.values())
+        plain = found.get(name)
+        packed = {suffix: found[n] for suffix, n in companions.items() if n in found}
+        if plain is not None and packed:
+            findings.mismatches.append(
+                Mismatch(
+                    base, "storage", "X.weight or the packed triple", "both: .weight and " + ", ".join(packed)
+                )
+            )
+            verified.append(False)
+        elif packed:
+            verified.append(_check_packed(spec, group, name, packed, layout, findings))
+        elif plain is not None:
+            verified.append(_check_stored(spec, _single(group, name), found, findings)[0])
+            findings.linears["plain"] += 1
+            findings.linears["plain_against_config"] += config_packs(spec, name)
+        else:
+            verified.append(False)
+            findings.mismatches.append(
+                Mismatch(name, "missing", f"{list(group.shape)} as itself or packed", "absent")
+            )
+    return verified
+
+
+def _single(group: ExpectedGroup, name: str) -> ExpectedGroup:
+    return ExpectedGroup(
+        group.shape, group.role, group.module, group.parts, (name,), (None,), group.dtypes, None, False
+    )
+
+
+def _check_packed(spec, group, name, packed, layout, findings: _Findings) -> bool:
+    """A packed triple: all three tensors, of the shapes and dtypes the logical shape implies."""
+    base = name.removesuffix(".weight")
+    if len(packed) < len(PACKED_SUFFIXES):
+        absent = [suffix for suffix in PACKED_SUFFIXES if suffix not in packed]
+        findings.mismatches.append(
+            Mismatch(
+                base,
+                "storage",
+                "weight_packed, weight_scale and weight_shape",
+                f"half-packed: no {', '.join(absent)}",
+            )
+        )
+        findings.int4_metadata += [t for suffix, t in packed.items() if suffix != "weight_packed"]
+        return False
+    ok = True
+    for suffix, tensor in packed.items():
+        shape, dtype = layout[suffix]
+        if tensor.shape != shape or tensor.dtype != dtype:
+            findings.mismatches.append(
+                Mismatch(tensor.name, "packed", f"{list(shape)} {dtype}", _describe(tensor))
+            )
+            ok = False
+    weight = packed["weight_packed"]
+    findings.packed[group.module] += Tally(1, group.elements, weight.nbytes)
+    findings.int4_metadata += [packed["weight_scale"], packed["weight_shape"]]
+    findings.linears["packed"] += 1
+    findings.linears["packed_against_config"] += not config_packs(spec, name)
+    return ok
+
+
+def _classify_the_rest(groups: list[ExpectedGroup], found: dict[str, TensorInfo], findings: _Findings):
+    """Every tensor no group claims: an FP8 scale (its weight's scale was checked with the weight; a
+    scale without a quantized weight is a mismatch), a rotary buffer, or unknown."""
+    expected = {name for group in groups for name in group.names}
+    others = found.keys() - expected - findings.claimed
+    scales = {name for name in others if name.endswith(FP8_SCALE_SUFFIX)}
+    rotary = {name for name in others if name.endswith(ROTARY_SUFFIX)}
+    unknown = sorted(others - scales - rotary)
+    with_scale = {name + FP8_SCALE_SUFFIX for group in groups if group.fp8_scale for name in group.names}
+    findings.mismatches += [
+        Mismatch(name, "scale", "no scale (no FP8-quantized weight of that name)", _describe(found[name]))
+        for name in sorted(scales - with_scale)
+    ]
+    findings.mismatches += [
+        Mismatch(name, "unexpected", "no such tensor in the model", _describe(found[name]))
+        for name in unknown
+    ]
+    return {
+        "fp8_scales": Tally.of(found[name] for name in scales),
+        "rotary_buffers": Tally.of(found[name] for name in rotary),
+        "unknown": Tally.of(found[name] for name in unknown),
+    }
+
+
+def _describe(tensor: TensorInfo) -> str:
+    return f"{list(tensor.shape)} {tensor.dtype}"
 
 
 def _check_index(checkpoint: Checkpoint) -> list[Mismatch]:
@@ -355,9 +443,9 @@ class _PartCounts:
     """Expected against verified tensors and elements, per component and per layer.
 
     Tensors are counted by what decides their rows (owning components, layer, size) and spread over
-    the components at the end: one dict update per tensor keeps a 1T checkpoint's 70,000 weights fast.
-    A tensor counts once in every component above its owners, so the tensors MLA splits between two
-    components count once in the group that holds both."""
+    the components at the end: one dict update per group and layer keeps a 1T checkpoint's 70,000
+    weights fast. A tensor counts once in every component above its owners, so the tensors MLA splits
+    between two components count once in the group that holds both."""
 
     def __init__(self, spec: ModelSpec, components: list[_Component]):
         self.spec = spec

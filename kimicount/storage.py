@@ -1,0 +1,175 @@
+"""How a checkpoint stores each tensor under the config's quantization, and the bytes that costs.
+
+- DeepSeek's FP8 (`quant_method: fp8`, Kimi-K2-Instruct, DeepSeek-V3): a Linear weight [out, in] in
+  F8_E4M3 with one F32 scale per `weight_block_size` block, `weight_scale_inv` [ceil(out/128),
+  ceil(in/128)].
+- compressed-tensors `pack-quantized` (Kimi-K2-Thinking, K2.5): a Linear the config targets is stored as
+  `weight_packed` I32 [out, ceil(in / (32/bits))], `weight_scale` [out, ceil(in / group_size)] in the
+  model dtype and `weight_shape` I32 [2], and no `.weight`. Which Linears a real checkpoint packs is
+  decided by its tensor names (verification); the config's `targets` and `ignore` say what was meant,
+  and are what `params` sizes from.
+- Everything else in the model dtype (`torch_dtype`); the router's `e_score_correction_bias` in F32;
+  norms may be F32 (DeepSeek-V3.2 keeps them so).
+
+Scales and packed shapes are quantization metadata, not parameters: counted apart, with their bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from kimicount.anatomy import Node, Role, TensorRef
+from kimicount.spec import Fp8Quantization, ModelSpec, PackedQuantization
+
+#: safetensors dtype -> bytes per element, for the dtypes these checkpoints store
+DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1, "F8_E5M2": 1, "I32": 4}
+_MODEL_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
+_FP8_DTYPES = {"e4m3": "F8_E4M3", "e5m2": "F8_E5M2"}
+
+FP8_SCALE_SUFFIX = "_scale_inv"  # X.weight -> X.weight_scale_inv
+PACKED_SUFFIXES = ("weight_packed", "weight_scale", "weight_shape")  # X.weight -> X.weight_packed, …
+#: Roles that are nn.Linear modules, which compressed-tensors' "Linear" target matches
+_LINEAR_MODULES = (Role.LINEAR, Role.HEAD)
+
+
+def model_dtype(spec: ModelSpec) -> str:
+    """The safetensors dtype of unquantized tensors (config torch_dtype).
+
+    >>> model_dtype(k2)
+    'BF16'
+    """
+    return _MODEL_DTYPES.get(spec.torch_dtype, "BF16")
+
+
+def plain_dtypes(spec: ModelSpec, role: Role) -> tuple[str, ...]:
+    """The dtypes a tensor stored as itself (not packed) may have.
+
+    >>> plain_dtypes(k2, Role.LINEAR), plain_dtypes(k2, Role.NORM), plain_dtypes(k2, Role.ROUTER_BIAS)
+    (('F8_E4M3',), ('BF16', 'F32'), ('F32',))
+    """
+    base = model_dtype(spec)
+    if role is Role.ROUTER_BIAS:
+        return ("F32",)
+    if role is Role.NORM:
+        return (base,) if base == "F32" else (base, "F32")
+    if role is Role.LINEAR and isinstance(spec.quantization, Fp8Quantization):
+        return (_FP8_DTYPES.get(spec.quantization.fmt, "F8_E4M3"),)
+    return (base,)
+
+
+def fp8_quantized(spec: ModelSpec, role: Role) -> bool:
+    """Stored in FP8 with a block scale: the Linear weights of an FP8 checkpoint."""
+    return role is Role.LINEAR and isinstance(spec.quantization, Fp8Quantization)
+
+
+def packable(spec: ModelSpec, role: Role) -> bool:
+    """A Linear that a pack-quantized checkpoint may store packed (whether it does, its names say)."""
+    return role in _LINEAR_MODULES and isinstance(spec.quantization, PackedQuantization)
+
+
+def fp8_scale_shape(spec: ModelSpec, weight_shape: tuple[int, ...]) -> tuple[int, int]:
+    """One F32 scale per weight_block_size block: ceil(out / block_out) × ceil(in / block_in).
+
+    >>> fp8_scale_shape(k2, (576, 7168))  # kv_a_proj_with_mqa
+    (5, 56)
+    """
+    assert isinstance(spec.quantization, Fp8Quantization)
+    return _blocks(spec.quantization.block, weight_shape)
+
+
+@lru_cache(maxsize=256)  # a checkpoint has a handful of weight shapes and 70,000 scales
+def _blocks(block: tuple[int, int], weight_shape: tuple[int, ...]) -> tuple[int, int]:
+    return (-(-weight_shape[0] // block[0]), -(-weight_shape[1] // block[1]))
+
+
+def packed_layout(spec: ModelSpec, weight_shape: tuple[int, ...]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The tensors that store a packed Linear [out, in]: suffix -> (shape, dtype).
+
+    Kimi K2.5's routed experts (4 bits, groups of 32): up_proj [2048, 7168] is weight_packed I32
+    [2048, 896], weight_scale BF16 [2048, 224] and weight_shape I32 [2].
+    """
+    quantization = spec.quantization
+    assert isinstance(quantization, PackedQuantization)
+    out_features, in_features = weight_shape
+    groups = 1 if quantization.group_size is None else math.ceil(in_features / quantization.group_size)
+    return {
+        "weight_packed": ((out_features, math.ceil(in_features / quantization.pack_factor)), "I32"),
+        "weight_scale": ((out_features, groups), model_dtype(spec)),
+        "weight_shape": ((2,), "I32"),
+    }
+
+
+def config_packs(spec: ModelSpec, tensor_name: str) -> bool:
+    """Whether the config's targets and ignore list mean this Linear weight to be packed. Module names
+    are the language model's own (without the multimodal checkpoint's `language_model.` prefix)."""
+    quantization = spec.quantization
+    assert isinstance(quantization, PackedQuantization)
+    module = tensor_name.removeprefix(spec.weight_prefix).removesuffix(".weight")
+    return quantization.packs(module)
+
+
+# --- bytes -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes of weights as the checkpoint stores them (quantization metadata included), and what the
+    same parameters take in BF16."""
+
+    stored: int = 0
+    bf16: int = 0
+
+    def __add__(self, other: Memory) -> Memory:
+        return Memory(self.stored + other.stored, self.bf16 + other.bf16)
+
+
+def ref_memory(spec: ModelSpec, ref: TensorRef) -> Memory:
+    """The bytes of every copy of a tensor reference (only the rows it owns of a shared tensor).
+
+    >>> from kimicount.anatomy import key_value_compression
+    >>> latent_rows, norm = key_value_compression(k2, [0]).tensors
+    >>> ref_memory(k2, latent_rows)  # kv_a_proj rows 0–511 in FP8 + 4 of its 5 × 56 F32 scale rows
+    Memory(stored=3670912, bf16=7340032)
+    >>> 512 * 7168 + 4 * 56 * 4, ref_memory(k2, norm)
+    (3670912, Memory(stored=1024, bf16=1024))
+    """
+    bf16 = ref.elements * 2 * ref.copies
+    if fp8_quantized(spec, ref.role):
+        scale_rows, scale_cols = fp8_scale_shape(spec, ref.shape)
+        block = spec.quantization.block[0]
+        owned_blocks = sum(1 for b in range(scale_rows) if ref.rows is None or ref.rows.owns(b * block))
+        return Memory((ref.elements + owned_blocks * scale_cols * 4) * ref.copies, bf16)
+    plain = ref.elements * DTYPE_BYTES[plain_dtypes(spec, ref.role)[0]]
+    if not packable(spec, ref.role):
+        return Memory(plain * ref.copies, bf16)
+    packed_copies = sum(config_packs(spec, name) for name in ref.names())
+    return Memory(plain * (ref.copies - packed_copies) + _packed_bytes(spec, ref) * packed_copies, bf16)
+
+
+def _packed_bytes(spec: ModelSpec, ref: TensorRef) -> int:
+    """One packed copy: the owned rows of weight_packed and weight_scale, and weight_shape with row 0."""
+    layout = packed_layout(spec, ref.shape)
+    per_row = sum(
+        math.prod(shape[1:]) * DTYPE_BYTES[dtype]
+        for suffix, (shape, dtype) in layout.items()
+        if suffix != "weight_shape"
+    )
+    owns_row_0 = ref.rows is None or ref.rows.owns(0)
+    return ref.owned_rows * per_row + (2 * DTYPE_BYTES["I32"] if owns_row_0 else 0)
+
+
+def node_memory(spec: ModelSpec, node: Node) -> Memory:
+    """A component's weight bytes, all its instances, as stored and in BF16.
+
+    >>> from kimicount.anatomy import build_anatomy
+    >>> node_memory(k2, build_anatomy(k2).model)  # the checkpoint's 1,029,173,256,720 data bytes, less rotary buffers
+    Memory(stored=1029173249888, bf16=2052816464896)
+    """
+    memory = Memory()
+    for ref in node.tensors:
+        memory += ref_memory(spec, ref)
+    for child in node.children:
+        memory += node_memory(spec, child)
+    return memory
