@@ -117,6 +117,7 @@ def root(
 class Breakdown(str, Enum):
     component = "component"
     layer = "layer"
+    memory = "memory"
 
 
 @app.command()
@@ -125,7 +126,12 @@ def params(
     repo: RepoOption = None,
     revision: RevisionOption = None,
     by: Annotated[
-        Breakdown, typer.Option("--by", help="component: the component tree; layer: one row per layer.")
+        Breakdown,
+        typer.Option(
+            "--by",
+            help="component: the component tree; layer: one row per layer; memory: weight bytes per component, "
+            "as stored (FP8, INT4) and in BF16.",
+        ),
     ] = Breakdown.component,
     depth: Annotated[
         int | None,
@@ -160,6 +166,8 @@ def params(
     console = render.make_console()
     if by is Breakdown.layer:
         render.render_layers(console, anatomy)
+    elif by is Breakdown.memory:
+        render.render_memory(console, anatomy, max_depth=depth)
     else:
         render.render_params(console, anatomy, max_depth=depth, detail=detail)
 

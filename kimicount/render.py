@@ -18,6 +18,7 @@ from rich.table import Table
 
 from kimicount.anatomy import Anatomy, Node, TensorRef
 from kimicount.kvcache import KvCacheReport, Layout, LayoutCache
+from kimicount.storage import Memory, memory_map, model_dtype, quantization_summary
 from kimicount.verify import Counts, LayerCheck, VerifyReport
 
 if TYPE_CHECKING:
@@ -52,6 +53,21 @@ def human(count: float, unit: str = "") -> str:
         if abs(count) >= scale:
             return f"{count / scale:.3g} {suffix}{unit}"
     return f"{count:g}{(' ' + unit) if unit else ''}"
+
+
+def human_bytes(count: int) -> str:
+    """Binary units, three significant digits (four from 1,000 to 1,023 of a unit): 305 GiB, 8.58 GiB.
+
+    >>> human_bytes(327_491_256_320), human_bytes(9_210_691_584), human_bytes(40_960), human_bytes(656)
+    ('305 GiB', '8.58 GiB', '40 KiB', '656 B')
+    >>> human_bytes(1000 * 2**30), human_bytes(3 * 2**50)
+    ('1000 GiB', '3 PiB')
+    """
+    for power, suffix in ((5, "PiB"), (4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if count >= 1024**power:
+            value = count / 1024**power
+            return f"{value:.3g} {suffix}" if value < 1000 else f"{value:.0f} {suffix}"
+    return f"{count} B"
 
 
 def _tree_rows(node: Node, max_depth: int | None) -> Iterator[tuple[str, str, Node, Node | None]]:
@@ -128,10 +144,11 @@ def render_params(
     detail: Detail = Detail.calculation,
 ) -> None:
     spec = anatomy.spec
+    memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
     show(console, f"[bold]{spec.name}[/] ({spec.model_type}): parameters per component")
     show(console, component_table(anatomy.model, max_depth=max_depth, detail=detail))
     show(console)
-    _totals(console, anatomy)
+    _totals(console, anatomy, memory)
     if anatomy.mtp is not None:
         show(console)
         show(console, "[bold]Multi-token prediction[/] (outside the total; dim rows are stored copies)")
@@ -142,11 +159,26 @@ def render_params(
             f"{anatomy.mtp.params - anatomy.mtp_unique:,} in copies of the embedding and head, "
             f"{anatomy.mtp_activated:,} activated per token",
         )
+    if anatomy.vision is not None:
+        tower, projector = anatomy.vision.children
+        show(console)
+        show(
+            console,
+            "[bold]Vision[/] (apart from the language model's total; it runs per image, not per token)",
+        )
+        show(console, component_table(anatomy.vision, max_depth=max_depth, detail=detail))
+        show(
+            console,
+            f"Vision: {tower.params:,} in the tower + {projector.params:,} in the projector = "
+            f"{anatomy.vision.params:,} parameters ({human(anatomy.vision.params)}), "
+            f"{human_bytes(memory[id(anatomy.vision)].stored)} in {model_dtype(spec)}",
+        )
 
 
-def _totals(console: Console, anatomy: Anatomy) -> None:
+def _totals(console: Console, anatomy: Anatomy, memory: dict[int, Memory]) -> None:
     spec = anatomy.spec
     share = 100 * anatomy.activated / anatomy.total
+    stored = memory[id(anatomy.model)]
     totals = Table.grid(padding=(0, 2))
     totals.add_column()
     totals.add_column(justify="right")
@@ -158,7 +190,46 @@ def _totals(console: Console, anatomy: Anatomy) -> None:
         f"{human(anatomy.activated)} per token ({share:.2f} %): "
         f"{spec.num_experts_per_tok} of {spec.n_routed_experts} routed experts per MoE layer",
     )
+    totals.add_row(
+        "[bold]Weights[/]",
+        f"[bold]{stored.stored:,}[/]",
+        f"bytes as stored ({human_bytes(stored.stored)}): {quantization_summary(spec)}; "
+        f"{human_bytes(stored.bf16)} in BF16",
+    )
     show(console, totals)
+
+
+def render_memory(console: Console, anatomy: Anatomy, *, max_depth: int | None = None) -> None:
+    """Weight memory per component: bytes as the checkpoint stores them against BF16."""
+    spec = anatomy.spec
+    memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
+    show(console, f"[bold]{spec.name}[/] ({spec.model_type}): weight memory per component")
+    show(
+        console,
+        f"Stored: {quantization_summary(spec)}. Scales and packed shapes are counted with their weights.",
+    )
+    for root in (anatomy.model, anatomy.mtp, anatomy.vision):
+        if root is None:
+            continue
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        table.add_column("Component", no_wrap=True)
+        for column in ("Parameters", "Stored bytes", "Stored", "BF16", "Stored / BF16"):
+            table.add_column(column, justify="right")
+        for label, _, node, _ in _tree_rows(root, max_depth):
+            bytes_ = memory[id(node)]
+            table.add_row(
+                label,
+                f"{node.params:,}",
+                f"{bytes_.stored:,}",
+                human_bytes(bytes_.stored),
+                human_bytes(bytes_.bf16),
+                f"{bytes_.stored / bytes_.bf16:.3f}",
+                style="dim" if node.copy else None,
+            )
+        show(console)
+        show(console, table)
+    show(console)
+    _totals(console, anatomy, memory)
 
 
 def render_layers(console: Console, anatomy: Anatomy) -> None:
@@ -175,7 +246,7 @@ def render_layers(console: Console, anatomy: Anatomy) -> None:
     show(console, f"[bold]{spec.name}[/] ({spec.model_type}): parameters per transformer layer")
     show(console, table)
     show(console)
-    _totals(console, anatomy)
+    _totals(console, anatomy, memory_map(spec, anatomy.model))
 
 
 # --- verify ----------------------------------------------------------------------------------------
@@ -211,6 +282,14 @@ def render_verify(console: Console, report: VerifyReport, *, max_depth: int = 3)
             f"Index metadata.total_size {report.index_total_size:,} B; headers' tensor data "
             f"{report.data_bytes:,} B {_mark(same)}",
         )
+    linears = report.packed_linears
+    if linears is not None:
+        show(
+            console,
+            f"Linears: {linears.packed:,} packed (INT4), {linears.plain:,} stored as themselves, as the names "
+            f"say; against the config's targets and ignore list: {linears.packed_against_config:,} packed "
+            f"that it ignores, {linears.plain_against_config:,} unpacked that it targets",
+        )
     show(console)
     if report.ok:
         show(console, "[bold green]OK[/]: every tensor has the name, shape and dtype the anatomy predicts.")
@@ -241,20 +320,26 @@ def _summary_table(report: VerifyReport) -> Table:
         f"{report.weights.bytes + report.unknown.bytes:,}",
         _mark(params_ok),
     )
-    if report.mtp_expected or report.mtp.tensors:
-        table.add_row(
-            "MTP module (apart)",
-            f"{report.mtp_expected:,}",
-            f"{report.mtp.elements:,}",
-            f"{report.mtp.tensors:,}",
-            f"{report.mtp.bytes:,}",
-            _mark(report.mtp_expected == report.mtp.elements),
-        )
+    for label, expected, tally in (
+        ("MTP module (apart)", report.mtp_expected, report.mtp),
+        ("Vision tower and projector (apart)", report.vision_expected, report.vision),
+    ):
+        if expected or tally.tensors:
+            table.add_row(
+                label,
+                f"{expected:,}",
+                f"{tally.elements:,}",
+                f"{tally.tensors:,}",
+                f"{tally.bytes:,}",
+                _mark(expected == tally.elements),
+            )
     for label, tally in (
         ("FP8 block scales (not parameters)", report.fp8_scales),
+        ("INT4 scales and shapes (not parameters)", report.int4_metadata),
         ("Rotary buffers (not parameters)", report.rotary_buffers),
     ):
-        table.add_row(label, "", f"{tally.elements:,}", f"{tally.tensors:,}", f"{tally.bytes:,}", "")
+        if tally.tensors or label.startswith(("FP8", "Rotary")):
+            table.add_row(label, "", f"{tally.elements:,}", f"{tally.tensors:,}", f"{tally.bytes:,}", "")
     return table
 
 
@@ -302,27 +387,12 @@ def _dtype_table(report: VerifyReport) -> Table:
         "[bold]all[/]",
         f"{report.tensors:,}",
         f"{sum(t.elements for t in report.by_dtype.values()):,}",
-        f"{total_bytes:,} ({total_bytes / 2**30:,.1f} GiB)",
+        f"{total_bytes:,} ({human_bytes(total_bytes)})",
     )
     return table
 
 
 # --- kimicount kv-cache ---------------------------------------------------------------------------
-
-
-def human_bytes(count: int) -> str:
-    """Binary units, three significant digits (four from 1,000 to 1,023 of a unit): 305 GiB, 8.58 GiB.
-
-    >>> human_bytes(327_491_256_320), human_bytes(9_210_691_584), human_bytes(40_960), human_bytes(656)
-    ('305 GiB', '8.58 GiB', '40 KiB', '656 B')
-    >>> human_bytes(1000 * 2**30), human_bytes(3 * 2**50)
-    ('1000 GiB', '3 PiB')
-    """
-    for power, suffix in ((5, "PiB"), (4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
-        if count >= 1024**power:
-            value = count / 1024**power
-            return f"{value:.3g} {suffix}" if value < 1000 else f"{value:.0f} {suffix}"
-    return f"{count} B"
 
 
 def times(ratio: float) -> str:

@@ -5,10 +5,12 @@ Plain dictionaries of ints and strings, no rendering: `--json` prints them as th
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from kimicount.anatomy import Anatomy, Node, TensorRef
 from kimicount.kvcache import CacheLine, KvCacheReport, LayoutCache, splits_across_ranks
+from kimicount.storage import Memory, memory_map, quantization_summary
 from kimicount.verify import VerifyReport
 
 if TYPE_CHECKING:
@@ -26,7 +28,7 @@ def tensor_json(tensor: TensorRef) -> dict[str, Any]:
     }
 
 
-def node_json(node: Node) -> dict[str, Any]:
+def node_json(node: Node, memory: dict[int, Memory]) -> dict[str, Any]:
     return {
         "name": node.name,
         "params_per_instance": node.params_per_instance,
@@ -35,32 +37,49 @@ def node_json(node: Node) -> dict[str, Any]:
         "activated": node.activated,
         "calculation": node.calculation,
         "formula": node.formula,
+        "stored_bytes": memory[id(node)].stored,
+        "bf16_bytes": memory[id(node)].bf16,
         "tensors": [tensor_json(t) for t in node.tensors],
-        "children": [node_json(c) for c in node.children],
+        "children": [node_json(c, memory) for c in node.children],
     }
 
 
 def params_json(anatomy: Anatomy) -> dict[str, Any]:
     spec = anatomy.spec
-    mtp = None
+    memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
+    mtp = vision = None
     if anatomy.mtp is not None:
         mtp = {
             "total": anatomy.mtp.params,
             "unique": anatomy.mtp_unique,
             "activated": anatomy.mtp_activated,
-            "tree": node_json(anatomy.mtp),
+            "tree": node_json(anatomy.mtp, memory),
+        }
+    if anatomy.vision is not None:
+        tower, projector = anatomy.vision.children
+        vision = {
+            "total": anatomy.vision.params,
+            "tower": tower.params,
+            "projector": projector.params,
+            "tree": node_json(anatomy.vision, memory),
         }
     return {
         "model": spec.name,
         "model_type": spec.model_type,
         "total": anatomy.total,
         "activated": anatomy.activated,
-        "tree": node_json(anatomy.model),
+        "memory": {
+            "stored_bytes": memory[id(anatomy.model)].stored,
+            "bf16_bytes": memory[id(anatomy.model)].bf16,
+            "storage": quantization_summary(spec),
+        },
+        "tree": node_json(anatomy.model, memory),
         "layers": [
             {"index": row.index, "kind": row.kind, "params": row.params, "activated": row.activated}
             for row in anatomy.layers()
         ],
         "mtp": mtp,
+        "vision": vision,
     }
 
 
@@ -89,6 +108,13 @@ def verify_json(report: VerifyReport) -> dict[str, Any]:
         "fp8_scales": _tally_json(report.fp8_scales),
         "rotary_buffers": _tally_json(report.rotary_buffers),
         "mtp": {"expected": report.mtp_expected, "found": report.mtp.elements, **_tally_json(report.mtp)},
+        "vision": {
+            "expected": report.vision_expected,
+            "found": report.vision.elements,
+            **_tally_json(report.vision),
+        },
+        "int4_metadata": _tally_json(report.int4_metadata),
+        "packed_linears": None if report.packed_linears is None else asdict(report.packed_linears),
         "unknown": _tally_json(report.unknown),
         "by_dtype": {dtype: _tally_json(tally) for dtype, tally in report.by_dtype.items()},
         "index": {"total_size": report.index_total_size, "header_data_bytes": report.data_bytes},

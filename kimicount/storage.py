@@ -173,3 +173,43 @@ def node_memory(spec: ModelSpec, node: Node) -> Memory:
     for child in node.children:
         memory += node_memory(spec, child)
     return memory
+
+
+def memory_map(spec: ModelSpec, *roots: Node | None) -> dict[int, Memory]:
+    """Every component's Memory, keyed by id(node), computed once bottom-up for reports to read."""
+    memory: dict[int, Memory] = {}
+
+    def visit(node: Node) -> Memory:
+        total = Memory()
+        for ref in node.tensors:
+            total += ref_memory(spec, ref)
+        for child in node.children:
+            total += visit(child)
+        memory[id(node)] = total
+        return total
+
+    for root in roots:
+        if root is not None:
+            visit(root)
+    return memory
+
+
+def quantization_summary(spec: ModelSpec) -> str:
+    """How the config says the weights are stored, in words.
+
+    >>> quantization_summary(k2)
+    'Linear weights in F8_E4M3 with one F32 scale per 128 × 128 block; the rest in BF16'
+    """
+    base = model_dtype(spec)
+    quantization = spec.quantization
+    if isinstance(quantization, Fp8Quantization):
+        rows, cols = quantization.block
+        fp8 = plain_dtypes(spec, Role.LINEAR)[0]
+        return f"Linear weights in {fp8} with one F32 scale per {rows} × {cols} block; the rest in {base}"
+    if isinstance(quantization, PackedQuantization):
+        group = "row" if quantization.group_size is None else f"{quantization.group_size} inputs"
+        return (
+            f"the Linears the config targets in INT{quantization.num_bits} packed into I32, one {base} scale "
+            f"per {group}; the rest in {base}"
+        )
+    return f"all in {base}"

@@ -13,7 +13,7 @@ import math
 import struct
 from pathlib import Path
 
-from .helpers import real_kimi_k2_tensors
+from .helpers import KIMI_K2, real_kimi_k2_tensors
 
 BYTES_PER_ELEMENT = {"F8_E4M3": 1, "BF16": 2, "F16": 2, "F32": 4, "I32": 4, "I64": 8, "U8": 1}
 
@@ -150,8 +150,15 @@ def fp8_block_quantize(weight, block: int = 128):
     return quantized, scale
 
 
-def tiny_fp8_tensors(config: dict) -> dict:
-    """Every tensor of a DeepSeek-V3-style FP8 checkpoint for `config`, named as the real ones are."""
+def store_fp8(name: str, weight) -> dict:
+    """DeepSeek's FP8 checkpoints: every Linear weight in FP8 with its block scale."""
+    quantized, scale = fp8_block_quantize(weight)
+    return {f"{name}.weight": quantized, f"{name}.weight_scale_inv": scale}
+
+
+def tiny_tensors(config: dict, store_linear=store_fp8) -> dict:
+    """Every tensor of a DeepSeek-V3-style checkpoint for `config`, named as the real ones are, seeded;
+    `store_linear(name, float weight)` says how each Linear is stored (FP8 by default)."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
@@ -162,7 +169,7 @@ def tiny_fp8_tensors(config: dict) -> dict:
 
     def linear(name, out_features, in_features):
         weight = torch.randn(out_features, in_features, generator=generator) / in_features**0.5
-        tensors[name + ".weight"], tensors[name + ".weight_scale_inv"] = fp8_block_quantize(weight)
+        tensors.update(store_linear(name, weight))
 
     c = config
     hidden, heads = c["hidden_size"], c["num_attention_heads"]
@@ -199,6 +206,8 @@ def tiny_fp8_tensors(config: dict) -> dict:
         block(f"model.layers.{layer}", moe=layer >= c["first_k_dense_replace"])
     bf16("model.norm.weight", hidden)
     bf16("lm_head.weight", c["vocab_size"], hidden)
+    if not c.get("num_nextn_predict_layers"):
+        return tensors
     mtp = f"model.layers.{c['num_hidden_layers']}"
     block(mtp, moe=True)
     bf16(f"{mtp}.embed_tokens.weight", c["vocab_size"], hidden)
@@ -215,7 +224,7 @@ def write_tiny_fp8_checkpoint(folder: Path, shards: int = 2) -> Path:
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = tiny_fp8_tensors(TINY_FP8_CONFIG)
+    tensors = tiny_tensors(TINY_FP8_CONFIG)
     names = sorted(tensors)
     weight_map, total = {}, 0
     for i in range(shards):
@@ -227,4 +236,162 @@ def write_tiny_fp8_checkpoint(folder: Path, shards: int = 2) -> Path:
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     (folder / "config.json").write_text(json.dumps(TINY_FP8_CONFIG))
+    return folder
+
+
+# --- Kimi K2.5: INT4 routed experts (compressed-tensors pack-quantized) and the vision side ---------
+
+K25_VISION = {  # from the real K2.5 vision_config: vt_hidden 1152, 27 blocks, MLP 4304, patch 14, ...
+    "vision_tower.patch_embed.proj.weight": ((1152, 3, 14, 14), "BF16"),
+    "vision_tower.patch_embed.proj.bias": ((1152,), "BF16"),
+    "vision_tower.patch_embed.pos_emb.weight": ((64, 64, 1152), "BF16"),
+    "vision_tower.encoder.final_layernorm.weight": ((1152,), "BF16"),
+    "vision_tower.encoder.final_layernorm.bias": ((1152,), "BF16"),
+    "mm_projector.pre_norm.weight": ((1152,), "BF16"),
+    "mm_projector.pre_norm.bias": ((1152,), "BF16"),
+    "mm_projector.proj.0.weight": ((4608, 4608), "BF16"),  # m = 1152 × 2 × 2
+    "mm_projector.proj.0.bias": ((4608,), "BF16"),
+    "mm_projector.proj.2.weight": ((7168, 4608), "BF16"),
+    "mm_projector.proj.2.bias": ((7168,), "BF16"),
+    **{
+        f"vision_tower.encoder.blocks.{i}.{name}": entry
+        for i in range(27)
+        for name, entry in {
+            "norm0.weight": ((1152,), "BF16"),
+            "norm0.bias": ((1152,), "BF16"),
+            "wqkv.weight": ((3456, 1152), "BF16"),
+            "wqkv.bias": ((3456,), "BF16"),
+            "wo.weight": ((1152, 1152), "BF16"),
+            "wo.bias": ((1152,), "BF16"),
+            "norm1.weight": ((1152,), "BF16"),
+            "norm1.bias": ((1152,), "BF16"),
+            "mlp.fc0.weight": ((4304, 1152), "BF16"),
+            "mlp.fc0.bias": ((4304,), "BF16"),
+            "mlp.fc1.weight": ((1152, 4304), "BF16"),
+            "mlp.fc1.bias": ((1152,), "BF16"),
+        }.items()
+    },
+}
+
+
+def packed_int4(shape: tuple[int, int]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """compressed-tensors pack-quantized, 4 bits, groups of 32: a Linear [out, in] as its three tensors."""
+    out_features, in_features = shape
+    return {
+        "weight_packed": ((out_features, -(-in_features // 8)), "I32"),
+        "weight_scale": ((out_features, -(-in_features // 32)), "BF16"),
+        "weight_shape": ((2,), "I32"),
+    }
+
+
+def kimi_k25_listing() -> Listing:
+    """Kimi K2.5's tensors, derived from the real Kimi-K2-Instruct listing (the same language model):
+    under `language_model.`, without FP8 scales or rotary buffers, routed experts packed in INT4 and
+    every other weight in BF16, plus the vision tower and projector."""
+    listing: Listing = {}
+    for name, (shape, dtype) in real_kimi_k2_tensors().items():
+        if name.endswith((".weight_scale_inv", ".inv_freq")):
+            continue
+        if ".mlp.experts." in name:
+            base = name.removesuffix(".weight")
+            for suffix, entry in packed_int4(shape).items():
+                listing[f"language_model.{base}.{suffix}"] = entry
+        else:
+            listing[f"language_model.{name}"] = (shape, "BF16" if dtype == "F8_E4M3" else dtype)
+    return {**listing, **K25_VISION}
+
+
+def kimi_k25_layout(folder: Path, listing: Listing | None = None) -> Path:
+    """A full-size, header-only Kimi K2.5 checkpoint: one shard per language-model layer, the vision
+    side in a last shard, an index and the real config.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shards: dict[str, Listing] = {}
+    for name, entry in sorted((listing if listing is not None else kimi_k25_listing()).items()):
+        parts = name.split(".")
+        shard = int(parts[3]) + 1 if name.startswith("language_model.model.layers.") else 62
+        shards.setdefault(f"model-{shard:05d}-of-00062.safetensors", {})[name] = entry
+    total = sum(write_header_only(folder / file, tensors) for file, tensors in sorted(shards.items()))
+    write_index(folder, shards, total)
+    (folder / "config.json").write_bytes((KIMI_K2.parent / "kimi-k2.5" / "config.json").read_bytes())
+    return folder
+
+
+# --- a tiny real INT4 checkpoint, written with safetensors -----------------------------------------
+
+TINY_INT4_CONFIG = {
+    **{k: v for k, v in TINY_FP8_CONFIG.items() if k != "quantization_config"},
+    "model_type": "kimi_k2",
+    "num_nextn_predict_layers": 0,
+    "quantization_config": {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {
+                    "num_bits": 4,
+                    "group_size": 32,
+                    "strategy": "group",
+                    "symmetric": True,
+                    "type": "int",
+                },
+            }
+        },
+        "ignore": [
+            "lm_head",
+            "re:.*self_attn.*",
+            "re:.*shared_experts.*",
+            r"re:.*mlp\.(gate|up|gate_up|down)_proj.*",
+        ],
+    },
+}
+
+
+def pack_int4(weight, group_size: int = 32):
+    """compressed-tensors' symmetric INT4 pack-quantization of a float weight [out, in]: one scale per
+    group of 32 inputs (absmax / 7), values rounded to [-8, 7], offset by 8 to [0, 15] and packed eight
+    to an int32 along the input dimension, value 8j + i in bits 4i..4i+3 of int32 j."""
+    import torch
+
+    out_features, in_features = weight.shape
+    groups = -(-in_features // group_size)
+    padded = torch.nn.functional.pad(weight, (0, groups * group_size - in_features))
+    scale = padded.view(out_features, groups, group_size).abs().amax(dim=2).clamp(min=1e-8) / 7
+    quantized = (padded.view(out_features, groups, group_size) / scale[..., None]).round().clamp(-8, 7)
+    unsigned = (quantized.view(out_features, -1)[:, :in_features] + 8).to(torch.int64)
+    unsigned = torch.nn.functional.pad(unsigned, (0, -in_features % 8))
+    packed = torch.zeros(out_features, unsigned.shape[1] // 8, dtype=torch.int64)
+    for i in range(8):
+        packed |= unsigned[:, i::8] << (4 * i)
+    packed = torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)  # the bits, as int32
+    return packed, scale.to(torch.bfloat16), torch.tensor([out_features, in_features], dtype=torch.int32)
+
+
+def unpack_int4(packed, in_features: int):
+    """The inverse of pack_int4's packing: the signed 4-bit values [out, in]."""
+    import torch
+
+    bits = packed.to(torch.int64) & 0xFFFFFFFF
+    columns = [((bits >> (4 * i)) & 0xF) - 8 for i in range(8)]
+    return torch.stack(columns, dim=2).reshape(packed.shape[0], -1)[:, :in_features]
+
+
+def store_int4_experts(name: str, weight) -> dict:
+    """K2.5's checkpoint: routed experts packed in INT4, every other Linear in BF16."""
+    import torch
+
+    if ".mlp.experts." not in name:
+        return {f"{name}.weight": weight.to(torch.bfloat16)}
+    packed, scale, shape = pack_int4(weight)
+    return {f"{name}.weight_packed": packed, f"{name}.weight_scale": scale, f"{name}.weight_shape": shape}
+
+
+def write_tiny_int4_checkpoint(folder: Path) -> Path:
+    """A tiny Kimi-K2-style checkpoint with its routed experts packed in INT4 for real, the rest BF16."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = tiny_tensors(TINY_INT4_CONFIG, store_int4_experts)
+    save_file({n: t.contiguous() for n, t in tensors.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(TINY_INT4_CONFIG))
     return folder
