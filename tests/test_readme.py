@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
-from pathlib import Path
 
 import pytest
 
@@ -22,16 +20,18 @@ def test_readme_has_examples():
     assert len(EXAMPLES) >= 2
 
 
-#: The header-only Kimi K2 checkpoint the verify example reads (benchmarks/make_kimi_k2_headers.py).
-KIMI_K2_HEADERS = Path("/tmp/kimi-k2-headers")
+#: Where README's verify example finds the header-only Kimi K2 checkpoint that
+#: benchmarks/make_kimi_k2_headers.py writes; the test writes it under tmp_path and reads it there.
+KIMI_K2_HEADERS = "/tmp/kimi-k2-headers"
 
 
 @pytest.mark.parametrize("command, shown", EXAMPLES, ids=[c for c, _ in EXAMPLES])
-def test_readme_example_prints_what_it_shows(command, shown, monkeypatch):
+def test_readme_example_prints_what_it_shows(command, shown, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)  # examples use paths relative to the repository
-    if str(KIMI_K2_HEADERS) in command:
-        shutil.rmtree(KIMI_K2_HEADERS, ignore_errors=True)
-        kimi_k2_layout(KIMI_K2_HEADERS, config=KIMI_K2 / "config.json")
+    if KIMI_K2_HEADERS in command:
+        folder = kimi_k2_layout(tmp_path / "kimi-k2-headers", config=KIMI_K2 / "config.json")
+        command = command.replace(KIMI_K2_HEADERS, str(folder))
+        shown = shown.replace(KIMI_K2_HEADERS, str(folder))
     # README examples are rendered off a terminal, as a pipe would be (no COLUMNS)
     result = invoke(*shlex.split(command), env={"COLUMNS": None})
     assert result.exit_code == 0, result.output
