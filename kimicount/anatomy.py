@@ -405,7 +405,7 @@ def lightning_indexer(spec: ModelSpec, layers: Sequence[int]) -> Node:
         [
             _layer_tensor(spec, prefix + "wq_b.weight", (n * d, spec.q_lora_rank), Role.LINEAR, layers),
             _layer_tensor(spec, prefix + "wk.weight", (d, hidden), Role.LINEAR, layers),
-            # kept in BF16 in DeepSeek-V3.2's FP8 release (its quantization_config's modules_to_not_convert)
+            # "weights_proj in the checkpoint is stored in bf16" (DeepSeek-V3.2's inference/model.py)
             _layer_tensor(spec, prefix + "weights_proj.weight", (n, hidden), Role.UNQUANTIZED, layers),
             _layer_tensor(spec, prefix + "k_norm.weight", (d,), Role.NORM, layers),
             _layer_tensor(spec, prefix + "k_norm.bias", (d,), Role.NORM, layers),

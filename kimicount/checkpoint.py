@@ -40,8 +40,9 @@ class Checkpoint:
     source: str
     files: tuple[FileHeader, ...]
     index: Index | None = None
-    #: What reading cost: header bytes read (or downloaded) and HTTP requests made.
-    bytes_read: int = 0
+    #: What reading cost: header bytes read or downloaded (None when the Hub served them already
+    #: parsed) and HTTP requests made.
+    bytes_read: int | None = 0
     requests: int = 0
     #: Tensor names found in more than one file (each is reported as a mismatch).
     duplicates: tuple[str, ...] = field(default=())
@@ -61,18 +62,27 @@ def parse_index(text: str | bytes, where: str) -> Index:
         raw: Any = json.loads(text)
     except json.JSONDecodeError as error:
         raise CheckpointError(f"{where}: not valid JSON: {error.msg} at line {error.lineno}") from error
+    except (RecursionError, UnicodeDecodeError):
+        raise CheckpointError(f"{where}: not valid JSON") from None
     weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
     # JSON object keys are always strings; the values (file names) must be too (checked in C: 139,644
     # entries for Kimi K2).
     if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
         raise CheckpointError(f"{where}: expected an object with a 'weight_map' of tensor name -> file name")
-    total = (raw.get("metadata") or {}).get("total_size")
+    if not weight_map:
+        raise CheckpointError(f"{where}: the weight_map names no tensors, so no shards")
+    metadata = raw.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise CheckpointError(f"{where}: metadata {json.dumps(metadata)} is not an object")
+    total = metadata.get("total_size")
     if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
         raise CheckpointError(f"{where}: metadata.total_size {json.dumps(total)} is not a byte count")
     return Index(weight_map=weight_map, total_size=total)
 
 
-def assemble(source: str, headers: list[FileHeader], index: Index | None, bytes_read: int, requests: int = 0):
+def assemble(
+    source: str, headers: list[FileHeader], index: Index | None, bytes_read: int | None, requests: int = 0
+) -> Checkpoint:
     """A Checkpoint from headers read in any order (sorted by file name for stable reports)."""
     headers = sorted(headers, key=lambda h: h.file)
     seen: set[str] = set()

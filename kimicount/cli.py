@@ -1,7 +1,7 @@
 """The command line: parse options, call the library, render with rich or print --json. Nothing else.
 
-Exit codes: 0 ok, 1 verification found a mismatch, 2 bad input or unreachable source (one line on
-stderr; KIMICOUNT_DEBUG=1 shows the traceback instead).
+Exit codes: 0 ok, 1 verification found a mismatch, 2 bad input or unreachable source, 3 an internal
+error (a bug); every error is one line on stderr (KIMICOUNT_DEBUG=1 shows the traceback instead).
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from kimicount.render import Detail
 
 
 class OneLineErrors(TyperGroup):
-    """typer prints usage errors (a bad option value, an unknown command) as a boxed panel; kimicount
-    prints every error the same way: one line on stderr, exit code 2."""
+    """Every error ends the same way: one line on stderr. typer prints usage errors (a bad option
+    value, an unknown command) as a boxed panel, and an unexpected exception as a traceback; kimicount
+    prints the first as `kimicount: error: …` with exit code 2 and the second as `kimicount: internal
+    error: …` with exit code 3 (KIMICOUNT_DEBUG=1 shows the traceback)."""
 
     def main(
         self, args: Sequence[str] | None = None, *rest: Any, standalone_mode: bool = True, **kwargs: Any
@@ -43,9 +45,19 @@ class OneLineErrors(TyperGroup):
                 command = " ".join(["kimicount", *[w for w in words if w in self.commands][:1]])
                 typer.echo(f"kimicount: error: {error.format_message()} (see {command} --help)", err=True)
             sys.exit(2)
-        except typer.Abort:
-            typer.echo("kimicount: aborted", err=True)
-            sys.exit(1)
+        except (typer.Abort, KeyboardInterrupt):
+            typer.echo("kimicount: interrupted", err=True)
+            sys.exit(130)
+        except Exception as error:  # a bug: say so in one line, not a traceback
+            if os.environ.get("KIMICOUNT_DEBUG"):
+                raise
+            message = " ".join(str(error).split()) or "no message"
+            typer.echo(
+                f"kimicount: internal error: {type(error).__name__}: {message} "
+                "(please report it; KIMICOUNT_DEBUG=1 shows the traceback)",
+                err=True,
+            )
+            sys.exit(3)
         sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -156,6 +168,10 @@ def params(
 
     with user_errors():
         anatomy = build_anatomy(load_spec(config, repo, revision))
+        if by is Breakdown.memory:
+            from kimicount.storage import require_modelled
+
+            require_modelled(anatomy.spec)
     if as_json:
         from kimicount.reports import params_json
 

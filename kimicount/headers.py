@@ -107,6 +107,8 @@ def parse_header(raw: bytes, file: str, file_size: int, where: str | None = None
         parsed = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"{where}: header is not valid JSON ({error})") from error
+    except RecursionError:
+        raise CheckpointError(f"{where}: header is not valid JSON (nested too deeply)") from None
     return header_from_json(parsed, file, where, file_size=file_size, header_size=len(raw))
 
 
@@ -118,7 +120,7 @@ def header_from_json(
     if not isinstance(parsed, dict):
         raise CheckpointError(f"{where}: header is a JSON {type(parsed).__name__}, expected an object")
     parsed = dict(parsed)
-    metadata = parsed.pop("__metadata__", None) or {}
+    metadata = parsed.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise CheckpointError(f"{where}: __metadata__ must map strings to strings")
     tensors = [_tensor_info(name, entry, file, where) for name, entry in parsed.items()]
@@ -149,11 +151,17 @@ def _tensor_info(name: str, entry: Any, file: str, where_file: str) -> TensorInf
     if elements * bits != (end - begin) * 8:
         raise CheckpointError(
             f"{where_file}: tensor '{name}': data_offsets [{begin}, {end}] hold {end - begin:,} bytes, "
-            f"but {dtype} {shape} needs {elements * bits / 8:,g}"
+            f"but {dtype} {shape} needs {_bytes_needed(elements * bits)}"
         )
     return _new_tensor_info(
         TensorInfo, (name, dtype, tuple(shape), (begin, end), file, elements, end - begin)
     )
+
+
+def _bytes_needed(bits: int) -> str:
+    """'14,336', or '4,096 and 4 bits' for a size that is not whole bytes (exact for any size)."""
+    whole, rest = divmod(bits, 8)
+    return f"{whole:,}" + (f" and {rest} bits" if rest else "")
 
 
 def _invalid(name: str, entry: Any, where_file: str) -> CheckpointError:

@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - depends on the huggingface_hub build
 @contextmanager
 def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]:
     """Turn huggingface_hub's exceptions into one-line SourceErrors naming what was asked for."""
-    where = f"{repo}@{revision or constants.DEFAULT_REVISION}"
+    where = _where(repo, revision)
     try:
         yield
     except GatedRepoError as error:
@@ -83,7 +83,7 @@ def _first_line(error: BaseException) -> str:
 
 def spec_from_hub_config(path: Path, repo: str, revision: str | None) -> ModelSpec:
     """The spec of a config.json fetched from the Hub; errors name the repo and revision."""
-    where = f"{repo}@{revision or constants.DEFAULT_REVISION} config.json"
+    where = f"{_where(repo, revision)} config.json"
     return spec_from_config(load_config_file(path), name=repo, where=where)
 
 
@@ -107,18 +107,20 @@ def fetch_checkpoint(
     """config.json and every safetensors header of repo@revision, never the tensor data.
 
     The config is fetched first, through the Hub cache; its snapshot folder names the commit the
-    revision resolves to, and everything else is read at that commit so that config and headers agree.
-    On `main` the Hub's bulk endpoint returns every shard header in one request; elsewhere (another
-    revision, or an endpoint without it) each shard costs one ranged GET sized from the index (a second
-    one only if the header is longer than estimated), in parallel.
+    revision resolves to. On `main` the Hub's bulk endpoint returns every shard header in one request
+    (it reads `main` as it is at that moment: a commit pushed in between would not match the config;
+    name the commit with --revision to pin both). Elsewhere (another revision, or an endpoint without
+    the bulk route) everything is read at the config's commit: the index, then one ranged GET per shard
+    sized from it (a second only if the header is longer than estimated), in parallel.
     """
     config = download_config(repo, revision)
     commit = config.parent.name  # the cache keeps files under snapshots/<commit>/
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
         commit = revision or constants.DEFAULT_REVISION
-    source = f"{repo}@{revision or constants.DEFAULT_REVISION}"
+    source = _where(repo, revision)
     if revision in (None, constants.DEFAULT_REVISION):
-        bulk = _bulk_headers(repo, source)
+        with hub_errors(repo, revision, "the safetensors headers"):
+            bulk = _bulk_headers(repo, source)
         if bulk is not None:
             return config, bulk
     index = _download_index(repo, commit)
@@ -157,7 +159,7 @@ def _bulk_headers(repo: str, source: str) -> Checkpoint | None:
         headers.append(header_from_json(parsed, file, f"{source}/{file}", file_size=None, header_size=None))
     total = (metadata.metadata or {}).get("total_size")
     index = Index(weight_map=None, total_size=total if isinstance(total, int) else None)
-    return assemble(source, headers, index, bytes_read=0, requests=1)
+    return assemble(source, headers, index, bytes_read=None, requests=1)
 
 
 def _download_index(repo: str, commit: str) -> Index | None:
@@ -167,7 +169,7 @@ def _download_index(repo: str, commit: str) -> Index | None:
             path = Path(hf_hub_download(repo, INDEX_FILE, revision=commit))
         except RemoteEntryNotFoundError:
             return None
-    return parse_index(path.read_text(encoding="utf-8"), f"{repo}@{commit[:12]}/{INDEX_FILE}")
+    return parse_index(path.read_bytes(), f"{_where(repo, commit)}/{INDEX_FILE}")
 
 
 def _window(index: Index | None, file: str) -> int:
@@ -184,7 +186,7 @@ def _window(index: Index | None, file: str) -> int:
 def _read_remote_header(repo: str, commit: str, file: str, window: int) -> tuple[FileHeader, int, int]:
     """One file's header by ranged GETs; returns it, the bytes received and the requests made."""
     url = hf_hub_url(repo, file, revision=commit)
-    where = f"{repo}@{commit[:12]}/{file}"
+    where = f"{_where(repo, commit)}/{file}"
     with hub_errors(repo, commit, file):
         data, size = _get_range(url, 0, window)
         requests = 1
@@ -197,7 +199,7 @@ def _read_remote_header(repo: str, commit: str, file: str, window: int) -> tuple
 
 def _get_range(url: str, start: int, length: int) -> tuple[bytes, int]:
     """Up to `length` bytes from `start`, and the file's total size. Streams, so that a server that
-    ignores Range (answering 200 with the whole file) costs no more than the bytes asked for."""
+    ignores Range (answering 200 with the whole file) costs no more than the bytes up to those asked for."""
     headers = {**build_hf_headers(), "Range": f"bytes={start}-{start + length - 1}"}
     with get_session().stream(
         "GET", url, headers=headers, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT
@@ -205,11 +207,21 @@ def _get_range(url: str, start: int, length: int) -> tuple[bytes, int]:
         if response.status_code >= 400:
             response.read()  # so that the error can quote the body
             hf_raise_for_status(response)
-        total = response.headers.get("Content-Range", "").rpartition("/")[2]
-        size = int(total) if total.isdigit() else int(response.headers.get("Content-Length", 0))
+        if response.status_code == 206:  # bytes start..: the total follows the slash, "bytes a-b/total"
+            skip, total = 0, response.headers.get("Content-Range", "").rpartition("/")[2]
+        else:  # 200: the whole file, from byte 0
+            skip, total = start, response.headers.get("Content-Length", "")
+        if not total.isdigit():
+            raise SourceError(f"{url}: the server did not say how long the file is (no total size)")
         data = bytearray()
         for chunk in response.iter_bytes():
             data += chunk
-            if len(data) >= length:
+            if len(data) >= skip + length:
                 break
-    return bytes(data[:length]), size
+    return bytes(data[skip : skip + length]), int(total)
+
+
+def _where(repo: str, revision: str | None) -> str:
+    """repo@revision, a commit shortened to 12 characters."""
+    revision = revision or constants.DEFAULT_REVISION
+    return f"{repo}@{revision[:12] if re.fullmatch(r'[0-9a-f]{40}', revision) else revision}"

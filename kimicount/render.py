@@ -170,15 +170,16 @@ def render_params(
         show(
             console,
             f"Vision: {tower.params:,} in the tower + {projector.params:,} in the projector = "
-            f"{anatomy.vision.params:,} parameters ({human(anatomy.vision.params)}), "
-            f"{human_bytes(memory[id(anatomy.vision)].stored)} in {model_dtype(spec)}",
+            f"{anatomy.vision.params:,} parameters ({human(anatomy.vision.params)})"
+            + (
+                f", {human_bytes(memory[id(anatomy.vision)].stored)} in {model_dtype(spec)}" if memory else ""
+            ),
         )
 
 
-def _totals(console: Console, anatomy: Anatomy, memory: dict[int, Memory]) -> None:
+def _totals(console: Console, anatomy: Anatomy, memory: dict[int, Memory] | None) -> None:
     spec = anatomy.spec
     share = 100 * anatomy.activated / anatomy.total
-    stored = memory[id(anatomy.model)]
     totals = Table.grid(padding=(0, 2))
     totals.add_column()
     totals.add_column(justify="right")
@@ -190,12 +191,16 @@ def _totals(console: Console, anatomy: Anatomy, memory: dict[int, Memory]) -> No
         f"{human(anatomy.activated)} per token ({share:.2f} %): "
         f"{spec.num_experts_per_tok} of {spec.n_routed_experts} routed experts per MoE layer",
     )
-    totals.add_row(
-        "[bold]Weights[/]",
-        f"[bold]{stored.stored:,}[/]",
-        f"bytes as stored ({human_bytes(stored.stored)}): {quantization_summary(spec)}; "
-        f"{human_bytes(stored.bf16)} in BF16",
-    )
+    if memory:
+        stored = memory[id(anatomy.model)]
+        totals.add_row(
+            "[bold]Weights[/]",
+            f"[bold]{stored.stored:,}[/]",
+            f"bytes as stored ({human_bytes(stored.stored)}): {quantization_summary(spec)}; "
+            f"{human_bytes(stored.bf16)} in BF16",
+        )
+    else:
+        totals.add_row("[bold]Weights[/]", "not sized", f"{quantization_summary(spec)}")
     show(console, totals)
 
 
@@ -203,6 +208,7 @@ def render_memory(console: Console, anatomy: Anatomy, *, max_depth: int | None =
     """Weight memory per component: bytes as the checkpoint stores them against BF16."""
     spec = anatomy.spec
     memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
+    assert memory is not None, "the CLI refuses --by memory for a quantization it does not model"
     show(console, f"[bold]{spec.name}[/] ({spec.model_type}): weight memory per component")
     show(
         console,
@@ -263,8 +269,17 @@ def render_verify(console: Console, report: VerifyReport, *, max_depth: int = 3)
     show(
         console,
         f"[bold]{report.source}[/] against [bold]{report.model}[/]: {report.files} files, "
-        f"{report.tensors:,} tensors, {report.bytes_read:,} header bytes read"
-        + (f" in {report.requests} requests" if report.requests else ""),
+        f"{report.tensors:,} tensors, "
+        + (
+            "headers from the Hub's bulk endpoint in one request"
+            if report.bytes_read is None
+            else f"{report.bytes_read:,} header bytes read"
+            + (
+                f" in {report.requests} request{'' if report.requests == 1 else 's'}"
+                if report.requests
+                else ""
+            )
+        ),
     )
     show(console)
     show(console, _summary_table(report))

@@ -28,7 +28,7 @@ def tensor_json(tensor: TensorRef) -> dict[str, Any]:
     }
 
 
-def node_json(node: Node, memory: dict[int, Memory]) -> dict[str, Any]:
+def node_json(node: Node, memory: dict[int, Memory] | None) -> dict[str, Any]:
     return {
         "name": node.name,
         "params_per_instance": node.params_per_instance,
@@ -37,8 +37,8 @@ def node_json(node: Node, memory: dict[int, Memory]) -> dict[str, Any]:
         "activated": node.activated,
         "calculation": node.calculation,
         "formula": node.formula,
-        "stored_bytes": memory[id(node)].stored,
-        "bf16_bytes": memory[id(node)].bf16,
+        "stored_bytes": memory[id(node)].stored if memory else None,
+        "bf16_bytes": memory[id(node)].bf16 if memory else None,
         "tensors": [tensor_json(t) for t in node.tensors],
         "children": [node_json(c, memory) for c in node.children],
     }
@@ -69,8 +69,8 @@ def params_json(anatomy: Anatomy) -> dict[str, Any]:
         "total": anatomy.total,
         "activated": anatomy.activated,
         "memory": {
-            "stored_bytes": memory[id(anatomy.model)].stored,
-            "bf16_bytes": memory[id(anatomy.model)].bf16,
+            "stored_bytes": memory[id(anatomy.model)].stored if memory else None,
+            "bf16_bytes": memory[id(anatomy.model)].bf16 if memory else None,
             "storage": quantization_summary(spec),
         },
         "tree": node_json(anatomy.model, memory),

@@ -18,8 +18,7 @@ def load_spec(config: Path | None = None, repo: str | None = None, revision: str
     """
     if config is not None and repo is not None:
         raise UsageError("name the model once: --config or --repo, not both")
-    if revision is not None and repo is None:
-        raise UsageError("--revision needs --repo")
+    _revision_needs_repo(revision, repo)
     if repo is not None:
         from kimicount import hub
 
@@ -41,8 +40,7 @@ def load_checkpoint(
     revision). `on_file` is called as each file's header is read."""
     if (path is None) == (repo is None):
         raise UsageError("name one checkpoint: --path DIR or --repo ORG/NAME")
-    if revision is not None and repo is None:
-        raise UsageError("--revision needs --repo")
+    _revision_needs_repo(revision, repo)
     if repo is not None:
         from kimicount import hub
 
@@ -56,3 +54,8 @@ def load_checkpoint(
         if not config.is_file():
             raise UsageError(f"{path}: no config.json here; give --config")
     return spec_from_path(config), checkpoint
+
+
+def _revision_needs_repo(revision: str | None, repo: str | None) -> None:
+    if revision is not None and repo is None:
+        raise UsageError("--revision needs --repo")

@@ -55,6 +55,9 @@ _REQUIRED = (
     "moe_intermediate_size",
     "n_routed_experts",
     "num_experts_per_tok",
+    # transformers' DeepseekV3Config defaults these to 1 and 3; a missing key must not count as 0
+    "n_shared_experts",
+    "first_k_dense_replace",
     "max_position_embeddings",
 )
 
@@ -65,6 +68,18 @@ class Fp8Quantization:
 
     fmt: str
     block: tuple[int, int]
+
+
+#: FP8 formats of DeepSeek's quantization_config `fmt`.
+FP8_FORMATS = ("e4m3", "e5m2")
+
+
+@dataclass(frozen=True)
+class OtherQuantization:
+    """A quantization kimicount does not model (GPTQ, AWQ, ...): parameters and caches are still
+    counted; weight bytes and checkpoint verification are not."""
+
+    method: str
 
 
 @dataclass(frozen=True)
@@ -159,7 +174,7 @@ class ModelSpec:
     num_nextn_predict_layers: int
     max_position_embeddings: int
     torch_dtype: str
-    quantization: Fp8Quantization | PackedQuantization | None = None
+    quantization: Fp8Quantization | PackedQuantization | OtherQuantization | None = None
     indexer: Indexer | None = None
     #: Prepended to every checkpoint tensor name (multimodal checkpoints nest the language model).
     weight_prefix: str = ""
@@ -291,7 +306,7 @@ def _language_spec(read: _Reader, name: str) -> ModelSpec:
 
     num_hidden_layers = read.integer("num_hidden_layers")
     n_routed_experts = read.integer("n_routed_experts")
-    first_k_dense_replace = read.integer("first_k_dense_replace", minimum=0, default=0)
+    first_k_dense_replace = read.integer("first_k_dense_replace", minimum=0)
     if first_k_dense_replace > num_hidden_layers:
         raise read.fail(
             "first_k_dense_replace",
@@ -331,7 +346,7 @@ def _language_spec(read: _Reader, name: str) -> ModelSpec:
         v_head_dim=read.integer("v_head_dim"),
         moe_intermediate_size=read.integer("moe_intermediate_size"),
         n_routed_experts=n_routed_experts,
-        n_shared_experts=read.integer("n_shared_experts", minimum=0, default=0),
+        n_shared_experts=read.integer("n_shared_experts", minimum=0),
         num_experts_per_tok=num_experts_per_tok,
         first_k_dense_replace=first_k_dense_replace,
         moe_layer_freq=read.integer("moe_layer_freq", default=1),
@@ -339,14 +354,13 @@ def _language_spec(read: _Reader, name: str) -> ModelSpec:
         tie_word_embeddings=read.boolean("tie_word_embeddings", False),
         num_nextn_predict_layers=read.integer("num_nextn_predict_layers", minimum=0, default=0),
         max_position_embeddings=read.integer("max_position_embeddings"),
-        # transformers >= 4.56 writes "dtype"; older releases and the Hub originals "torch_dtype".
-        torch_dtype=read.string("torch_dtype", config.get("dtype", "bfloat16")),
+        torch_dtype=_torch_dtype(read),
         quantization=_quantization(read),
         indexer=_indexer(read, model_type),
     )
 
 
-def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | None:
+def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | OtherQuantization | None:
     raw = read.config.get("quantization_config")
     if raw is None:
         return None
@@ -357,9 +371,8 @@ def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | None:
     if method == "compressed-tensors":
         return _packed_quantization(sub)
     if method != "fp8":
-        raise sub.fail(
-            "quant_method", f"unsupported quantization '{method}' (supported: fp8, compressed-tensors)"
-        )
+        # Counting parameters and sizing caches do not depend on it; sizing weights and verifying do.
+        return OtherQuantization(method)
     block = raw.get("weight_block_size")
     if (
         not isinstance(block, list)
@@ -367,7 +380,10 @@ def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | None:
         or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
     ):
         raise sub.fail("weight_block_size", f"expected two positive integers, found {json.dumps(block)}")
-    return Fp8Quantization(fmt=sub.string("fmt", "e4m3"), block=(block[0], block[1]))
+    fmt = sub.string("fmt", "e4m3")
+    if fmt not in FP8_FORMATS:
+        raise sub.fail("fmt", f"unknown FP8 format '{fmt}' (supported: {', '.join(FP8_FORMATS)})")
+    return Fp8Quantization(fmt=fmt, block=(block[0], block[1]))
 
 
 #: Integer widths compressed-tensors packs into int32.
@@ -445,10 +461,27 @@ def _is_positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+#: The weights' dtypes a config may declare (torch_dtype / dtype).
+MODEL_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def _torch_dtype(read: _Reader) -> str:
+    # transformers >= 4.56 writes "dtype"; older releases and the Hub originals "torch_dtype".
+    key = "torch_dtype" if "torch_dtype" in read.config else "dtype"
+    dtype = read.string(key, "bfloat16")
+    if dtype not in MODEL_DTYPES:
+        raise read.fail(key, f"unsupported dtype '{dtype}' (supported: {', '.join(MODEL_DTYPES)})")
+    return dtype
+
+
 def _indexer(read: _Reader, model_type: str) -> Indexer | None:
     # DeepSeek-V3.2 is the only family member with a lightning indexer; its config names the sizes.
     if model_type != "deepseek_v32" and "index_n_heads" not in read.config:
         return None
+    if read.config.get("q_lora_rank") is None:
+        raise read.fail(
+            "q_lora_rank", "null is not supported with a lightning indexer (its wq_b reads the query latent)"
+        )
     return Indexer(n_heads=read.integer("index_n_heads"), head_dim=read.integer("index_head_dim"))
 
 
@@ -466,13 +499,17 @@ def load_config_file(path: Path) -> Any:
         raise ConfigError(
             f"{path}: not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
         ) from error
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid JSON: nested too deeply") from None
 
 
 def spec_from_path(path: Path) -> ModelSpec:
     """The spec of a config.json file, or of the config.json inside a folder."""
     if path.is_dir():
         path = path / "config.json"
-    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    # A model is named after its folder (…/Kimi-K2-Instruct/config.json), or a config file after itself.
+    folder = path.resolve().parent.name
+    name = folder if path.name == "config.json" and folder else path.stem
     return spec_from_config(load_config_file(path), name=name, where=str(path))
 
 

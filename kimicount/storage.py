@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from kimicount.anatomy import Node, Role, TensorRef
-from kimicount.spec import Fp8Quantization, ModelSpec, PackedQuantization
+from kimicount.errors import ConfigError
+from kimicount.headers import DTYPE_BITS
+from kimicount.spec import Fp8Quantization, ModelSpec, OtherQuantization, PackedQuantization
 
-#: safetensors dtype -> bytes per element, for the dtypes these checkpoints store
-DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1, "F8_E5M2": 1, "I32": 4}
+#: safetensors dtype -> bytes per element (the whole-byte dtypes of the format)
+DTYPE_BYTES = {dtype: bits // 8 for dtype, bits in DTYPE_BITS.items() if bits % 8 == 0}
 _MODEL_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 _FP8_DTYPES = {"e4m3": "F8_E4M3", "e5m2": "F8_E5M2"}
 
@@ -175,8 +177,24 @@ def node_memory(spec: ModelSpec, node: Node) -> Memory:
     return memory
 
 
-def memory_map(spec: ModelSpec, *roots: Node | None) -> dict[int, Memory]:
-    """Every component's Memory, keyed by id(node), computed once bottom-up for reports to read."""
+def modelled(spec: ModelSpec) -> bool:
+    """Whether kimicount knows how this config's checkpoints store their tensors."""
+    return not isinstance(spec.quantization, OtherQuantization)
+
+
+def require_modelled(spec: ModelSpec) -> None:
+    if not modelled(spec):
+        raise ConfigError(
+            f"{spec.name}: quantization '{spec.quantization.method}' is not modelled, so how its checkpoints "
+            "store tensors is unknown (supported: fp8, compressed-tensors pack-quantized)"
+        )
+
+
+def memory_map(spec: ModelSpec, *roots: Node | None) -> dict[int, Memory] | None:
+    """Every component's Memory, keyed by id(node), computed once bottom-up for reports to read;
+    None when the config's quantization is not modelled."""
+    if not modelled(spec):
+        return None
     memory: dict[int, Memory] = {}
 
     def visit(node: Node) -> Memory:
@@ -212,4 +230,6 @@ def quantization_summary(spec: ModelSpec) -> str:
             f"the Linears the config targets in INT{quantization.num_bits} packed into I32, one {base} scale "
             f"per {group}; the rest in {base}"
         )
+    if isinstance(quantization, OtherQuantization):
+        return f"quantization '{quantization.method}', which kimicount does not model"
     return f"all in {base}"

@@ -29,6 +29,7 @@ from kimicount.storage import (
     packable,
     packed_layout,
     plain_dtypes,
+    require_modelled,
 )
 
 ROTARY_SUFFIX = ".rotary_emb.inv_freq"
@@ -65,7 +66,7 @@ class Tally:
 
 @dataclass(frozen=True)
 class Counts:
-    """Expected against verified (present with the expected shape): tensors and elements."""
+    """Expected against verified (present with the expected shape and dtype): tensors and elements."""
 
     expected_tensors: int
     expected_elements: int
@@ -128,7 +129,7 @@ class VerifyReport:
     components: tuple[ComponentCheck, ...]
     layers: tuple[LayerCheck, ...]
     mismatches: tuple[Mismatch, ...]
-    bytes_read: int
+    bytes_read: int | None
     requests: int
     files: int
     packed_linears: PackedLinears | None = None
@@ -227,6 +228,7 @@ class _Findings:
 def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
     """Check every tensor of the checkpoint against the anatomy; collect counts and mismatches."""
     spec = anatomy.spec
+    require_modelled(spec)
     components = _components(anatomy)
     groups = expected_groups(anatomy, components)
     found = checkpoint.tensors
@@ -240,7 +242,7 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
     mismatches = findings.mismatches + _check_index(checkpoint)
     tally = {module: Tally.of(findings.present[module]) + findings.packed[module] for module in MODULES}
     by_dtype: dict[str, list[TensorInfo]] = defaultdict(list)
-    for tensor in found.values():
+    for tensor in (t for file in checkpoint.files for t in file.tensors):  # duplicates too, as stored
         by_dtype[tensor.dtype].append(tensor)
     linears = findings.linears
     return VerifyReport(
@@ -295,7 +297,7 @@ def _check_stored(spec: ModelSpec, group: ExpectedGroup, found: dict[str, Tensor
         findings.mismatches += _check_scales(
             [t.name + FP8_SCALE_SUFFIX for t in present], group.fp8_scale, found
         )
-    return [t is not None and t.shape == group.shape for t in tensors]
+    return [t is not None and t.shape == group.shape and t.dtype in group.dtypes for t in tensors]
 
 
 def _check_scales(names: list[str], shape: tuple[int, int], found: dict[str, TensorInfo]) -> list[Mismatch]:

@@ -185,7 +185,6 @@ def test_int4_packing_round_trips():
             "'num_bits': 3 cannot be packed",
         ),
         (lambda q: q.update(ignore="lm_head"), "key 'ignore': expected a list of strings"),
-        (lambda q: q.update(quant_method="gptq"), "unsupported quantization 'gptq'"),
     ],
 )
 def test_bad_quantization_config(write_config, change, needle):
@@ -194,6 +193,18 @@ def test_bad_quantization_config(write_config, change, needle):
     path = write_config(config)
     result = invoke("params", "--config", str(path))
     assert result.exit_code == 2 and needle in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_quantization_kimicount_does_not_model(write_config, kimi_config):
+    # Parameters and caches do not depend on it; weight bytes and verification do.
+    path = write_config({**kimi_config, "quantization_config": {"quant_method": "gptq", "bits": 4}})
+    result = invoke("params", "--config", str(path))
+    assert result.exit_code == 0 and "Weights            not sized  quantization 'gptq'" in result.stdout
+    assert (
+        json.loads(invoke("params", "--config", str(path), "--json").stdout)["memory"]["stored_bytes"] is None
+    )
+    memory = invoke("params", "--config", str(path), "--by", "memory")
+    assert memory.exit_code == 2 and "quantization 'gptq' is not modelled" in memory.stderr
 
 
 def test_text_config_missing_keys(write_config):

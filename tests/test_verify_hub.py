@@ -52,6 +52,10 @@ def _check_kimi_k2(report: dict) -> None:
     assert report["index"]["total_size"] == 1_029_173_256_720
 
 
+@pytest.mark.skipif(
+    not hasattr(__import__("huggingface_hub").HfApi, "get_sharded_safetensors_metadata"),
+    reason="this huggingface_hub has no bulk header call; main is read shard by shard",
+)
 def test_main_reads_every_header_in_one_request(hub):
     fake, env = hub
     code, report, _ = verify_repo(env)
