@@ -178,9 +178,12 @@ def tiny_tensors(config: dict, store_linear=store_fp8) -> dict:
     def block(p, moe):
         bf16(f"{p}.input_layernorm.weight", hidden)
         bf16(f"{p}.post_attention_layernorm.weight", hidden)
-        linear(f"{p}.self_attn.q_a_proj", c["q_lora_rank"], hidden)
-        bf16(f"{p}.self_attn.q_a_layernorm.weight", c["q_lora_rank"])
-        linear(f"{p}.self_attn.q_b_proj", heads * qk, c["q_lora_rank"])
+        if c["q_lora_rank"] is None:  # DeepSeek-V2-Lite: one plain query projection
+            linear(f"{p}.self_attn.q_proj", heads * qk, hidden)
+        else:
+            linear(f"{p}.self_attn.q_a_proj", c["q_lora_rank"], hidden)
+            bf16(f"{p}.self_attn.q_a_layernorm.weight", c["q_lora_rank"])
+            linear(f"{p}.self_attn.q_b_proj", heads * qk, c["q_lora_rank"])
         linear(f"{p}.self_attn.kv_a_proj_with_mqa", c["kv_lora_rank"] + c["qk_rope_head_dim"], hidden)
         bf16(f"{p}.self_attn.kv_a_layernorm.weight", c["kv_lora_rank"])
         linear(
@@ -188,14 +191,23 @@ def tiny_tensors(config: dict, store_linear=store_fp8) -> dict:
         )
         linear(f"{p}.self_attn.o_proj", hidden, heads * c["v_head_dim"])
         tensors[f"{p}.self_attn.rotary_emb.inv_freq"] = torch.ones(c["qk_rope_head_dim"] // 2)
+        if "index_n_heads" in c:  # DeepSeek-V3.2's lightning indexer; weights_proj stays in BF16
+            n, d = c["index_n_heads"], c["index_head_dim"]
+            linear(f"{p}.self_attn.indexer.wq_b", n * d, c["q_lora_rank"])
+            linear(f"{p}.self_attn.indexer.wk", d, hidden)
+            bf16(f"{p}.self_attn.indexer.weights_proj.weight", n, hidden)
+            bf16(f"{p}.self_attn.indexer.k_norm.weight", d)
+            bf16(f"{p}.self_attn.indexer.k_norm.bias", d)
         mlps = [(f"{p}.mlp", c["intermediate_size"])]
         if moe:
             bf16(f"{p}.mlp.gate.weight", c["n_routed_experts"], hidden)
-            tensors[f"{p}.mlp.gate.e_score_correction_bias"] = torch.zeros(c["n_routed_experts"])
+            if c.get("topk_method", "noaux_tc") == "noaux_tc":
+                tensors[f"{p}.mlp.gate.e_score_correction_bias"] = torch.zeros(c["n_routed_experts"])
             mlps = [
                 (f"{p}.mlp.experts.{e}", c["moe_intermediate_size"]) for e in range(c["n_routed_experts"])
             ]
-            mlps.append((f"{p}.mlp.shared_experts", c["n_shared_experts"] * c["moe_intermediate_size"]))
+            if c["n_shared_experts"]:
+                mlps.append((f"{p}.mlp.shared_experts", c["n_shared_experts"] * c["moe_intermediate_size"]))
         for module, width in mlps:
             linear(f"{module}.gate_proj", width, hidden)
             linear(f"{module}.up_proj", width, hidden)
@@ -205,7 +217,8 @@ def tiny_tensors(config: dict, store_linear=store_fp8) -> dict:
     for layer in range(c["num_hidden_layers"]):
         block(f"model.layers.{layer}", moe=layer >= c["first_k_dense_replace"])
     bf16("model.norm.weight", hidden)
-    bf16("lm_head.weight", c["vocab_size"], hidden)
+    if not c.get("tie_word_embeddings"):
+        bf16("lm_head.weight", c["vocab_size"], hidden)
     if not c.get("num_nextn_predict_layers"):
         return tensors
     mtp = f"model.layers.{c['num_hidden_layers']}"
@@ -376,6 +389,24 @@ def unpack_int4(packed, in_features: int):
     return torch.stack(columns, dim=2).reshape(packed.shape[0], -1)[:, :in_features]
 
 
+def store_bf16(name: str, weight) -> dict:
+    """Unquantized checkpoints: every Linear weight in BF16."""
+    import torch
+
+    return {f"{name}.weight": weight.to(torch.bfloat16)}
+
+
+def write_checkpoint(folder: Path, config: dict, store_linear=store_fp8) -> Path:
+    """`tiny_tensors(config)` saved with safetensors as one model.safetensors, with its config.json."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = tiny_tensors(config, store_linear)
+    save_file({n: t.contiguous() for n, t in tensors.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
 def store_int4_experts(name: str, weight) -> dict:
     """K2.5's checkpoint: routed experts packed in INT4, every other Linear in BF16."""
     import torch
@@ -388,10 +419,4 @@ def store_int4_experts(name: str, weight) -> dict:
 
 def write_tiny_int4_checkpoint(folder: Path) -> Path:
     """A tiny Kimi-K2-style checkpoint with its routed experts packed in INT4 for real, the rest BF16."""
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    tensors = tiny_tensors(TINY_INT4_CONFIG, store_int4_experts)
-    save_file({n: t.contiguous() for n, t in tensors.items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(TINY_INT4_CONFIG))
-    return folder
+    return write_checkpoint(folder, TINY_INT4_CONFIG, store_int4_experts)

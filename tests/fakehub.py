@@ -41,6 +41,8 @@ class FakeHub:
     #: (method, path, Range header) of every request received.
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
     bulk_endpoint: bool = True
+    #: Answer ranged GETs with the whole file (200), as some servers and proxies do.
+    ignore_range: bool = False
     #: Response body bytes sent, for benchmarks.
     bytes_sent: int = 0
 
@@ -83,7 +85,7 @@ class FakeHub:
             return _error(404, "EntryNotFound", "Entry not found")
         if match.re is _BULK:
             return _bulk_headers(repo, content)
-        return _serve(request, content, repo.commit)
+        return _serve(request, content, repo.commit, self.ignore_range)
 
 
 def _bulk_headers(repo: FakeRepo, index_content: bytes | Path) -> Response:
@@ -102,7 +104,7 @@ def _error(status: int, code: str, message: str) -> Response:
     return Response(message, status=status, headers={"X-Error-Code": code, "X-Error-Message": message})
 
 
-def _serve(request: Request, content: bytes | Path, commit: str) -> Response:
+def _serve(request: Request, content: bytes | Path, commit: str, ignore_range: bool = False) -> Response:
     size = content.stat().st_size if isinstance(content, Path) else len(content)
     etag = hashlib.sha256(
         f"{commit}:{size}:{content if isinstance(content, Path) else ''}".encode()
@@ -114,7 +116,7 @@ def _serve(request: Request, content: bytes | Path, commit: str) -> Response:
         response.automatically_set_content_length = False
         return response
     start, end, status = 0, size - 1, 200
-    wanted = _RANGE.match(request.headers.get("Range", ""))
+    wanted = None if ignore_range else _RANGE.match(request.headers.get("Range", ""))
     if wanted:
         start = int(wanted[1])
         end = min(int(wanted[2]) if wanted[2] else size - 1, size - 1)

@@ -1,0 +1,156 @@
+"""verify on the rest of the family and on the edges: real tiny checkpoints written with safetensors
+(DeepSeek-V3.2's indexer, V2-Lite's plain query projection, tied embeddings, no shared experts), the
+scale and index mismatch kinds, and a Hub that is offline or ignores Range."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from .checkpoints import (
+    TINY_FP8_CONFIG,
+    store_bf16,
+    write_checkpoint,
+    write_header_only,
+    write_index,
+)
+from .fakehub import FakeHub
+from .helpers import invoke, run_kimicount
+
+V32 = {**TINY_FP8_CONFIG, "model_type": "deepseek_v32", "index_n_heads": 4, "index_head_dim": 64}
+V2_LITE = {
+    **{k: v for k, v in TINY_FP8_CONFIG.items() if k != "quantization_config"},
+    "model_type": "deepseek_v2",
+    "q_lora_rank": None,
+    "n_shared_experts": 2,
+    "topk_method": "greedy",
+    "num_nextn_predict_layers": 0,
+}
+TIED_NO_SHARED = {**TINY_FP8_CONFIG, "tie_word_embeddings": True, "n_shared_experts": 0}
+
+
+def verify(folder, *args: str) -> tuple[int, dict]:
+    result = invoke("verify", "--path", str(folder), *args, "--json")
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_deepseek_v32_indexer_checkpoint(tmp_path):
+    pytest.importorskip("torch")  # the checkpoint is written for real
+    # wq_b and wk in FP8 with scales, weights_proj in BF16 without one, k_norm weight and bias
+    code, report = verify(write_checkpoint(tmp_path / "v32", V32))
+    assert report["mismatches"] == [] and code == 0
+    indexer = 4 * 64 * 192 + 64 * 256 + 4 * 256 + 2 * 64  # wq_b, wk, weights_proj, k_norm
+    assert report["parameters"]["expected"] == 1_450_884 + 2 * indexer  # the tiny FP8 model + 2 layers
+    assert report["mtp"]["expected"] == report["mtp"]["found"]
+
+
+def test_unquantized_v2_lite_shape_checkpoint(tmp_path):
+    pytest.importorskip("torch")  # the checkpoint is written for real
+    code, report = verify(write_checkpoint(tmp_path / "lite", V2_LITE, store_bf16))
+    assert report["mismatches"] == [] and code == 0
+    assert report["fp8_scales"]["tensors"] == 0
+    assert "model.layers.0.self_attn.q_proj.weight" not in {m["tensor"] for m in report["mismatches"]}
+
+
+def test_tied_embeddings_and_no_shared_experts(tmp_path):
+    pytest.importorskip("torch")  # the checkpoint is written for real
+    code, report = verify(write_checkpoint(tmp_path / "tied", TIED_NO_SHARED))
+    assert report["mismatches"] == [] and code == 0
+    expert = 3 * 256 * 160
+    assert report["parameters"]["expected"] == 1_450_884 - 300 * 256 - expert  # no lm_head, no shared
+
+
+def _single(tmp_path, tensors, name="ckpt"):
+    folder = tmp_path / name
+    folder.mkdir()
+    write_header_only(folder / "model.safetensors", tensors)
+    (folder / "config.json").write_text(json.dumps(TINY_FP8_CONFIG))
+    return folder
+
+
+def test_scale_mismatch_kinds(tmp_path):
+    pytest.importorskip("torch")  # the checkpoint is written for real
+    folder = write_checkpoint(tmp_path / "real", TINY_FP8_CONFIG)
+    raw = (folder / "model.safetensors").read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    header.pop("__metadata__", None)
+    listing = {name: (tuple(e["shape"]), e["dtype"]) for name, e in header.items()}
+    scale = "model.layers.1.self_attn.o_proj.weight_scale_inv"
+    del listing[scale]  # missing
+    listing["model.layers.0.self_attn.q_b_proj.weight_scale_inv"] = ((2, 2), "BF16")  # wrong dtype
+    listing["model.norm.weight_scale_inv"] = ((1, 1), "F32")  # a scale for a weight that has none
+    code, report = verify(_single(tmp_path, listing))
+    assert code == 1
+    assert {(m["tensor"], m["kind"], m["found"]) for m in report["mismatches"]} == {
+        (scale, "scale", "absent"),
+        ("model.layers.0.self_attn.q_b_proj.weight_scale_inv", "scale", "[2, 2] BF16"),
+        ("model.norm.weight_scale_inv", "scale", "[1, 1] F32"),
+    }
+
+
+def test_a_tensor_in_two_files_is_a_duplicate(tmp_path):
+    folder = tmp_path / "dup"
+    folder.mkdir()
+    shards = {
+        "a.safetensors": {"model.norm.weight": ((256,), "BF16")},
+        "b.safetensors": {"model.norm.weight": ((256,), "BF16")},
+    }
+    for file, tensors in shards.items():
+        write_header_only(folder / file, tensors)
+    (folder / "config.json").write_text(json.dumps(TINY_FP8_CONFIG))
+    code, report = verify(folder)
+    assert code == 1
+    assert ("model.norm.weight", "duplicate") in {(m["tensor"], m["kind"]) for m in report["mismatches"]}
+    assert report["by_dtype"]["BF16"]["tensors"] == 2  # both stored copies are counted
+    assert report["index"]["header_data_bytes"] == 2 * 256 * 2
+
+
+def test_an_index_with_no_tensors_is_bad_input(tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    write_index(folder, {}, 0)
+    (folder / "config.json").write_text(json.dumps(TINY_FP8_CONFIG))
+    result = invoke("verify", "--path", str(folder))
+    assert result.exit_code == 2 and "the weight_map names no tensors" in result.stderr
+
+
+@pytest.fixture
+def tiny_repo(tmp_path):
+    pytest.importorskip("torch")  # the checkpoint is written for real
+    folder = write_checkpoint(tmp_path / "tiny", TINY_FP8_CONFIG)
+    return {
+        "config.json": (folder / "config.json").read_bytes(),
+        "model.safetensors": folder / "model.safetensors",
+    }
+
+
+def test_a_server_that_ignores_range(httpserver, tmp_path, tiny_repo):
+    fake = FakeHub(ignore_range=True)
+    fake.add_repo("org/tiny", tiny_repo)
+    env = {
+        "HF_ENDPOINT": fake.install(httpserver),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    result = run_kimicount("verify", "--repo", "org/tiny", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["parameters"]["found"] == 1_450_884
+
+
+def test_offline_after_the_config_was_cached(httpserver, tmp_path, tiny_repo):
+    fake = FakeHub()
+    fake.add_repo("org/tiny", tiny_repo)
+    env = {
+        "HF_ENDPOINT": fake.install(httpserver),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    assert (
+        run_kimicount("params", "--repo", "org/tiny", "--json", env=env).returncode == 0
+    )  # caches config.json
+    result = run_kimicount("verify", "--repo", "org/tiny", env={**env, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("kimicount: error: org/tiny@main") and result.stderr.count("\n") == 1
