@@ -13,7 +13,7 @@ import math
 import operator
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from kimicount.anatomy import Anatomy, Node, Role, TensorRef
@@ -313,48 +313,51 @@ def _check_scales(names: list[str], shape: tuple[int, int], found: dict[str, Ten
 
 def _check_packable(spec: ModelSpec, group: ExpectedGroup, found: dict[str, TensorInfo], findings: _Findings):
     """Linears of a pack-quantized checkpoint: each stored either as itself (`X.weight`) or as the packed
-    triple (`X.weight_packed`, `X.weight_scale`, `X.weight_shape`), never both, never half. Returns which
-    names are verified."""
-    layout = packed_layout(spec, group.shape)
-    verified = []
-    for name in group.names:
-        base = name.removesuffix(".weight")
-        companions = {suffix: f"{base}.{suffix}" for suffix in PACKED_SUFFIXES}
-        findings.claimed.update(companions.values())
-        plain = found.get(name)
-        packed = {suffix: found[n] for suffix, n in companions.items() if n in found}
-        if plain is not None and packed:
-            findings.mismatches.append(
-                Mismatch(
-                    base, "storage", "X.weight or the packed triple", "both: .weight and " + ", ".join(packed)
-                )
+    triple (`X.weight_packed`, `X.weight_scale`, `X.weight_shape`), never both, never half. The common
+    case, a complete triple and no `.weight`, is checked inline (K2.5 packs 69,120 Linears); the rest
+    goes to `_check_unusual`. Returns which names are verified."""
+    layout = tuple(packed_layout(spec, group.shape).values())
+    companions = [[f"{name[:-7]}.{suffix}" for suffix in PACKED_SUFFIXES] for name in group.names]
+    findings.claimed.update(n for triple in companions for n in triple)
+    verified, weights = [], []
+    for name, triple in zip(group.names, companions):
+        tensors = [found.get(n) for n in triple]
+        if None in tensors or name in found:
+            verified.append(
+                _check_unusual(spec, group, name, dict(zip(PACKED_SUFFIXES, tensors)), found, findings)
             )
-            verified.append(False)
-        elif packed:
-            verified.append(_check_packed(spec, group, name, packed, layout, findings))
-        elif plain is not None:
-            verified.append(_check_stored(spec, _single(group, name), found, findings)[0])
-            findings.linears["plain"] += 1
-            findings.linears["plain_against_config"] += config_packs(spec, name)
-        else:
-            verified.append(False)
-            findings.mismatches.append(
-                Mismatch(name, "missing", f"{list(group.shape)} as itself or packed", "absent")
-            )
+            continue
+        wrong = [t for t, (shape, dtype) in zip(tensors, layout) if t.shape != shape or t.dtype != dtype]
+        findings.mismatches += [
+            Mismatch(t.name, "packed", f"{list(shape)} {dtype}", _describe(t))
+            for t, (shape, dtype) in zip(tensors, layout)
+            if t in wrong
+        ]
+        verified.append(not wrong)
+        weights.append(tensors[0])
+        findings.int4_metadata += tensors[1:]
+    findings.packed[group.module] += Tally(
+        len(weights), len(weights) * group.elements, sum(map(_nbytes, weights))
+    )
+    findings.linears["packed"] += len(weights)
+    findings.linears["packed_against_config"] += sum(not config_packs(spec, t.name) for t in weights)
     return verified
 
 
-def _single(group: ExpectedGroup, name: str) -> ExpectedGroup:
-    return ExpectedGroup(
-        group.shape, group.role, group.module, group.parts, (name,), (None,), group.dtypes, None, False
-    )
-
-
-def _check_packed(spec, group, name, packed, layout, findings: _Findings) -> bool:
-    """A packed triple: all three tensors, of the shapes and dtypes the logical shape implies."""
+def _check_unusual(spec, group, name, packed, found, findings: _Findings) -> bool:
+    """A Linear stored as itself, both ways, half-packed, or not at all."""
     base = name.removesuffix(".weight")
-    if len(packed) < len(PACKED_SUFFIXES):
-        absent = [suffix for suffix in PACKED_SUFFIXES if suffix not in packed]
+    parts = {suffix: t for suffix, t in packed.items() if t is not None}
+    plain = found.get(name)
+    if plain is not None and parts:
+        findings.mismatches.append(
+            Mismatch(
+                base, "storage", "X.weight or the packed triple", "both: .weight and " + ", ".join(parts)
+            )
+        )
+        return False
+    if parts:  # some of the triple, not all
+        absent = [suffix for suffix in PACKED_SUFFIXES if suffix not in parts]
         findings.mismatches.append(
             Mismatch(
                 base,
@@ -363,22 +366,18 @@ def _check_packed(spec, group, name, packed, layout, findings: _Findings) -> boo
                 f"half-packed: no {', '.join(absent)}",
             )
         )
-        findings.int4_metadata += [t for suffix, t in packed.items() if suffix != "weight_packed"]
+        findings.int4_metadata += [t for suffix, t in parts.items() if suffix != "weight_packed"]
         return False
-    ok = True
-    for suffix, tensor in packed.items():
-        shape, dtype = layout[suffix]
-        if tensor.shape != shape or tensor.dtype != dtype:
-            findings.mismatches.append(
-                Mismatch(tensor.name, "packed", f"{list(shape)} {dtype}", _describe(tensor))
-            )
-            ok = False
-    weight = packed["weight_packed"]
-    findings.packed[group.module] += Tally(1, group.elements, weight.nbytes)
-    findings.int4_metadata += [packed["weight_scale"], packed["weight_shape"]]
-    findings.linears["packed"] += 1
-    findings.linears["packed_against_config"] += not config_packs(spec, name)
-    return ok
+    if plain is None:
+        findings.mismatches.append(
+            Mismatch(name, "missing", f"{list(group.shape)} as itself or packed", "absent")
+        )
+        return False
+    findings.linears["plain"] += 1
+    findings.linears["plain_against_config"] += config_packs(spec, name)
+    return _check_stored(
+        spec, replace(group, names=(name,), layers=(None,), fp8_scale=None), found, findings
+    )[0]
 
 
 def _classify_the_rest(groups: list[ExpectedGroup], found: dict[str, TensorInfo], findings: _Findings):
