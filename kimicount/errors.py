@@ -2,6 +2,7 @@
 
 Library code raises these; it never prints. Messages name the file, key or tensor at fault and say
 what was expected, because the message is all a user sees (``KIMICOUNT_DEBUG=1`` shows the traceback).
+Checks that several commands share live here too, so that they say the same thing the same way.
 """
 
 from __future__ import annotations
@@ -29,3 +30,17 @@ class UsageError(KimicountError):
 
 class MeasureError(KimicountError):
     """`measure` cannot run here (torch missing, CUDA asked for without a GPU)."""
+
+
+def require_positive(option: str, value: int) -> int:
+    """`value`, when it is a positive integer; otherwise a UsageError naming the option.
+
+    >>> require_positive("--tokens", 4096)
+    4096
+    >>> require_positive("--tokens", 0)
+    Traceback (most recent call last):
+    kimicount.errors.UsageError: --tokens 0: expected a positive integer
+    """
+    if value < 1:
+        raise UsageError(f"{option} {value}: expected a positive integer")
+    return value

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from fractions import Fraction
 
-from kimicount.errors import UsageError
+from kimicount.errors import UsageError, require_positive
 from kimicount.spec import ModelSpec
 
 
@@ -380,7 +380,7 @@ def kv_cache_report(
         ("--block-size", block_size),
         ("--tp", tp),
     ):
-        _require_positive(option, value)
+        require_positive(option, value)
     check_tp(spec, tp)
     dtype = default_dtype(spec) if dtype is None else dtype
     e = element_bytes(dtype)
@@ -418,11 +418,6 @@ def context_sweep(report: KvCacheReport, points: int = 5) -> list[tuple[int, tup
 
 
 # --- option values --------------------------------------------------------------------------------
-
-
-def _require_positive(option: str, value: int) -> None:
-    if value < 1:
-        raise UsageError(f"{option} {value}: expected a positive integer")
 
 
 def check_tp(spec: ModelSpec, tp: int) -> None:

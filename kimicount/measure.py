@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kimicount.errors import MeasureError, UsageError
+from kimicount.errors import MeasureError, UsageError, require_positive
 from kimicount.kvcache import FP8_SCALE_GROUP, Layout, bytes_per_token_per_layer, default_dtype, element_bytes
 from kimicount.spec import ModelSpec
 
@@ -232,11 +232,11 @@ def _device_name(torch: Any, where: Any) -> str:
 
 def _check_sizes(spec: ModelSpec, *, tokens: int, batch: int, layers: int, decode_steps: int) -> None:
     for option, value in (("--tokens", tokens), ("--batch", batch), ("--decode-steps", decode_steps)):
-        if value < 1:
-            raise UsageError(f"{option} must be a positive integer, got {value}")
+        require_positive(option, value)
     if not 1 <= layers <= spec.num_hidden_layers:
         raise UsageError(
-            f"--layers must be between 1 and {spec.num_hidden_layers} for {spec.name}, got {layers}"
+            f"--layers {layers}: expected 1 to {spec.num_hidden_layers}, "
+            f"the layers of {spec.name} (num_hidden_layers)"
         )
 
 

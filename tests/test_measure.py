@@ -279,12 +279,13 @@ def test_a_mismatch_is_not_ok_and_is_shown():
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--tokens", "0"], "--tokens must be a positive integer, got 0"),
-        (["--tokens", "-5"], "--tokens must be a positive integer, got -5"),
-        (["--batch", "0"], "--batch must be a positive integer, got 0"),
-        (["--decode-steps", "0"], "--decode-steps must be a positive integer, got 0"),
-        (["--layers", "0"], "--layers must be between 1 and 61 for moonshotai/Kimi-K2-Instruct, got 0"),
-        (["--layers", "62"], "--layers must be between 1 and 61"),
+        # the same wording as kv-cache's: one shared check
+        (["--tokens", "0"], "--tokens 0: expected a positive integer"),
+        (["--tokens", "-5"], "--tokens -5: expected a positive integer"),
+        (["--batch", "0"], "--batch 0: expected a positive integer"),
+        (["--decode-steps", "0"], "--decode-steps 0: expected a positive integer"),
+        (["--layers", "0"], "--layers 0: expected 1 to 61, the layers of moonshotai/Kimi-K2-Instruct"),
+        (["--layers", "62"], "--layers 62: expected 1 to 61"),
         (["--dtype", "int4"], "--dtype 'int4': unknown cache dtype (expected one of: bf16, fp16, fp32, fp8)"),
         (["--tokens", "100000000", "--batch", "1000", "--device", "cpu"], "GiB free on cpu; lower --tokens"),
     ],
