@@ -358,16 +358,17 @@ def kv_cache_report(
     tokens: int | None = None,
     batch: int = 1,
     dtype: str | None = None,
-    layouts: Sequence[str] = (),
+    layouts: Sequence[Layout] = (),
     block_size: int = 1,
     tp: int = 1,
     include_mtp: bool = False,
-    budget: str | None = None,
+    budget: int | None = None,
 ) -> KvCacheReport:
     """Validate the options and size the cache in each layout (DEFAULT_LAYOUTS when none is named).
 
     `tokens` defaults to the config's max_position_embeddings, `dtype` to its torch_dtype; `budget` is
-    a size string for `parse_size`. Bad values raise UsageError naming the option.
+    the memory per GPU in bytes. Bad values raise UsageError naming the option. The CLI turns its text
+    into these values with `parse_layout` and `parse_size`.
 
     >>> report = kv_cache_report(k2, tokens=1000, batch=2)
     >>> [(c.layout.value, c.bytes_per_token, c.total_bytes) for c in report.caches]
@@ -381,10 +382,12 @@ def kv_cache_report(
         ("--tp", tp),
     ):
         require_positive(option, value)
+    if budget is not None:
+        require_positive("--budget", budget)
     check_tp(spec, tp)
     dtype = default_dtype(spec) if dtype is None else dtype
     e = element_bytes(dtype)
-    chosen = [parse_layout(name) for name in layouts] or list(DEFAULT_LAYOUTS)
+    chosen = list(layouts) or list(DEFAULT_LAYOUTS)
     mtp_layers = len(spec.mtp_layers) if include_mtp else 0
     layers = spec.num_hidden_layers + mtp_layers
     workload = Workload(tokens=tokens, batch=batch, block_size=block_size, tp=tp)
@@ -397,7 +400,7 @@ def kv_cache_report(
         include_mtp=include_mtp,
         caches=tuple(layout_cache(spec, layout, e, layers, workload) for layout in dict.fromkeys(chosen)),
         latent=layout_cache(spec, Layout.latent, e, layers, workload),
-        budget=None if budget is None else parse_size(budget),
+        budget=budget,
     )
 
 
@@ -417,7 +420,10 @@ def context_sweep(report: KvCacheReport, points: int = 5) -> list[tuple[int, tup
     return [(context, tuple(cache.at(context) for cache in report.caches)) for context in contexts]
 
 
-# --- option values --------------------------------------------------------------------------------
+# --- option values ----------------------------------------------------------------------------------
+
+# parse_layout and parse_size turn the CLI's text into the values kv_cache_report takes; their errors
+# name the option, since the text they are given is what the user typed.
 
 
 def check_tp(spec: ModelSpec, tp: int) -> None:
