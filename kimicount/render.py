@@ -404,14 +404,6 @@ def times(ratio: float) -> str:
     return f"{ratio:.1f}×"
 
 
-#: Why each layout is as big as it is, in a few words, next to its formula.
-_LAYOUT_NOTES = {
-    Layout.naive: "every head's key and value",
-    Layout.flash: "each head's value padded to the key width",
-    Layout.latent: "one latent and one rotary key for all heads",
-    Layout.flashmla_fp8: "fp8 latent, one F32 scale per 128 values, bf16 rotary key (whatever --dtype)",
-}
-
 _LAYOUT_STYLES = {
     Layout.naive: "red",
     Layout.flash: "yellow",
@@ -506,14 +498,12 @@ def _formula_table(report: KvCacheReport) -> Table:
     table = Table.grid(padding=(0, 2))
     for justify in ("left", "left", "left", "right", "left"):
         table.add_column(justify=justify)
-    lines = [(cache.layout.value, cache.attention, _LAYOUT_NOTES[cache.layout]) for cache in report.caches]
+    lines = [(cache.layout.value, cache.attention) for cache in report.caches]
     if report.indexer is not None:
-        lines.append(
-            ("indexer keys", report.indexer, "fp8 keys, one F32 scale per 128; added to every layout")
-        )
-    for name, line, note in lines:
+        lines.append(("indexer keys", report.indexer))
+    for name, line in lines:
         table.add_row(
-            name, line.formula, f"= {line.calculation}", f"= {line.bytes_per_token_per_layer:,} B", note
+            name, line.formula, f"= {line.calculation}", f"= {line.bytes_per_token_per_layer:,} B", line.note
         )
     return table
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kimicount.errors import UsageError
-from kimicount.kvcache import Layout, calculation, context_sweep, kv_cache_report, parse_layout, parse_size
+from kimicount.kvcache import Layout, context_sweep, kv_cache_report, parse_layout, parse_size
 from kimicount.spec import bundled_spec, spec_from_path
 
 from .helpers import FIXTURES
@@ -130,12 +130,24 @@ def test_deepseek_v32_caches_the_indexer_keys_in_every_layout():
 
 
 def test_each_calculation_evaluates_to_its_bytes():
-    # The calculation strings are written separately from the byte formulas; they must agree.
-    for spec in (K2, spec_from_path(FIXTURES / "deepseek-v2-lite")):
+    # Each formula writes its calculation beside its arithmetic; the two must agree, digit for digit.
+    v32 = spec_from_path(FIXTURES / "deepseek-v3.2-exp")
+    for spec in (K2, spec_from_path(FIXTURES / "deepseek-v2-lite"), v32):
         for layout in Layout:
-            cache = kv_cache_report(spec, layouts=[layout], dtype="fp16").caches[0]
-            text = calculation(spec, layout, 2).replace("×", "*")
-            assert eval(text) == cache.attention.bytes_per_token_per_layer, (spec.name, layout)
+            line = kv_cache_report(spec, layouts=[layout], dtype="fp16").caches[0].attention
+            assert eval(line.calculation.replace("×", "*")) == line.bytes_per_token_per_layer, (spec, layout)
+    indexer = kv_cache_report(v32).indexer
+    assert (indexer.calculation, indexer.bytes_per_token_per_layer) == ("128 × 1 + 1 × 4", 132)
+
+
+def test_the_calculations_of_kimi_k2_in_bf16():
+    report = kv_cache_report(K2, layouts=list(Layout))
+    assert [c.attention.calculation for c in report.caches] == [
+        "64 × (128 + 64 + 128) × 2",
+        "64 × (128 + 64 + 192) × 2",
+        "(512 + 64) × 2",
+        "512 × 1 + 4 × 4 + 64 × 2",
+    ]
 
 
 # --- budgets: the reported maximum fits, one more does not ------------------------------------
