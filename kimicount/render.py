@@ -70,6 +70,15 @@ def human_bytes(count: int) -> str:
     return f"{count} B"
 
 
+def _count(number: int, noun: str) -> str:
+    """A number and its noun, plural unless the number is 1.
+
+    >>> _count(1, "sequence"), _count(4096, "token")
+    ('1 sequence', '4,096 tokens')
+    """
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
 def _tree_rows(node: Node, max_depth: int | None) -> Iterator[tuple[str, str, Node, Node | None]]:
     """(label with tree guides, guides for the label's extra lines, node, parent) in display order,
     down to max_depth (root = 0)."""
@@ -479,11 +488,6 @@ def _kv_cache_table(report: KvCacheReport) -> Table:
     return table
 
 
-def _count(number: int, noun: str) -> str:
-    """'1 sequence', '16 sequences'."""
-    return f"{number:,} {noun}{'' if number == 1 else 's'}"
-
-
 def _layers(report: KvCacheReport) -> str:
     """'61 layers = num_hidden_layers', or with the MTP layers: '62 layers = num_hidden_layers 61 + 1 …'."""
     if not report.mtp_layers:
@@ -601,17 +605,13 @@ def render_measure(console: Console, measurement: Measurement) -> None:
     )
     show(
         console,
-        f"{m.dtype} cache, {_plural(m.tokens, 'token')} × batch {m.batch} × {_plural(m.layers, 'layer')}, "
+        f"{m.dtype} cache, {_count(m.tokens, 'token')} × batch {m.batch} × {_count(m.layers, 'layer')}, "
         f"seeded random weights (seed {m.seed})",
     )
     show(console, _measure_table(m))
     show(console)
     for line in _measure_notes(m):
         show(console, line)
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
 def _measure_table(m: Measurement) -> Table:
@@ -672,7 +672,7 @@ def _measure_notes(m: Measurement) -> list[str]:
         f"so they agree to that precision{tighter}."
     )
     lines.append(
-        f"Decode ms/step: median of {_plural(m.decode_steps, 'step')} through {_plural(m.layers, 'layer')} "
+        f"Decode ms/step: median of {_count(m.decode_steps, 'step')} through {_count(m.layers, 'layer')} "
         f"in {m.compute_dtype}, the new token's projections included; reported, not asserted."
     )
     bad = [r.layout.value for r in m.layouts if not r.ok]
