@@ -32,8 +32,14 @@ class MeasureError(KimicountError):
     """`measure` cannot run here (torch missing, CUDA asked for without a GPU)."""
 
 
+#: The largest count an option takes (tokens, sequences, pages, GPUs, bytes): 2^63 − 1, the largest int64,
+#: which engines and torch count in. Anything larger is a typo; refusing it also keeps every product of
+#: counts printable (Python refuses to print an int of more than 4,300 digits).
+MAX_COUNT = 2**63 - 1
+
+
 def require_positive(option: str, value: int) -> int:
-    """`value`, when it is a positive integer; otherwise a UsageError naming the option.
+    """`value`, when it is a positive integer of at most MAX_COUNT; otherwise a UsageError naming the option.
 
     >>> require_positive("--tokens", 4096)
     4096
@@ -43,4 +49,6 @@ def require_positive(option: str, value: int) -> int:
     """
     if value < 1:
         raise UsageError(f"{option} {value}: expected a positive integer")
+    if value > MAX_COUNT:
+        raise UsageError(f"{option} {value}: expected at most {MAX_COUNT:,} (2^63 − 1)")
     return value

@@ -465,7 +465,8 @@ SIZE_UNITS = {
     **{f"{prefix}ib": 1024**power for power, prefix in enumerate("kmgt", start=1)},
 }
 # Exponents stop at two digits: 1e99 bytes is already absurd, and 1e999999999 would take minutes to expand.
-_SIZE = re.compile(r"(?P<number>\d+(?:\.\d*)?(?:e\d{1,2})?)\s*(?P<unit>[a-z]*)", re.IGNORECASE)
+# Digits stop at 100 on each side of the point: Python refuses to read more than 4,300 into a number.
+_SIZE = re.compile(r"(?P<number>\d{1,100}(?:\.\d{0,100})?(?:e\d{1,2})?)\s*(?P<unit>[a-z]*)", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:

@@ -31,6 +31,7 @@ import platform
 import statistics
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from kimicount.errors import MeasureError, UsageError, require_positive
@@ -285,10 +286,21 @@ def _check_memory(torch: Any, where: Any, spec: ModelSpec, **sizes: Any) -> None
     free = _available_bytes(torch, where)
     if free is not None and need > free:
         raise MeasureError(
-            f"--tokens {sizes['tokens']:,} --batch {sizes['batch']} --layers {sizes['layers']} needs about "
-            f"{need / 2**30:,.1f} GiB, more than the {free / 2**30:,.1f} GiB free on {where}; "
+            f"--tokens {sizes['tokens']:,} --batch {sizes['batch']:,} --layers {sizes['layers']} needs about "
+            f"{gib(need)} GiB, more than the {gib(free)} GiB free on {where}; "
             "lower --tokens, --batch or --layers"
         )
+
+
+def gib(count: int) -> str:
+    """Bytes in GiB to one decimal, rounded half to even, in integer arithmetic: the sizes asked for may
+    be too big for a float.
+
+    >>> gib(3 * 2**29), gib(2**30 * 12_345), gib(2**1100 + 2**29) == f"{2**1070:,}.5"
+    ('1.5', '12,345.0', True)
+    """
+    tenths = round(Fraction(count * 10, 2**30))
+    return f"{tenths // 10:,}.{tenths % 10}"
 
 
 def _sync(torch: Any, where: Any) -> None:

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterator
 from enum import Enum
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from rich.console import Console, RenderableType
@@ -55,19 +56,31 @@ def human(count: float, unit: str = "") -> str:
     return f"{count:g}{(' ' + unit) if unit else ''}"
 
 
+#: Binary units, each 1024 times the one before.
+BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
+
+
 def human_bytes(count: int) -> str:
     """Binary units, three significant digits (four from 1,000 to 1,023 of a unit): 305 GiB, 8.58 GiB.
+    In integer arithmetic, rounding half to even: a size too big for a float still prints.
 
     >>> human_bytes(327_491_256_320), human_bytes(9_210_691_584), human_bytes(40_960), human_bytes(656)
     ('305 GiB', '8.58 GiB', '40 KiB', '656 B')
-    >>> human_bytes(1000 * 2**30), human_bytes(3 * 2**50)
-    ('1000 GiB', '3 PiB')
+    >>> human_bytes(1000 * 2**30), human_bytes(3 * 2**50), human_bytes(2**35 - 2**24), human_bytes(0)
+    ('1000 GiB', '3 PiB', '32 GiB', '0 B')
+    >>> human_bytes(2**30 * 9997 // 10), human_bytes(2**40 - 1)  # 999.7 GiB, and 1 B short of 1 TiB
+    ('1000 GiB', '1024 GiB')
+    >>> human_bytes(2**1100) == f"{2**1020} YiB"  # over 10^308: no float holds it
+    True
     """
-    for power, suffix in ((5, "PiB"), (4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
-        if count >= 1024**power:
-            value = count / 1024**power
-            return f"{value:.3g} {suffix}" if value < 1000 else f"{value:.0f} {suffix}"
-    return f"{count} B"
+    power = 0
+    while power + 1 < len(BINARY_UNITS) and count >= 1024 ** (power + 1):
+        power += 1
+    value = Fraction(count, 1024**power)
+    decimals = max(0, 3 - len(str(math.floor(value))))  # as many as make three significant digits
+    whole, fraction = divmod(round(value * 10**decimals), 10**decimals)
+    text = f"{whole}.{fraction:0{decimals}d}".rstrip("0").rstrip(".") if decimals else str(whole)
+    return f"{text} {BINARY_UNITS[power]}"
 
 
 def _count(number: int, noun: str) -> str:

@@ -236,6 +236,13 @@ def test_parse_size_refuses_less_than_a_byte(text):
         ({"tp": 0}, "--tp 0: expected a positive integer"),
         ({"budget": 0}, "--budget 0: expected a positive integer"),
         ({"budget": -(2**30)}, "--budget -1073741824: expected a positive integer"),
+        # 2^63 − 1 (int64) is the most any count may be
+        (
+            {"tokens": 2**63},
+            "--tokens 9223372036854775808: expected at most 9,223,372,036,854,775,807 (2^63 − 1)",
+        ),
+        ({"batch": 10**400}, f"--batch {10**400}: expected at most 9,223,372,036,854,775,807"),
+        ({"budget": 2**63}, "--budget 9223372036854775808: expected at most 9,223,372,036,854,775,807"),
         ({"dtype": "fp4"}, "--dtype 'fp4': unknown cache dtype (expected one of: bf16, fp16, fp32, fp8)"),
     ],
 )

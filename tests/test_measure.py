@@ -288,6 +288,16 @@ def test_a_mismatch_is_not_ok_and_is_shown():
         (["--layers", "62"], "--layers 62: expected 1 to 61"),
         (["--dtype", "int4"], "--dtype 'int4': unknown cache dtype (expected one of: bf16, fp16, fp32, fp8)"),
         (["--tokens", "100000000", "--batch", "1000", "--device", "cpu"], "GiB free on cpu; lower --tokens"),
+        # the largest count an option takes, and a run that could never be allocated: no float overflow
+        (["--tokens", "9" * 400], f"--tokens {'9' * 400}: expected at most 9,223,372,036,854,775,807"),
+        (
+            ["--batch", "9223372036854775808"],
+            "--batch 9223372036854775808: expected at most 9,223,372,036,854,7",
+        ),
+        (
+            ["--tokens", "9223372036854775807", "--device", "cpu"],
+            "--tokens 9,223,372,036,854,775,807 --batch 1 --layers 1 needs about",
+        ),
     ],
 )
 def test_bad_input_exits_2(args, needle):
