@@ -464,7 +464,7 @@ def _kv_cache_table(report: KvCacheReport) -> Table:
     table.add_column(f"Per token ({report.layers} layers)", justify="right")
     per_sequence = f"{workload.tokens_per_sequence:,} tokens"
     table.add_column(
-        per_sequence if workload.batch == 1 else f"{workload.batch} × {per_sequence}", justify="right"
+        per_sequence if workload.batch == 1 else f"{workload.batch:,} × {per_sequence}", justify="right"
     )
     table.add_column("≈", justify="right")
     table.add_column("× latent", justify="right")
@@ -541,9 +541,10 @@ def _kv_cache_notes(report: KvCacheReport) -> Iterator[str]:
     if workload.block_size > 1:
         pages = workload.tokens_per_sequence // workload.block_size
         yield (
-            f"Pages of {workload.block_size} tokens: each sequence of {workload.tokens:,} tokens takes "
-            f"{pages:,} pages ({workload.tokens_per_sequence:,} tokens); {workload.wasted_tokens:,} tokens "
-            f"allocated but unused over {_count(workload.batch, 'sequence')}, counted in the totals."
+            f"Pages of {workload.block_size:,} tokens: each sequence of {workload.tokens:,} tokens takes "
+            f"{_count(pages, 'page')} ({workload.tokens_per_sequence:,} tokens); "
+            f"{workload.wasted_tokens:,} tokens allocated but unused over {_count(workload.batch, 'sequence')}, "
+            "counted in the totals."
         )
     if workload.tp > 1:
         heads = spec.num_attention_heads

@@ -116,6 +116,8 @@ def test_block_size_shows_the_waste():
     assert (
         "each sequence of 1,000 tokens takes 16 pages (1,024 tokens); 72 tokens allocated but unused" in out
     )
+    one_page = invoke("kv-cache", "--tokens", "10", "--block-size", "64", "--no-chart").stdout
+    assert "each sequence of 10 tokens takes 1 page (64 tokens); 54 tokens allocated but unused" in one_page
     report = kv_json("--tokens", "1000", "--batch", "3", "--block-size", "64", "--layout", "latent")
     assert (report["allocated_tokens"], report["wasted_tokens"]) == (3 * 1024, 3 * 24)
     assert report["layouts"][0]["total_bytes"] == 70_272 * 3 * 1024
