@@ -1,7 +1,8 @@
 """Build each KV-cache layout for real in torch and measure the bytes it holds.
 
 `kimicount kv-cache` predicts `bytes_per_token_per_layer × tokens × batch × layers`; this module checks
-the prediction against real tensors. It runs one Multi-head Latent Attention layer (DeepSeek-V3 style)
+the prediction of the attention cache against real tensors (DeepSeek-V3.2's lightning-indexer keys,
+which kv-cache adds to every layout, are neither built nor predicted here; `not_built` says so). It runs one Multi-head Latent Attention layer (DeepSeek-V3 style)
 at the model's true dimensions with seeded random weights, fills each layout's cache by a real prefill
 of T tokens, and measures the bytes the cache holds:
 
@@ -35,7 +36,14 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from kimicount.errors import MeasureError, UsageError, require_positive
-from kimicount.kvcache import FP8_SCALE_GROUP, Layout, bytes_per_token_per_layer, default_dtype, element_bytes
+from kimicount.kvcache import (
+    FP8_SCALE_GROUP,
+    Layout,
+    bytes_per_token_per_layer,
+    default_dtype,
+    element_bytes,
+    indexer_keys_size,
+)
 from kimicount.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -125,7 +133,8 @@ class LayoutMeasurement:
 
 @dataclass(frozen=True)
 class Measurement:
-    """A `kimicount measure` run: where, what sizes, and one result per layout."""
+    """A `kimicount measure` run: where, what sizes, and one result per layout. `note` is a sentence on
+    what `kimicount kv-cache` counts that the run does not build ('' when it builds all of it)."""
 
     model: str
     device: str
@@ -140,6 +149,7 @@ class Measurement:
     seed: int
     decode_steps: int
     layouts: tuple[LayoutMeasurement, ...]
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -196,6 +206,22 @@ def measure(
         seed=seed,
         decode_steps=decode_steps,
         layouts=tuple(results),
+        note=not_built(spec),
+    )
+
+
+def not_built(spec: ModelSpec) -> str:
+    """What `kimicount kv-cache` counts for `spec` that a run does not build, in words; '' when nothing.
+
+    >>> not_built(k2)  # Kimi K2 has no lightning indexer; DeepSeek-V3.2's keys take 132 B
+    ''
+    """
+    if spec.indexer is None:
+        return ""
+    _, indexer_bytes = indexer_keys_size(spec, 1)
+    return (
+        f"Not built: the lightning indexer's keys ({indexer_bytes} B per token per layer), which kimicount "
+        "kv-cache adds to every layout; predicted and measured bytes are the attention cache alone."
     )
 
 

@@ -667,6 +667,8 @@ def _tensor_text(tensor: CacheTensor) -> str:
 
 def _measure_notes(m: Measurement) -> list[str]:
     lines = [f"Measured: {m.measured_with}."]
+    if m.note:
+        lines.append(m.note)
     if any(r.peak_bytes is not None for r in m.layouts):
         lines.append(
             "Peak: torch.cuda.max_memory_allocated() during the prefill above what was held before it: the "

@@ -63,6 +63,7 @@ def test_json_follows_the_contract(k2_json):
         True,
     )
     assert k2_json["torch_version"] == torch.__version__
+    assert k2_json["note"] == ""  # Kimi K2 has no lightning indexer: every cache kv-cache counts is built
     for row in k2_json["layouts"]:
         assert {"layout", "predicted_bytes", "measured_bytes", "ratio"} <= row.keys()
         assert isinstance(row["measured_bytes"], int) and isinstance(row["predicted_bytes"], int)
@@ -146,6 +147,24 @@ def test_fp32_caches_decode_to_fp32_precision():
     assert rows["flashmla-fp8"]["measured_bytes"] == (512 + 16 + 128) * 32  # whatever --dtype says
     assert rows["latent"]["decode_max_error"] < 1e-5
     assert rows["latent"]["decode_tolerance"] == 1e-4
+
+
+@needs_torch
+def test_deepseek_v32_measures_the_attention_cache_and_says_the_indexer_keys_are_not_built():
+    v32 = str(FIXTURES / "deepseek-v3.2-exp")
+    args = ["--config", v32, "--device", "cpu", "--tokens", "8", "--decode-steps", "1"]
+    result = invoke("measure", *args, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    rows = {row["layout"]: row for row in report["layouts"]}
+    # 128 heads; the attention cache alone: kv-cache's 132 B of indexer keys per token per layer are left out
+    assert rows["naive"]["predicted_bytes"] == rows["naive"]["measured_bytes"] == 128 * (192 + 128) * 2 * 8
+    assert rows["latent"]["predicted_bytes"] == (512 + 64) * 2 * 8
+    assert report["note"] == (
+        "Not built: the lightning indexer's keys (132 B per token per layer), which kimicount kv-cache adds "
+        "to every layout; predicted and measured bytes are the attention cache alone."
+    )
+    assert report["note"] in invoke("measure", *args).stdout
 
 
 # --- the decode against this file's own full-attention forward pass ----------------------------------
