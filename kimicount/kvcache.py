@@ -57,14 +57,15 @@ def element_bytes(dtype: str) -> int:
         raise UsageError(f"--dtype '{dtype}': unknown cache dtype (expected one of: {expected})") from None
 
 
-# --- the formulas: what each layout stores, in config keys, in numbers and in bytes ------------------
+# --- the formulas: what each layout stores, in config keys, in numbers and in bytes ----------------
 
 
 @dataclass(frozen=True)
 class Formula:
     """One thing cached per token per layer. `text` gives its size in config keys and `note` says in a
     few words why it is that big; `size(spec, e)` gives the same size with the model's numbers (the
-    calculation) and in bytes, written side by side so that the two cannot drift apart."""
+    calculation) and in bytes, computed side by side from the same values (tests evaluate each
+    calculation against its bytes)."""
 
     text: str
     note: str
@@ -431,7 +432,7 @@ def context_sweep(report: KvCacheReport, points: int = 5) -> list[tuple[int, tup
     return [(context, tuple(cache.at(context) for cache in report.caches)) for context in contexts]
 
 
-# --- option values ----------------------------------------------------------------------------------
+# --- option values --------------------------------------------------------------------------------
 
 # parse_layout and parse_size turn the CLI's text into the values kv_cache_report takes; their errors
 # name the option, since the text they are given is what the user typed.
