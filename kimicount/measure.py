@@ -2,9 +2,10 @@
 
 `kimicount kv-cache` predicts `bytes_per_token_per_layer × tokens × batch × layers`; this module checks
 the prediction of the attention cache against real tensors (DeepSeek-V3.2's lightning-indexer keys,
-which kv-cache adds to every layout, are neither built nor predicted here; `not_built` says so). It runs one Multi-head Latent Attention layer (DeepSeek-V3 style)
-at the model's true dimensions with seeded random weights, fills each layout's cache by a real prefill
-of T tokens, and measures the bytes the cache holds:
+which kv-cache adds to every layout, are neither built nor predicted here; `not_built` says so). It
+runs one Multi-head Latent Attention layer (DeepSeek-V3 style) at the model's true dimensions with
+seeded random weights, fills each layout's cache by a real prefill of T tokens, and measures the bytes
+the cache holds:
 
 - on the CPU, the storage bytes of the distinct cache tensors (`untyped_storage().nbytes()`);
 - on CUDA, what the caching allocator holds after the fill minus before (`memory_allocated`), and its

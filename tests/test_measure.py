@@ -1,8 +1,10 @@
 """`kimicount measure` on the CPU: real caches at Kimi K2's true dimensions hold the predicted bytes, the
 absorbed latent decode equals the naive decode, and bad input exits 2 with one line.
 
-Expected bytes are computed by hand here (and checked against DESIGN.md's per-token figures), never by
+Expected bytes are computed by hand here (× 61 layers they are DESIGN.md's per-token figures), never by
 kimicount's own formulas. The decode is checked against this file's own textbook MLA forward pass.
+Only the tests marked needs_torch need torch: the others (usage errors, the install hint, rendering a
+hand-built result) must pass where torch is not installed.
 """
 
 from __future__ import annotations
@@ -314,7 +316,7 @@ def test_a_mismatch_is_not_ok_and_is_shown():
         (["--layers", "0"], "--layers 0: expected 1 to 61, the layers of moonshotai/Kimi-K2-Instruct"),
         (["--layers", "62"], "--layers 62: expected 1 to 61"),
         (["--dtype", "int4"], "--dtype 'int4': unknown cache dtype (expected one of: bf16, fp16, fp32, fp8)"),
-        # the largest count an option takes, and a run that could never be allocated: no float overflow
+        # past the largest count an option takes, 2^63 − 1: no float overflow, the same words as kv-cache
         (["--tokens", "9" * 400], f"--tokens {'9' * 400}: expected at most 9,223,372,036,854,775,807"),
         (
             ["--batch", "9223372036854775808"],
