@@ -27,17 +27,6 @@ COLOURS = {
     Layout.flashmla_fp8: "#17becf",
 }
 
-_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-def power_of_two_label(exponent: int) -> str:
-    """2**exponent bytes in binary units, exactly: 2**35 -> '32 GiB'.
-
-    >>> power_of_two_label(0), power_of_two_label(35), power_of_two_label(40)
-    ('1 B', '32 GiB', '1 TiB')
-    """
-    return f"{2 ** (exponent % 10)} {_BINARY_UNITS[exponent // 10]}"
-
 
 def _y_ticks(low: int, high: int) -> range:
     """Exponents of the y gridlines: every power of 2 from floor(log2 low) to ceil(log2 high), thinned
@@ -82,7 +71,7 @@ def svg_chart(report: KvCacheReport, sweep: list[tuple[int, tuple[LayoutCache, .
     for exponent in ticks:
         top = y(2**exponent)
         parts.append(f'<line x1="{LEFT}" y1="{top:.1f}" x2="{LEFT + plot_w}" y2="{top:.1f}" stroke="#ddd"/>')
-        label = power_of_two_label(exponent)
+        label = human_bytes(2**exponent)  # exact: a power of two is a whole number of some binary unit
         parts.append(f'<text x="{LEFT - 6}" y="{top + 4:.1f}" text-anchor="end">{label}</text>')
     for tokens in contexts:
         left = x(tokens)

@@ -364,7 +364,7 @@ def kv_cache(
     Multi-head latent attention caches one small latent per token for all heads; engines that expand
     it into per-head keys and values pay for every head (35.6× the latent for Kimi K2).
     """
-    from kimicount.kvcache import context_sweep, kv_cache_report
+    from kimicount.kvcache import context_sweep, kv_cache_report, parse_layout, parse_size
     from kimicount.source import load_spec
 
     with user_errors():
@@ -373,11 +373,11 @@ def kv_cache(
             tokens=tokens,
             batch=batch,
             dtype=dtype,
-            layouts=layout or (),
+            layouts=[parse_layout(name) for name in layout or ()],
             block_size=block_size,
             tp=tp,
             include_mtp=include_mtp,
-            budget=budget,
+            budget=None if budget is None else parse_size(budget),
         )
         if plot is not None:
             from kimicount.chart import write_svg

@@ -2,6 +2,7 @@
 
 Library code raises these; it never prints. Messages name the file, key or tensor at fault and say
 what was expected, because the message is all a user sees (``KIMICOUNT_DEBUG=1`` shows the traceback).
+Checks that several commands share live here too, so that they say the same thing the same way.
 """
 
 from __future__ import annotations
@@ -29,3 +30,25 @@ class UsageError(KimicountError):
 
 class MeasureError(KimicountError):
     """`measure` cannot run here (torch missing, CUDA asked for without a GPU)."""
+
+
+#: The largest count an option takes (tokens, sequences, pages, GPUs, bytes): 2^63 − 1, the largest int64,
+#: which engines and torch count in. Anything larger is a typo; refusing it also keeps every product of
+#: counts printable (Python refuses to print an int of more than 4,300 digits).
+MAX_COUNT = 2**63 - 1
+
+
+def require_positive(option: str, value: int) -> int:
+    """`value`, when it is a positive integer of at most MAX_COUNT; otherwise a UsageError naming the option.
+
+    >>> require_positive("--tokens", 4096)
+    4096
+    >>> require_positive("--tokens", 0)
+    Traceback (most recent call last):
+    kimicount.errors.UsageError: --tokens 0: expected a positive integer
+    """
+    if value < 1:
+        raise UsageError(f"{option} {value}: expected a positive integer")
+    if value > MAX_COUNT:
+        raise UsageError(f"{option} {value}: expected at most {MAX_COUNT:,} (2^63 − 1)")
+    return value

@@ -1,10 +1,11 @@
 """KV-cache formulas: bytes per token per layer for each layout an inference engine may use.
 
 Multi-head latent attention caches one small latent per token for all heads; engines that expand it
-back into per-head keys and values before caching ("naive", "flash") pay for every head. These
-functions say exactly what each layout stores. `e` is the element size of the cache dtype in bytes.
+back into per-head keys and values before caching ("naive", "flash") pay for every head. FORMULAS
+says exactly what each layout stores, in one entry per layout. `e` is the element size of the cache
+dtype in bytes.
 
-    >>> [bytes_per_token_per_layer(k2, layout, 2) * 61 for layout in ("naive", "flash", "latent")]
+    >>> [bytes_per_token_per_layer(k2, layout, 2) * 61 for layout in DEFAULT_LAYOUTS]  # DESIGN.md
     [2498560, 2998272, 70272]
 """
 
@@ -12,12 +13,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from fractions import Fraction
 
-from kimicount.errors import UsageError
+from kimicount.errors import UsageError, require_positive
 from kimicount.spec import ModelSpec
 
 
@@ -56,109 +57,120 @@ def element_bytes(dtype: str) -> int:
         raise UsageError(f"--dtype '{dtype}': unknown cache dtype (expected one of: {expected})") from None
 
 
-def naive_bytes(spec: ModelSpec, e: int) -> int:
-    """Per head, the key (qk_nope_head_dim + qk_rope_head_dim) and the value (v_head_dim):
-    H × (qk_nope + qk_rope + v) × e. [bytes/token/layer]
-
-    >>> naive_bytes(k2, 2)  # 64 × (128 + 64 + 128) × 2
-    40960
-    """
-    return spec.num_attention_heads * (spec.qk_head_dim + spec.v_head_dim) * e
+# --- the formulas: what each layout stores, in config keys, in numbers and in bytes ----------------
 
 
-def flash_bytes(spec: ModelSpec, e: int) -> int:
-    """As naive, but each value padded to the key width first (flash-attention kernels want equal
-    head dims): H × (qk_head_dim + max(qk_head_dim, v_head_dim)) × e. [bytes/token/layer]
+@dataclass(frozen=True)
+class Formula:
+    """One thing cached per token per layer. `text` gives its size in config keys and `note` says in a
+    few words why it is that big; `size(spec, e)` gives the same size with the model's numbers (the
+    calculation) and in bytes, computed side by side from the same values (tests evaluate each
+    calculation against its bytes)."""
 
-    >>> flash_bytes(k2, 2)  # 64 × (192 + 192) × 2
-    49152
-    """
-    return spec.num_attention_heads * (spec.qk_head_dim + max(spec.qk_head_dim, spec.v_head_dim)) * e
-
-
-def latent_bytes(spec: ModelSpec, e: int) -> int:
-    """The key–value latent (kv_lora_rank, one per token for all heads) and the shared rotary key
-    (qk_rope_head_dim): (kv_lora_rank + qk_rope_head_dim) × e. [bytes/token/layer]
-
-    >>> latent_bytes(k2, 2)  # (512 + 64) × 2
-    1152
-    """
-    return (spec.kv_lora_rank + spec.qk_rope_head_dim) * e
+    text: str
+    note: str
+    size: Callable[[ModelSpec, int], tuple[str, int]]
 
 
-def flashmla_fp8_bytes(spec: ModelSpec) -> int:
-    """FlashMLA's FP8 cache: the latent in fp8 with one F32 scale per 128 values, the rotary key kept
-    in bf16: kv_lora_rank × 1 + ceil(kv_lora_rank / 128) × 4 + qk_rope_head_dim × 2. [bytes/token/layer]
-
-    >>> flashmla_fp8_bytes(k2)  # 512 + 4 × 4 + 64 × 2
-    656
-    """
-    scales = math.ceil(spec.kv_lora_rank / FP8_SCALE_GROUP)
-    return spec.kv_lora_rank + scales * 4 + spec.qk_rope_head_dim * 2
-
-
-def indexer_key_bytes(spec: ModelSpec) -> int:
-    """DeepSeek-V3.2's lightning indexer caches one key of index_head_dim per token, in fp8 with one F32
-    scale per 128 values: index_head_dim + ceil(index_head_dim / 128) × 4; 0 without an indexer.
-    [bytes/token/layer]
-
-    >>> indexer_key_bytes(k2)  # Kimi K2 has no indexer; DeepSeek-V3.2: 128 + 1 × 4 = 132
-    0
-    """
-    if spec.indexer is None:
-        return 0
-    dim = spec.indexer.head_dim
-    return dim + math.ceil(dim / FP8_SCALE_GROUP) * 4
-
-
-def bytes_per_token_per_layer(spec: ModelSpec, layout: Layout | str, e: int) -> int:
-    """The attention cache of one layout (without the indexer keys), in bytes per token per layer."""
-    layout = Layout(layout)
-    if layout is Layout.naive:
-        return naive_bytes(spec, e)
-    if layout is Layout.flash:
-        return flash_bytes(spec, e)
-    if layout is Layout.latent:
-        return latent_bytes(spec, e)
-    return flashmla_fp8_bytes(spec)
-
-
-# --- what each number came from -------------------------------------------------------------------
-
-#: Each layout's size in config keys; `calculation()` writes the same with the model's values.
-FORMULAS = {
-    Layout.naive: "num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim + v_head_dim) × e",
-    Layout.flash: (
-        "num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim + max(qk_head_dim, v_head_dim)) × e"
-    ),
-    Layout.latent: "(kv_lora_rank + qk_rope_head_dim) × e",
-    Layout.flashmla_fp8: "kv_lora_rank × 1 + ceil(kv_lora_rank / 128) × 4 + qk_rope_head_dim × 2",
-}
-INDEXER_FORMULA = "index_head_dim × 1 + ceil(index_head_dim / 128) × 4"
-
-
-def calculation(spec: ModelSpec, layout: Layout, e: int) -> str:
-    """The layout's formula with the model's values, in bytes per token per layer.
-
-    >>> [calculation(k2, layout, 2) for layout in Layout]
-    ['64 × (128 + 64 + 128) × 2', '64 × (128 + 64 + 192) × 2', '(512 + 64) × 2', '512 × 1 + 4 × 4 + 64 × 2']
-    """
+def _keys_and_values(spec: ModelSpec, e: int, value_width: int) -> tuple[str, int]:
+    """Per head, a key of qk_nope_head_dim + qk_rope_head_dim and a value `value_width` wide."""
     heads, nope, rope = spec.num_attention_heads, spec.qk_nope_head_dim, spec.qk_rope_head_dim
-    if layout is Layout.naive:
-        return f"{heads} × ({nope} + {rope} + {spec.v_head_dim}) × {e}"
-    if layout is Layout.flash:
-        return f"{heads} × ({nope} + {rope} + {max(spec.qk_head_dim, spec.v_head_dim)}) × {e}"
-    if layout is Layout.latent:
-        return f"({spec.kv_lora_rank} + {rope}) × {e}"
-    return f"{spec.kv_lora_rank} × 1 + {math.ceil(spec.kv_lora_rank / FP8_SCALE_GROUP)} × 4 + {rope} × 2"
+    return f"{heads} × ({nope} + {rope} + {value_width}) × {e}", heads * (nope + rope + value_width) * e
 
 
-def indexer_calculation(spec: ModelSpec) -> str:
-    """INDEXER_FORMULA with the model's values ('128 × 1 + 1 × 4' for DeepSeek-V3.2); '' without one."""
-    if spec.indexer is None:
-        return ""
-    dim = spec.indexer.head_dim
-    return f"{dim} × 1 + {math.ceil(dim / FP8_SCALE_GROUP)} × 4"
+def _fp8_with_scales(width: int) -> tuple[str, int]:
+    """`width` fp8 values (1 byte each) and one F32 scale (4 bytes) per FP8_SCALE_GROUP of them."""
+    scales = math.ceil(width / FP8_SCALE_GROUP)
+    return f"{width} × 1 + {scales} × 4", width + scales * 4
+
+
+def naive_size(spec: ModelSpec, e: int) -> tuple[str, int]:
+    """Every head's key (qk_nope_head_dim + qk_rope_head_dim) and value (v_head_dim). [bytes/token/layer]
+
+    >>> naive_size(k2, 2)  # × 61 layers = 2,498,560 B per token (DESIGN.md)
+    ('64 × (128 + 64 + 128) × 2', 40960)
+    """
+    return _keys_and_values(spec, e, spec.v_head_dim)
+
+
+def flash_size(spec: ModelSpec, e: int) -> tuple[str, int]:
+    """As naive, but each value padded to the key width first (flash-attention kernels want equal head
+    dims): values max(qk_head_dim, v_head_dim) wide. [bytes/token/layer]
+
+    >>> flash_size(k2, 2)  # × 61 layers = 2,998,272 B per token (DESIGN.md)
+    ('64 × (128 + 64 + 192) × 2', 49152)
+    """
+    return _keys_and_values(spec, e, max(spec.qk_head_dim, spec.v_head_dim))
+
+
+def latent_size(spec: ModelSpec, e: int) -> tuple[str, int]:
+    """The key–value latent (kv_lora_rank, one per token for all heads) and the shared rotary key
+    (qk_rope_head_dim). [bytes/token/layer]
+
+    >>> latent_size(k2, 2)  # × 61 layers = 70,272 B per token (DESIGN.md)
+    ('(512 + 64) × 2', 1152)
+    """
+    rank, rope = spec.kv_lora_rank, spec.qk_rope_head_dim
+    return f"({rank} + {rope}) × {e}", (rank + rope) * e
+
+
+def flashmla_fp8_size(spec: ModelSpec, e: int) -> tuple[str, int]:
+    """FlashMLA's FP8 cache: the latent in fp8 with one F32 scale per 128 values, the rotary key in bf16.
+    A format of its own: `e` is not used. [bytes/token/layer]
+
+    >>> flashmla_fp8_size(k2, 2)  # DESIGN.md: 656 B per token per layer
+    ('512 × 1 + 4 × 4 + 64 × 2', 656)
+    """
+    latent, latent_bytes = _fp8_with_scales(spec.kv_lora_rank)
+    rope = spec.qk_rope_head_dim
+    return f"{latent} + {rope} × 2", latent_bytes + rope * 2
+
+
+def indexer_keys_size(spec: ModelSpec, e: int) -> tuple[str, int]:
+    """DeepSeek-V3.2's lightning indexer caches one key of index_head_dim per token, in fp8 with one F32
+    scale per 128 values, whatever `e` is; ('', 0) without an indexer. [bytes/token/layer]
+
+    >>> indexer_keys_size(k2, 2)  # Kimi K2 has no indexer; DeepSeek-V3.2: ('128 × 1 + 1 × 4', 132)
+    ('', 0)
+    """
+    return ("", 0) if spec.indexer is None else _fp8_with_scales(spec.indexer.head_dim)
+
+
+#: Every layout's formula in one table: in config keys, in a few words, and its calculation and bytes.
+FORMULAS = {
+    Layout.naive: Formula(
+        "num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim + v_head_dim) × e",
+        "every head's key and value",
+        naive_size,
+    ),
+    Layout.flash: Formula(
+        "num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim + max(qk_head_dim, v_head_dim)) × e",
+        "each head's value padded to the key width",
+        flash_size,
+    ),
+    Layout.latent: Formula(
+        "(kv_lora_rank + qk_rope_head_dim) × e",
+        "one latent and one rotary key for all heads",
+        latent_size,
+    ),
+    Layout.flashmla_fp8: Formula(
+        "kv_lora_rank × 1 + ceil(kv_lora_rank / 128) × 4 + qk_rope_head_dim × 2",
+        "fp8 latent, one F32 scale per 128 values, bf16 rotary key (whatever --dtype)",
+        flashmla_fp8_size,
+    ),
+}
+
+#: The lightning indexer's keys (DeepSeek-V3.2): cached beside the attention cache in every layout.
+INDEXER_KEYS = Formula(
+    "index_head_dim × 1 + ceil(index_head_dim / 128) × 4",
+    "fp8 keys, one F32 scale per 128; added to every layout",
+    indexer_keys_size,
+)
+
+
+def bytes_per_token_per_layer(spec: ModelSpec, layout: Layout, e: int) -> int:
+    """The attention cache of one layout (without the indexer keys), in bytes per token per layer."""
+    return FORMULAS[layout].size(spec, e)[1]
 
 
 def splits_across_ranks(layout: Layout) -> bool:
@@ -208,7 +220,8 @@ class CacheLine:
     """One thing cached per token in every layer: a layout's keys and values, or the indexer's keys.
 
     `ranks` is how many tensor-parallel ranks divide it: tp for per-head caches, 1 for a cache every
-    rank holds whole. `formula` gives bytes_per_token_per_layer in config keys, `calculation` in numbers.
+    rank holds whole. `formula` gives bytes_per_token_per_layer in config keys, `calculation` in numbers,
+    `note` why it is that big (from its Formula).
     """
 
     bytes_per_token_per_layer: int
@@ -216,6 +229,7 @@ class CacheLine:
     ranks: int = 1
     formula: str = ""
     calculation: str = ""
+    note: str = ""
 
     @property
     def bytes_per_token(self) -> int:
@@ -336,19 +350,17 @@ class KvCacheReport:
         return cache.bytes_per_token_per_gpu / self.latent.bytes_per_token_per_gpu
 
 
+def cache_line(formula: Formula, spec: ModelSpec, e: int, layers: int, ranks: int) -> CacheLine:
+    """What `formula` caches for `spec` at element size `e`, over `layers` layers and `ranks` ranks."""
+    calculation, size = formula.size(spec, e)
+    return CacheLine(size, layers, ranks, formula.text, calculation, formula.note)
+
+
 def layout_cache(spec: ModelSpec, layout: Layout, e: int, layers: int, workload: Workload) -> LayoutCache:
     """One layout of `spec` at element size `e` over `layers` layers, with the indexer keys if any."""
     ranks = workload.tp if splits_across_ranks(layout) else 1
-    attention = CacheLine(
-        bytes_per_token_per_layer(spec, layout, e),
-        layers,
-        ranks,
-        FORMULAS[layout],
-        calculation(spec, layout, e),
-    )
-    indexer = None
-    if spec.indexer is not None:
-        indexer = CacheLine(indexer_key_bytes(spec), layers, 1, INDEXER_FORMULA, indexer_calculation(spec))
+    attention = cache_line(FORMULAS[layout], spec, e, layers, ranks)
+    indexer = None if spec.indexer is None else cache_line(INDEXER_KEYS, spec, e, layers, 1)
     return LayoutCache(layout, workload, attention, indexer)
 
 
@@ -358,16 +370,17 @@ def kv_cache_report(
     tokens: int | None = None,
     batch: int = 1,
     dtype: str | None = None,
-    layouts: Sequence[str] = (),
+    layouts: Sequence[Layout] = (),
     block_size: int = 1,
     tp: int = 1,
     include_mtp: bool = False,
-    budget: str | None = None,
+    budget: int | None = None,
 ) -> KvCacheReport:
     """Validate the options and size the cache in each layout (DEFAULT_LAYOUTS when none is named).
 
     `tokens` defaults to the config's max_position_embeddings, `dtype` to its torch_dtype; `budget` is
-    a size string for `parse_size`. Bad values raise UsageError naming the option.
+    the memory per GPU in bytes. Bad values raise UsageError naming the option. The CLI turns its text
+    into these values with `parse_layout` and `parse_size`.
 
     >>> report = kv_cache_report(k2, tokens=1000, batch=2)
     >>> [(c.layout.value, c.bytes_per_token, c.total_bytes) for c in report.caches]
@@ -380,11 +393,13 @@ def kv_cache_report(
         ("--block-size", block_size),
         ("--tp", tp),
     ):
-        _require_positive(option, value)
+        require_positive(option, value)
+    if budget is not None:
+        require_positive("--budget", budget)
     check_tp(spec, tp)
     dtype = default_dtype(spec) if dtype is None else dtype
     e = element_bytes(dtype)
-    chosen = [parse_layout(name) for name in layouts] or list(DEFAULT_LAYOUTS)
+    chosen = list(layouts) or list(DEFAULT_LAYOUTS)
     mtp_layers = len(spec.mtp_layers) if include_mtp else 0
     layers = spec.num_hidden_layers + mtp_layers
     workload = Workload(tokens=tokens, batch=batch, block_size=block_size, tp=tp)
@@ -397,7 +412,7 @@ def kv_cache_report(
         include_mtp=include_mtp,
         caches=tuple(layout_cache(spec, layout, e, layers, workload) for layout in dict.fromkeys(chosen)),
         latent=layout_cache(spec, Layout.latent, e, layers, workload),
-        budget=None if budget is None else parse_size(budget),
+        budget=budget,
     )
 
 
@@ -419,10 +434,8 @@ def context_sweep(report: KvCacheReport, points: int = 5) -> list[tuple[int, tup
 
 # --- option values --------------------------------------------------------------------------------
 
-
-def _require_positive(option: str, value: int) -> None:
-    if value < 1:
-        raise UsageError(f"{option} {value}: expected a positive integer")
+# parse_layout and parse_size turn the CLI's text into the values kv_cache_report takes; their errors
+# name the option, since the text they are given is what the user typed.
 
 
 def check_tp(spec: ModelSpec, tp: int) -> None:
@@ -453,7 +466,8 @@ SIZE_UNITS = {
     **{f"{prefix}ib": 1024**power for power, prefix in enumerate("kmgt", start=1)},
 }
 # Exponents stop at two digits: 1e99 bytes is already absurd, and 1e999999999 would take minutes to expand.
-_SIZE = re.compile(r"(?P<number>\d+(?:\.\d*)?(?:e\d{1,2})?)\s*(?P<unit>[a-z]*)", re.IGNORECASE)
+# Digits stop at 100 on each side of the point: Python refuses to read more than 4,300 into a number.
+_SIZE = re.compile(r"(?P<number>\d{1,100}(?:\.\d{0,100})?(?:e\d{1,2})?)\s*(?P<unit>[a-z]*)", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:

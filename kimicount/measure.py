@@ -1,9 +1,11 @@
 """Build each KV-cache layout for real in torch and measure the bytes it holds.
 
 `kimicount kv-cache` predicts `bytes_per_token_per_layer × tokens × batch × layers`; this module checks
-the prediction against real tensors. It runs one Multi-head Latent Attention layer (DeepSeek-V3 style)
-at the model's true dimensions with seeded random weights, fills each layout's cache by a real prefill
-of T tokens, and measures the bytes the cache holds:
+the prediction of the attention cache against real tensors (DeepSeek-V3.2's lightning-indexer keys,
+which kv-cache adds to every layout, are neither built nor predicted here; `not_built` says so). It
+runs one Multi-head Latent Attention layer (DeepSeek-V3 style) at the model's true dimensions with
+seeded random weights, fills each layout's cache by a real prefill of T tokens, and measures the bytes
+the cache holds:
 
 - on the CPU, the storage bytes of the distinct cache tensors (`untyped_storage().nbytes()`);
 - on CUDA, what the caching allocator holds after the fill minus before (`memory_allocated`), and its
@@ -31,10 +33,18 @@ import platform
 import statistics
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from kimicount.errors import MeasureError, UsageError
-from kimicount.kvcache import FP8_SCALE_GROUP, Layout, bytes_per_token_per_layer, default_dtype, element_bytes
+from kimicount.errors import MeasureError, UsageError, require_positive
+from kimicount.kvcache import (
+    FP8_SCALE_GROUP,
+    Layout,
+    bytes_per_token_per_layer,
+    default_dtype,
+    element_bytes,
+    indexer_keys_size,
+)
 from kimicount.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -124,7 +134,8 @@ class LayoutMeasurement:
 
 @dataclass(frozen=True)
 class Measurement:
-    """A `kimicount measure` run: where, what sizes, and one result per layout."""
+    """A `kimicount measure` run: where, what sizes, and one result per layout. `note` is a sentence on
+    what `kimicount kv-cache` counts that the run does not build ('' when it builds all of it)."""
 
     model: str
     device: str
@@ -139,6 +150,7 @@ class Measurement:
     seed: int
     decode_steps: int
     layouts: tuple[LayoutMeasurement, ...]
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -195,6 +207,22 @@ def measure(
         seed=seed,
         decode_steps=decode_steps,
         layouts=tuple(results),
+        note=not_built(spec),
+    )
+
+
+def not_built(spec: ModelSpec) -> str:
+    """What `kimicount kv-cache` counts for `spec` that a run does not build, in words; '' when nothing.
+
+    >>> not_built(k2)  # Kimi K2 has no lightning indexer; DeepSeek-V3.2's keys take 132 B
+    ''
+    """
+    if spec.indexer is None:
+        return ""
+    _, indexer_bytes = indexer_keys_size(spec, 1)
+    return (
+        f"Not built: the lightning indexer's keys ({indexer_bytes} B per token per layer), which kimicount "
+        "kv-cache adds to every layout; predicted and measured bytes are the attention cache alone."
     )
 
 
@@ -232,11 +260,11 @@ def _device_name(torch: Any, where: Any) -> str:
 
 def _check_sizes(spec: ModelSpec, *, tokens: int, batch: int, layers: int, decode_steps: int) -> None:
     for option, value in (("--tokens", tokens), ("--batch", batch), ("--decode-steps", decode_steps)):
-        if value < 1:
-            raise UsageError(f"{option} must be a positive integer, got {value}")
+        require_positive(option, value)
     if not 1 <= layers <= spec.num_hidden_layers:
         raise UsageError(
-            f"--layers must be between 1 and {spec.num_hidden_layers} for {spec.name}, got {layers}"
+            f"--layers {layers}: expected 1 to {spec.num_hidden_layers}, "
+            f"the layers of {spec.name} (num_hidden_layers)"
         )
 
 
@@ -285,10 +313,21 @@ def _check_memory(torch: Any, where: Any, spec: ModelSpec, **sizes: Any) -> None
     free = _available_bytes(torch, where)
     if free is not None and need > free:
         raise MeasureError(
-            f"--tokens {sizes['tokens']:,} --batch {sizes['batch']} --layers {sizes['layers']} needs about "
-            f"{need / 2**30:,.1f} GiB, more than the {free / 2**30:,.1f} GiB free on {where}; "
+            f"--tokens {sizes['tokens']:,} --batch {sizes['batch']:,} --layers {sizes['layers']} needs about "
+            f"{gib(need)} GiB, more than the {gib(free)} GiB free on {where}; "
             "lower --tokens, --batch or --layers"
         )
+
+
+def gib(count: int) -> str:
+    """Bytes in GiB to one decimal, rounded half to even, in integer arithmetic: the sizes asked for may
+    be too big for a float.
+
+    >>> gib(3 * 2**29), gib(2**30 * 12_345), gib(2**1100 + 2**29) == f"{2**1070:,}.5"
+    ('1.5', '12,345.0', True)
+    """
+    tenths = round(Fraction(count * 10, 2**30))
+    return f"{tenths // 10:,}.{tenths % 10}"
 
 
 def _sync(torch: Any, where: Any) -> None:

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterator
 from enum import Enum
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from rich.console import Console, RenderableType
@@ -55,19 +56,40 @@ def human(count: float, unit: str = "") -> str:
     return f"{count:g}{(' ' + unit) if unit else ''}"
 
 
+#: Binary units, each 1024 times the one before.
+BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
+
+
 def human_bytes(count: int) -> str:
     """Binary units, three significant digits (four from 1,000 to 1,023 of a unit): 305 GiB, 8.58 GiB.
+    In integer arithmetic, rounding half to even: a size too big for a float still prints.
 
     >>> human_bytes(327_491_256_320), human_bytes(9_210_691_584), human_bytes(40_960), human_bytes(656)
     ('305 GiB', '8.58 GiB', '40 KiB', '656 B')
-    >>> human_bytes(1000 * 2**30), human_bytes(3 * 2**50)
-    ('1000 GiB', '3 PiB')
+    >>> human_bytes(1000 * 2**30), human_bytes(3 * 2**50), human_bytes(2**35 - 2**24), human_bytes(0)
+    ('1000 GiB', '3 PiB', '32 GiB', '0 B')
+    >>> human_bytes(2**30 * 9997 // 10), human_bytes(2**40 - 1)  # 999.7 GiB, and 1 B short of 1 TiB
+    ('1000 GiB', '1024 GiB')
+    >>> human_bytes(2**1100) == f"{2**1020} YiB"  # over 10^308: no float holds it
+    True
     """
-    for power, suffix in ((5, "PiB"), (4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
-        if count >= 1024**power:
-            value = count / 1024**power
-            return f"{value:.3g} {suffix}" if value < 1000 else f"{value:.0f} {suffix}"
-    return f"{count} B"
+    power = 0
+    while power + 1 < len(BINARY_UNITS) and count >= 1024 ** (power + 1):
+        power += 1
+    value = Fraction(count, 1024**power)
+    decimals = max(0, 3 - len(str(math.floor(value))))  # as many as make three significant digits
+    whole, fraction = divmod(round(value * 10**decimals), 10**decimals)
+    text = f"{whole}.{fraction:0{decimals}d}".rstrip("0").rstrip(".") if decimals else str(whole)
+    return f"{text} {BINARY_UNITS[power]}"
+
+
+def _count(number: int, noun: str) -> str:
+    """A number and its noun, plural unless the number is 1.
+
+    >>> _count(1, "sequence"), _count(4096, "token")
+    ('1 sequence', '4,096 tokens')
+    """
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
 def _tree_rows(node: Node, max_depth: int | None) -> Iterator[tuple[str, str, Node, Node | None]]:
@@ -419,14 +441,6 @@ def times(ratio: float) -> str:
     return f"{ratio:.1f}×"
 
 
-#: Why each layout is as big as it is, in a few words, next to its formula.
-_LAYOUT_NOTES = {
-    Layout.naive: "every head's key and value",
-    Layout.flash: "each head's value padded to the key width",
-    Layout.latent: "one latent and one rotary key for all heads",
-    Layout.flashmla_fp8: "fp8 latent, one F32 scale per 128 values, bf16 rotary key (whatever --dtype)",
-}
-
 _LAYOUT_STYLES = {
     Layout.naive: "red",
     Layout.flash: "yellow",
@@ -465,7 +479,7 @@ def _kv_cache_table(report: KvCacheReport) -> Table:
     table.add_column(f"Per token ({report.layers} layers)", justify="right")
     per_sequence = f"{workload.tokens_per_sequence:,} tokens"
     table.add_column(
-        per_sequence if workload.batch == 1 else f"{workload.batch} × {per_sequence}", justify="right"
+        per_sequence if workload.batch == 1 else f"{workload.batch:,} × {per_sequence}", justify="right"
     )
     table.add_column("≈", justify="right")
     table.add_column("× latent", justify="right")
@@ -502,11 +516,6 @@ def _kv_cache_table(report: KvCacheReport) -> Table:
     return table
 
 
-def _count(number: int, noun: str) -> str:
-    """'1 sequence', '16 sequences'."""
-    return f"{number:,} {noun}{'' if number == 1 else 's'}"
-
-
 def _layers(report: KvCacheReport) -> str:
     """'61 layers = num_hidden_layers', or with the MTP layers: '62 layers = num_hidden_layers 61 + 1 …'."""
     if not report.mtp_layers:
@@ -521,14 +530,12 @@ def _formula_table(report: KvCacheReport) -> Table:
     table = Table.grid(padding=(0, 2))
     for justify in ("left", "left", "left", "right", "left"):
         table.add_column(justify=justify)
-    lines = [(cache.layout.value, cache.attention, _LAYOUT_NOTES[cache.layout]) for cache in report.caches]
+    lines = [(cache.layout.value, cache.attention) for cache in report.caches]
     if report.indexer is not None:
-        lines.append(
-            ("indexer keys", report.indexer, "fp8 keys, one F32 scale per 128; added to every layout")
-        )
-    for name, line, note in lines:
+        lines.append(("indexer keys", report.indexer))
+    for name, line in lines:
         table.add_row(
-            name, line.formula, f"= {line.calculation}", f"= {line.bytes_per_token_per_layer:,} B", note
+            name, line.formula, f"= {line.calculation}", f"= {line.bytes_per_token_per_layer:,} B", line.note
         )
     return table
 
@@ -549,9 +556,10 @@ def _kv_cache_notes(report: KvCacheReport) -> Iterator[str]:
     if workload.block_size > 1:
         pages = workload.tokens_per_sequence // workload.block_size
         yield (
-            f"Pages of {workload.block_size} tokens: each sequence of {workload.tokens:,} tokens takes "
-            f"{pages:,} pages ({workload.tokens_per_sequence:,} tokens); {workload.wasted_tokens:,} tokens "
-            f"allocated but unused over {_count(workload.batch, 'sequence')}, counted in the totals."
+            f"Pages of {workload.block_size:,} tokens: each sequence of {workload.tokens:,} tokens takes "
+            f"{_count(pages, 'page')} ({workload.tokens_per_sequence:,} tokens); "
+            f"{workload.wasted_tokens:,} tokens allocated but unused over {_count(workload.batch, 'sequence')}, "
+            "counted in the totals."
         )
     if workload.tp > 1:
         heads = spec.num_attention_heads
@@ -626,17 +634,13 @@ def render_measure(console: Console, measurement: Measurement) -> None:
     )
     show(
         console,
-        f"{m.dtype} cache, {_plural(m.tokens, 'token')} × batch {m.batch} × {_plural(m.layers, 'layer')}, "
+        f"{m.dtype} cache, {_count(m.tokens, 'token')} × batch {m.batch} × {_count(m.layers, 'layer')}, "
         f"seeded random weights (seed {m.seed})",
     )
     show(console, _measure_table(m))
     show(console)
     for line in _measure_notes(m):
         show(console, line)
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
 def _measure_table(m: Measurement) -> Table:
@@ -678,6 +682,8 @@ def _tensor_text(tensor: CacheTensor) -> str:
 
 def _measure_notes(m: Measurement) -> list[str]:
     lines = [f"Measured: {m.measured_with}."]
+    if m.note:
+        lines.append(m.note)
     if any(r.peak_bytes is not None for r in m.layouts):
         lines.append(
             "Peak: torch.cuda.max_memory_allocated() during the prefill above what was held before it: the "
@@ -697,7 +703,7 @@ def _measure_notes(m: Measurement) -> list[str]:
         f"so they agree to that precision{tighter}."
     )
     lines.append(
-        f"Decode ms/step: median of {_plural(m.decode_steps, 'step')} through {_plural(m.layers, 'layer')} "
+        f"Decode ms/step: median of {_count(m.decode_steps, 'step')} through {_count(m.layers, 'layer')} "
         f"in {m.compute_dtype}, the new token's projections included; reported, not asserted."
     )
     bad = [r.layout.value for r in m.layouts if not r.ok]

@@ -207,6 +207,7 @@ def measure_json(measurement: Measurement) -> dict[str, Any]:
         "seed": m.seed,
         "decode_steps": m.decode_steps,
         "ok": m.ok,
+        "note": m.note,
         "layouts": [
             {
                 "layout": r.layout.value,

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from kimicount.errors import UsageError
-from kimicount.kvcache import Layout, calculation, context_sweep, kv_cache_report, parse_size
+from kimicount.kvcache import Layout, context_sweep, kv_cache_report, parse_layout, parse_size
 from kimicount.spec import bundled_spec, spec_from_path
 
 from .helpers import FIXTURES
 
 K2 = bundled_spec()
+NAIVE, FLASH, LATENT, FLASHMLA_FP8 = Layout.naive, Layout.flash, Layout.latent, Layout.flashmla_fp8
 
 
 def per_token(report) -> dict[str, int]:
@@ -42,10 +43,10 @@ def test_totals_scale_with_tokens_and_batch():
 
 
 def test_fp8_halves_the_bf16_latent_and_flashmla_has_its_own_format():
-    fp8 = kv_cache_report(K2, dtype="fp8", layouts=["latent", "flashmla-fp8"])
+    fp8 = kv_cache_report(K2, dtype="fp8", layouts=[LATENT, FLASHMLA_FP8])
     assert per_token(fp8) == {"latent": 35_136, "flashmla-fp8": (512 + 4 * 4 + 64 * 2) * 61}
     assert fp8.caches[1].bytes_per_token_per_layer == 656
-    fp32 = kv_cache_report(K2, dtype="fp32", layouts=["latent"])
+    fp32 = kv_cache_report(K2, dtype="fp32", layouts=[LATENT])
     assert per_token(fp32) == {"latent": (512 + 64) * 4 * 61}
 
 
@@ -65,11 +66,11 @@ def test_deepseek_v2_lite_by_hand():
 def test_dtype_defaults_to_the_config_torch_dtype(write_config, kimi_config):
     spec = spec_from_path(write_config({**kimi_config, "torch_dtype": "float32"}))
     assert kv_cache_report(spec).dtype == "fp32"
-    assert kv_cache_report(spec, layouts=["latent"]).caches[0].bytes_per_token_per_layer == (512 + 64) * 4
+    assert kv_cache_report(spec, layouts=[LATENT]).caches[0].bytes_per_token_per_layer == (512 + 64) * 4
 
 
 def test_block_size_rounds_each_sequence_up_to_whole_pages():
-    report = kv_cache_report(K2, tokens=1000, batch=3, block_size=64, layouts=["latent"])
+    report = kv_cache_report(K2, tokens=1000, batch=3, block_size=64, layouts=[LATENT])
     workload, latent = report.workload, report.caches[0]
     assert (workload.tokens_per_sequence, workload.allocated_tokens) == (16 * 64, 3 * 1024)
     assert workload.wasted_tokens == 3 * 24
@@ -98,14 +99,14 @@ def test_tp_must_divide_the_heads(tp):
 
 
 def test_flashmla_fp8_and_latent_are_replicated_under_tp():
-    report = kv_cache_report(K2, tp=4, layouts=["flashmla-fp8", "latent", "naive"])
+    report = kv_cache_report(K2, tp=4, layouts=[FLASHMLA_FP8, LATENT, NAIVE])
     assert [c.attention.ranks for c in report.caches] == [1, 1, 4]
 
 
 def test_include_mtp_adds_deepseek_v3_multi_token_prediction_layer():
     v3 = spec_from_path(FIXTURES / "deepseek-v3")
-    without = kv_cache_report(v3, layouts=["latent"])
-    with_mtp = kv_cache_report(v3, layouts=["latent"], include_mtp=True)
+    without = kv_cache_report(v3, layouts=[LATENT])
+    with_mtp = kv_cache_report(v3, layouts=[LATENT], include_mtp=True)
     assert (without.layers, with_mtp.layers, with_mtp.mtp_layers) == (61, 62, 1)
     assert per_token(with_mtp) == {"latent": (512 + 64) * 2 * 62}
     k2 = kv_cache_report(K2, include_mtp=True)  # Kimi K2 has none: nothing changes
@@ -123,18 +124,30 @@ def test_deepseek_v32_caches_the_indexer_keys_in_every_layout():
         128 * (192 + 192) * 2 + 132,
         (512 + 64) * 2 + 132,
     ]
-    tp = kv_cache_report(spec_from_path(FIXTURES / "deepseek-v3.2-exp"), tp=8, layouts=["naive"])
+    tp = kv_cache_report(spec_from_path(FIXTURES / "deepseek-v3.2-exp"), tp=8, layouts=[NAIVE])
     assert tp.caches[0].bytes_per_token_per_gpu == 128 * 320 * 2 * 61 // 8 + 132 * 61  # indexer replicated
     assert kv_cache_report(K2).indexer is None
 
 
 def test_each_calculation_evaluates_to_its_bytes():
-    # The calculation strings are written separately from the byte formulas; they must agree.
-    for spec in (K2, spec_from_path(FIXTURES / "deepseek-v2-lite")):
+    # Each formula writes its calculation beside its arithmetic; the two must agree, digit for digit.
+    v32 = spec_from_path(FIXTURES / "deepseek-v3.2-exp")
+    for spec in (K2, spec_from_path(FIXTURES / "deepseek-v2-lite"), v32):
         for layout in Layout:
-            cache = kv_cache_report(spec, layouts=[layout.value], dtype="fp16").caches[0]
-            text = calculation(spec, layout, 2).replace("×", "*")
-            assert eval(text) == cache.attention.bytes_per_token_per_layer, (spec.name, layout)
+            line = kv_cache_report(spec, layouts=[layout], dtype="fp16").caches[0].attention
+            assert eval(line.calculation.replace("×", "*")) == line.bytes_per_token_per_layer, (spec, layout)
+    indexer = kv_cache_report(v32).indexer
+    assert (indexer.calculation, indexer.bytes_per_token_per_layer) == ("128 × 1 + 1 × 4", 132)
+
+
+def test_the_calculations_of_kimi_k2_in_bf16():
+    report = kv_cache_report(K2, layouts=list(Layout))
+    assert [c.attention.calculation for c in report.caches] == [
+        "64 × (128 + 64 + 128) × 2",
+        "64 × (128 + 64 + 192) × 2",
+        "(512 + 64) × 2",
+        "512 × 1 + 4 × 4 + 64 × 2",
+    ]
 
 
 # --- budgets: the reported maximum fits, one more does not ------------------------------------
@@ -147,10 +160,10 @@ def test_each_calculation_evaluates_to_its_bytes():
         {"block_size": 64},
         {"tp": 8},
         {"tp": 8, "block_size": 64, "batch": 16},
-        {"dtype": "fp8", "block_size": 16, "layouts": ["latent", "flashmla-fp8"]},
+        {"dtype": "fp8", "block_size": 16, "layouts": [LATENT, FLASHMLA_FP8]},
     ],
 )
-@pytest.mark.parametrize("budget", ["141GiB", "80GB", "1MiB", "123456789"])
+@pytest.mark.parametrize("budget", [141 * 2**30, 80 * 10**9, 2**20, 123_456_789])
 def test_budget_maximum_fits_and_one_more_does_not(options, budget):
     report = kv_cache_report(K2, tokens=100_000, budget=budget, **options)
     for cache in report.caches:
@@ -163,9 +176,9 @@ def test_budget_maximum_fits_and_one_more_does_not(options, budget):
 
 
 def test_budget_by_hand_for_one_h200_per_rank():
-    report = kv_cache_report(K2, tokens=131_072, tp=8, block_size=64, budget="141GiB")
-    naive, _, latent = report.caches
     budget = 141 * 2**30
+    report = kv_cache_report(K2, tokens=131_072, tp=8, block_size=64, budget=budget)
+    naive, _, latent = report.caches
     assert report.budget == budget == 151_397_597_184
     naive_per_gpu = 64 * (128 + 64 + 128) * 2 * 61 // 8  # 312,320 B per token per GPU
     assert naive.max_tokens(budget) == budget // (naive_per_gpu * 64) * 64 == 484_736
@@ -221,14 +234,31 @@ def test_parse_size_refuses_less_than_a_byte(text):
         ({"batch": 0}, "--batch 0: expected a positive integer"),
         ({"block_size": -64}, "--block-size -64: expected a positive integer"),
         ({"tp": 0}, "--tp 0: expected a positive integer"),
+        ({"budget": 0}, "--budget 0: expected a positive integer"),
+        ({"budget": -(2**30)}, "--budget -1073741824: expected a positive integer"),
+        # 2^63 − 1 (int64) is the most any count may be
+        (
+            {"tokens": 2**63},
+            "--tokens 9223372036854775808: expected at most 9,223,372,036,854,775,807 (2^63 − 1)",
+        ),
+        ({"batch": 10**400}, f"--batch {10**400}: expected at most 9,223,372,036,854,775,807"),
+        ({"budget": 2**63}, "--budget 9223372036854775808: expected at most 9,223,372,036,854,775,807"),
         ({"dtype": "fp4"}, "--dtype 'fp4': unknown cache dtype (expected one of: bf16, fp16, fp32, fp8)"),
-        ({"layouts": ["paged"]}, "--layout 'paged': unknown layout (expected one of: naive, flash, latent,"),
     ],
 )
 def test_bad_values_name_the_option(options, message):
     with pytest.raises(UsageError) as error:
         kv_cache_report(K2, **options)
     assert message in str(error.value)
+
+
+def test_parse_layout():
+    assert [parse_layout(name) for name in ("naive", "flash", "latent", "flashmla-fp8")] == list(Layout)
+    with pytest.raises(UsageError) as error:
+        parse_layout("paged")
+    assert "--layout 'paged': unknown layout (expected one of: naive, flash, latent, flashmla-fp8)" in str(
+        error.value
+    )
 
 
 def test_context_sweep_ends_at_the_tokens_asked_for():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from fractions import Fraction
 from xml.etree import ElementTree
 
 import pytest
@@ -115,6 +116,8 @@ def test_block_size_shows_the_waste():
     assert (
         "each sequence of 1,000 tokens takes 16 pages (1,024 tokens); 72 tokens allocated but unused" in out
     )
+    one_page = invoke("kv-cache", "--tokens", "10", "--block-size", "64", "--no-chart").stdout
+    assert "each sequence of 10 tokens takes 1 page (64 tokens); 54 tokens allocated but unused" in one_page
     report = kv_json("--tokens", "1000", "--batch", "3", "--block-size", "64", "--layout", "latent")
     assert (report["allocated_tokens"], report["wasted_tokens"]) == (3 * 1024, 3 * 24)
     assert report["layouts"][0]["total_bytes"] == 70_272 * 3 * 1024
@@ -252,6 +255,53 @@ def test_repo_reads_the_config_from_the_hub(hub):  # noqa: F811
 )
 def test_bad_input_exits_2_with_one_line(args, needles):
     _fails_cleanly(invoke("kv-cache", *args), *needles)
+
+
+INT64_MAX = 9_223_372_036_854_775_807  # 2^63 − 1
+HUGE = "9" * 400  # a 400-digit number: more than a float holds
+
+
+@pytest.mark.parametrize("option", ["--tokens", "--batch", "--block-size", "--tp"])
+def test_a_count_too_big_for_int64_exits_2_with_one_line(option):
+    _fails_cleanly(
+        invoke("kv-cache", option, HUGE), f"{option} {HUGE}: expected at most 9,223,372,036,854,775,807"
+    )
+    _fails_cleanly(
+        invoke("kv-cache", option, str(INT64_MAX + 1)), f"{option} {INT64_MAX + 1}: expected at most"
+    )
+
+
+@pytest.mark.parametrize(
+    "budget, needle",
+    [
+        ("1e30", "--budget 1000000000000000000000000000000: expected at most 9,223,372,036,854,775,807"),
+        ("9" * 60 + "GiB", "expected at most"),
+        ("9" * 5000, f"--budget '{'9' * 5000}': expected a size such as 80GiB"),  # too long to read
+    ],
+)
+def test_a_budget_too_big_exits_2_with_one_line(budget, needle):
+    _fails_cleanly(invoke("kv-cache", "--budget", budget), needle)
+
+
+def test_the_largest_counts_still_render_exactly(tmp_path):
+    # the largest values the options take: totals of about 2 × 10^44 B, every figure still exact
+    most = str(INT64_MAX)
+    args = ["--tokens", most, "--batch", most, "--block-size", most, "--tp", "8", "--budget", most]
+    svg = tmp_path / "kv.svg"
+    report = kv_json(*args, "--plot", str(svg))
+    naive, flash, latent = report["layouts"]
+    assert naive["total_bytes"] == 2_498_560 * INT64_MAX * INT64_MAX  # one page of 2^63 − 1 tokens each
+    assert flash["total_bytes"] == 2_998_272 * INT64_MAX * INT64_MAX
+    assert latent["bytes_all_gpus"] == 8 * 70_272 * INT64_MAX * INT64_MAX
+    assert naive["budget_max_tokens"] == 0  # not one page fits
+    result = invoke("kv-cache", *args)
+    assert result.exit_code == 0, result.output
+    # in YiB (2^80 B), beyond the largest unit: a whole number of them, rounded half to even
+    naive_yib = f"{round(Fraction(2_498_560 * INT64_MAX**2, 2**80))} YiB"
+    assert naive_yib == "175820529452544163802 YiB"
+    assert re.search(rf"naive\s+40,960 B\s+2,498,560 B\s+212,553,977,\S+ B\s+{naive_yib}", result.stdout)
+    assert "What fits in 8 EiB (9,223,372,036,854,775,807 B) per GPU" in result.stdout  # 2^63 B = 8 EiB
+    assert f"naive {naive_yib}" in svg.read_text()
 
 
 def test_tp_refusal_names_the_model_heads():
