@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.checkpoints import kimi_k2_layout  # noqa: E402
+from tests.checkpoints import kimi_k2_layout
 
 
 def main() -> None:
