@@ -47,7 +47,7 @@ from pathlib import Path
 from safetensors import safe_open
 count = 0
 for path in sorted(Path(sys.argv[1]).glob("*.safetensors")):
-    with safe_open(str(path), framework="pt") as f:
+    with safe_open(str(path), framework="numpy") as f:
         for name in f.keys():
             f.get_slice(name).get_shape()
             count += 1

@@ -93,9 +93,15 @@ class TensorRef:
 
     def layer_names(self) -> Iterator[tuple[int | None, str]]:
         """(layer index or None, tensor name) for every concrete tensor name."""
+        if not self.experts:
+            for layer in self.layers or (None,):
+                yield layer, self.pattern.format(layer=layer)
+            return
+        # 69,120 expert names for Kimi K2: fill the layer once, then only the expert index
         for layer in self.layers or (None,):
-            for expert in range(self.experts) if self.experts else (None,):
-                yield layer, self.pattern.format(layer=layer, expert=expert)
+            head, tail = self.pattern.format(layer=layer, expert="\0").split("\0")
+            for expert in range(self.experts):
+                yield layer, f"{head}{expert}{tail}"
 
     @property
     def display_name(self) -> str:

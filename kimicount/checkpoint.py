@@ -7,6 +7,7 @@ same object from the Hub. Verification (`kimicount.verify`) only ever sees a `Ch
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -85,14 +86,11 @@ def assemble(
 ) -> Checkpoint:
     """A Checkpoint from headers read in any order (sorted by file name for stable reports)."""
     headers = sorted(headers, key=lambda h: h.file)
-    seen: set[str] = set()
-    duplicates = []
-    for header in headers:
-        for tensor in header.tensors:
-            if tensor.name in seen:
-                duplicates.append(tensor.name)
-            seen.add(tensor.name)
-    return Checkpoint(source, tuple(headers), index, bytes_read, requests, tuple(duplicates))
+    names = [tensor.name for header in headers for tensor in header.tensors]
+    duplicates = ()
+    if len(set(names)) < len(names):  # rare: find which
+        duplicates = tuple(name for name, count in Counter(names).items() if count > 1)
+    return Checkpoint(source, tuple(headers), index, bytes_read, requests, duplicates)
 
 
 def checkpoint_files(folder: Path) -> tuple[list[Path], Index | None]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -56,8 +55,7 @@ class Tally:
     bytes: int = 0
 
     @classmethod
-    def of(cls, tensors: Iterable[TensorInfo]) -> Tally:
-        tensors = list(tensors)
+    def of(cls, tensors: list[TensorInfo]) -> Tally:
         return cls(len(tensors), sum(map(_elements, tensors)), sum(map(_nbytes, tensors)))
 
     def __add__(self, other: Tally) -> Tally:
@@ -276,28 +274,30 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
 def _check_stored(spec: ModelSpec, group: ExpectedGroup, found: dict[str, TensorInfo], findings: _Findings):
     """Tensors stored as themselves: present, of their shape and dtype, with their FP8 scale if any.
     Column by column (a 1T checkpoint has 70,000 of them). Returns which names are verified."""
+    shape, dtypes = group.shape, group.dtypes
     tensors = [found.get(name) for name in group.names]
-    present = [t for t in tensors if t is not None]
+    verified = [t is not None and t.shape == shape and t.dtype in dtypes for t in tensors]
+    present = tensors if all(verified) else [t for t in tensors if t is not None]
     findings.present[group.module] += present
-    missing = f"{list(group.shape)} {' or '.join(group.dtypes)}"
-    findings.mismatches += [
-        Mismatch(name, "missing", missing, "absent") for name, t in zip(group.names, tensors) if t is None
-    ]
-    findings.mismatches += [
-        Mismatch(t.name, "shape", str(list(group.shape)), str(list(t.shape)))
-        for t in present
-        if t.shape != group.shape
-    ]
-    findings.mismatches += [
-        Mismatch(t.name, "dtype", " or ".join(group.dtypes), t.dtype)
-        for t in present
-        if t.dtype not in group.dtypes
-    ]
+    if not all(verified):  # say what is wrong with each tensor that is not
+        findings.mismatches += [
+            Mismatch(name, "missing", f"{list(shape)} {' or '.join(dtypes)}", "absent")
+            for name, t in zip(group.names, tensors)
+            if t is None
+        ]
+        findings.mismatches += [
+            Mismatch(t.name, "shape", str(list(shape)), str(list(t.shape)))
+            for t in present
+            if t.shape != shape
+        ]
+        findings.mismatches += [
+            Mismatch(t.name, "dtype", " or ".join(dtypes), t.dtype) for t in present if t.dtype not in dtypes
+        ]
     if group.fp8_scale is not None:
         findings.mismatches += _check_scales(
             [t.name + FP8_SCALE_SUFFIX for t in present], group.fp8_scale, found
         )
-    return [t is not None and t.shape == group.shape and t.dtype in group.dtypes for t in tensors]
+    return verified
 
 
 def _check_scales(names: list[str], shape: tuple[int, int], found: dict[str, TensorInfo]) -> list[Mismatch]:
@@ -398,9 +398,9 @@ def _classify_the_rest(groups: list[ExpectedGroup], found: dict[str, TensorInfo]
         for name in unknown
     ]
     return {
-        "fp8_scales": Tally.of(found[name] for name in scales),
-        "rotary_buffers": Tally.of(found[name] for name in rotary),
-        "unknown": Tally.of(found[name] for name in unknown),
+        "fp8_scales": Tally.of([found[name] for name in scales]),
+        "rotary_buffers": Tally.of([found[name] for name in rotary]),
+        "unknown": Tally.of([found[name] for name in unknown]),
     }
 
 
