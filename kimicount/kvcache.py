@@ -45,7 +45,7 @@ def default_dtype(spec: ModelSpec) -> str:
     >>> default_dtype(k2)
     'bf16'
     """
-    return _CONFIG_DTYPES.get(spec.torch_dtype, "bf16")
+    return _CONFIG_DTYPES[spec.torch_dtype]  # spec refuses any other torch_dtype
 
 
 def element_bytes(dtype: str) -> int:

@@ -7,8 +7,8 @@ new transformers release is handled here once.
     >>> spec = bundled_spec()
     >>> spec.name, spec.num_hidden_layers, spec.qk_head_dim
     ('moonshotai/Kimi-K2-Instruct', 61, 192)
-    >>> spec.moe_layers[:3], spec.dense_layers
-    ((1, 2, 3), (0,))
+    >>> [spec.is_moe_layer(i) for i in range(3)]
+    [False, True, True]
 """
 
 from __future__ import annotations
@@ -195,14 +195,6 @@ class ModelSpec:
     def is_moe_layer(self, layer: int) -> bool:
         """DeepSeek's rule: MoE from `first_k_dense_replace` on, every `moe_layer_freq`-th layer."""
         return layer >= self.first_k_dense_replace and layer % self.moe_layer_freq == 0
-
-    @cached_property
-    def moe_layers(self) -> tuple[int, ...]:
-        return tuple(i for i in range(self.num_hidden_layers) if self.is_moe_layer(i))
-
-    @cached_property
-    def dense_layers(self) -> tuple[int, ...]:
-        return tuple(i for i in range(self.num_hidden_layers) if not self.is_moe_layer(i))
 
     @property
     def mtp_layers(self) -> tuple[int, ...]:
@@ -468,8 +460,8 @@ def _is_positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-#: The weights' dtypes a config may declare (torch_dtype / dtype).
-MODEL_DTYPES = ("bfloat16", "float16", "float32")
+#: The weights' dtypes a config may declare (torch_dtype / dtype), and their safetensors names.
+MODEL_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
 
 def _torch_dtype(read: _Reader) -> str:

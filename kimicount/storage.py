@@ -23,11 +23,10 @@ from functools import lru_cache
 from kimicount.anatomy import Node, Role, TensorRef
 from kimicount.errors import ConfigError
 from kimicount.headers import DTYPE_BITS
-from kimicount.spec import Fp8Quantization, ModelSpec, OtherQuantization, PackedQuantization
+from kimicount.spec import MODEL_DTYPES, Fp8Quantization, ModelSpec, OtherQuantization, PackedQuantization
 
 #: safetensors dtype -> bytes per element (the whole-byte dtypes of the format)
 DTYPE_BYTES = {dtype: bits // 8 for dtype, bits in DTYPE_BITS.items() if bits % 8 == 0}
-_MODEL_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 _FP8_DTYPES = {"e4m3": "F8_E4M3", "e5m2": "F8_E5M2"}
 
 FP8_SCALE_SUFFIX = "_scale_inv"  # X.weight -> X.weight_scale_inv
@@ -42,7 +41,7 @@ def model_dtype(spec: ModelSpec) -> str:
     >>> model_dtype(k2)
     'BF16'
     """
-    return _MODEL_DTYPES.get(spec.torch_dtype, "BF16")
+    return MODEL_DTYPES[spec.torch_dtype]
 
 
 def plain_dtypes(spec: ModelSpec, role: Role) -> tuple[str, ...]:
