@@ -14,18 +14,10 @@ from pathlib import Path
 
 from kimicount.errors import UsageError
 from kimicount.kvcache import KvCacheReport, Layout, LayoutCache
-from kimicount.render import human_bytes, times
+from kimicount.render import LAYOUT_COLOURS, human_bytes, times
 
 WIDTH, HEIGHT = 760, 460
 LEFT, RIGHT, TOP, BOTTOM = 80, 190, 50, 60  # margins around the plot area, in pixels
-
-#: Line colours per layout (the terminal chart's colours).
-COLOURS = {
-    Layout.naive: "#d62728",
-    Layout.flash: "#e6a100",
-    Layout.latent: "#2ca02c",
-    Layout.flashmla_fp8: "#17becf",
-}
 
 
 def _y_ticks(low: int, high: int) -> range:
@@ -115,7 +107,7 @@ def _spread(ys: list[float], gap: float) -> list[float]:
 
 def _layout_line(last: LayoutCache, points: list[tuple[float, float]], label_y: float) -> list[str]:
     """One layout's polyline and points, and its name and largest size at the right end."""
-    colour = COLOURS[last.layout]
+    colour = LAYOUT_COLOURS[last.layout]
     path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
     parts = [f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2.5"/>']
     parts += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{colour}"/>' for px, py in points]

@@ -20,10 +20,10 @@ from rich.table import Table
 from kimicount.anatomy import Anatomy, Node, TensorRef
 from kimicount.kvcache import KvCacheReport, Layout, LayoutCache
 from kimicount.storage import Memory, memory_map, model_dtype, quantization_summary
-from kimicount.verify import Counts, LayerCheck, VerifyReport
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: params and kv-cache must not pay for importing verify or torch
     from kimicount.measure import CacheTensor, LayoutMeasurement, Measurement
+    from kimicount.verify import Counts, LayerCheck, VerifyReport
 
 
 def make_console(stderr: bool = False) -> Console:
@@ -441,11 +441,12 @@ def times(ratio: float) -> str:
     return f"{ratio:.1f}×"
 
 
-_LAYOUT_STYLES = {
-    Layout.naive: "red",
-    Layout.flash: "yellow",
-    Layout.latent: "green",
-    Layout.flashmla_fp8: "cyan",
+#: One colour per layout, for the terminal and the --plot SVG alike.
+LAYOUT_COLOURS = {
+    Layout.naive: "#d62728",
+    Layout.flash: "#e6a100",
+    Layout.latent: "#2ca02c",
+    Layout.flashmla_fp8: "#17becf",
 }
 
 
@@ -497,7 +498,7 @@ def _kv_cache_table(report: KvCacheReport) -> Table:
             per_gpu_ratio = times(report.ratio_to_latent_per_gpu(cache))
             extra += [human_bytes(cache.bytes_per_gpu), human_bytes(cache.bytes_all_gpus), per_gpu_ratio]
         table.add_row(
-            f"[{_LAYOUT_STYLES[cache.layout]}]{cache.layout.value}[/]",
+            f"[{LAYOUT_COLOURS[cache.layout]}]{cache.layout.value}[/]",
             f"{cache.bytes_per_token_per_layer:,} B",
             f"{cache.bytes_per_token:,} B",
             f"{cache.total_bytes:,} B",
@@ -582,7 +583,7 @@ def _render_budget(console: Console, report: KvCacheReport, budget: int) -> None
     table.add_column(f"Sequences of {workload.tokens:,} tokens", justify="right")
     for cache in report.caches:
         table.add_row(
-            f"[{_LAYOUT_STYLES[cache.layout]}]{cache.layout.value}[/]",
+            f"[{LAYOUT_COLOURS[cache.layout]}]{cache.layout.value}[/]",
             f"{cache.max_tokens(budget):,}",
             f"{cache.max_sequences(budget):,}",
         )
@@ -613,7 +614,7 @@ def render_cache_chart(console: Console, sweep: list[tuple[int, tuple[LayoutCach
     for tokens, caches in sweep:
         for i, cache in enumerate(caches):
             length = 1 + round(per_doubling * math.log2(cache.total_bytes / low))
-            style = _LAYOUT_STYLES[cache.layout]
+            style = LAYOUT_COLOURS[cache.layout]
             table.add_row(
                 f"{tokens:,}" if i == 0 else "",
                 f"[{style}]{cache.layout.value}[/]",

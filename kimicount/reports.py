@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 from kimicount.anatomy import Anatomy, Node, TensorRef
 from kimicount.kvcache import CacheLine, KvCacheReport, LayoutCache, splits_across_ranks
 from kimicount.storage import Memory, memory_map, quantization_summary
-from kimicount.verify import VerifyReport
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: params and kv-cache must not pay for importing verify or torch
     from kimicount.measure import Measurement
+    from kimicount.verify import VerifyReport
 
 
 def tensor_json(tensor: TensorRef) -> dict[str, Any]:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kimicount.checkpoint import Checkpoint, read_folder
 from kimicount.errors import UsageError
 from kimicount.spec import ModelSpec, bundled_spec, spec_from_path
+
+if TYPE_CHECKING:  # params and kv-cache read no checkpoint
+    from kimicount.checkpoint import Checkpoint
 
 
 def load_spec(config: Path | None = None, repo: str | None = None, revision: str | None = None) -> ModelSpec:
@@ -47,6 +50,8 @@ def load_checkpoint(
         config_path, checkpoint = hub.fetch_checkpoint(repo, revision, on_file)
         spec = spec_from_path(config) if config else hub.spec_from_hub_config(config_path, repo, revision)
         return spec, checkpoint
+    from kimicount.checkpoint import read_folder
+
     assert path is not None
     checkpoint = read_folder(path, on_file)
     if config is None:
