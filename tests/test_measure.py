@@ -22,7 +22,7 @@ from kimicount.kvcache import Layout
 from kimicount.measure import CacheTensor, LayoutMeasurement, Measurement
 from kimicount.render import render_measure
 
-from .helpers import FIXTURES, invoke
+from .helpers import FIXTURES, invoke, run_kimicount
 from .test_params_cli import _fails_cleanly
 
 try:  # torch is an optional extra: tests that build caches need it; usage errors must work without it
@@ -347,9 +347,11 @@ def test_a_run_too_big_for_memory_exits_2(args, needle):
 
 @needs_torch
 def test_cuda_without_a_gpu_exits_2():
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
-    _fails_cleanly(invoke("measure", "--device", "cuda"), "--device cuda: torch", "sees no CUDA GPU")
+    # CUDA_VISIBLE_DEVICES="" hides any GPU, so this runs on GPU machines too
+    result = run_kimicount("measure", "--device", "cuda", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "--device cuda: torch" in result.stderr and "sees no CUDA GPU" in result.stderr
 
 
 def test_without_torch_it_says_how_to_install_it():
