@@ -25,10 +25,10 @@ from kimicount.render import Detail
 
 
 class OneLineErrors(TyperGroup):
-    """Every error ends the same way: one line on stderr. typer prints usage errors (a bad option
-    value, an unknown command) as a boxed panel, and an unexpected exception as a traceback; kimicount
-    prints the first as `kimicount: error: …` with exit code 2 and the second as `kimicount: internal
-    error: …` with exit code 3 (KIMICOUNT_DEBUG=1 shows the traceback)."""
+    """Every error ends the same way, in this one place: one line on stderr. Bad input and unreachable
+    sources (KimicountError) and typer's usage errors (a bad option value, an unknown command, which
+    typer would draw as a boxed panel) print `kimicount: error: …` and exit 2; an unexpected exception
+    prints `kimicount: internal error: …` and exits 3. KIMICOUNT_DEBUG=1 shows the traceback."""
 
     def main(
         self, args: Sequence[str] | None = None, *rest: Any, standalone_mode: bool = True, **kwargs: Any
@@ -39,6 +39,11 @@ class OneLineErrors(TyperGroup):
             # Not standalone: typer raises its usage errors instead of printing them, and returns the
             # exit code of typer.Exit (or the command's return value, None) instead of exiting.
             code = super().main(args, *rest, standalone_mode=False, **kwargs)
+        except KimicountError as error:  # bad input or an unreachable source
+            if os.environ.get("KIMICOUNT_DEBUG"):
+                raise
+            typer.echo(f"kimicount: error: {' '.join(str(error).splitlines())}", err=True)
+            sys.exit(2)
         except typer.TyperException as error:
             if error.format_message():  # empty when typer has printed the help (no arguments given)
                 words = list(sys.argv[1:] if args is None else args)
@@ -88,19 +93,6 @@ RevisionOption = Annotated[
     str | None, typer.Option("--revision", help="Branch, tag or commit of --repo.", show_default=False)
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the stable JSON report instead of tables.")]
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """Bad input and unreachable sources end the command with one line on stderr and exit code 2."""
-    try:
-        yield
-    except KimicountError as error:
-        if os.environ.get("KIMICOUNT_DEBUG"):
-            raise
-        message = " ".join(str(error).split("\n"))
-        typer.echo(f"kimicount: error: {message}", err=True)
-        raise typer.Exit(2) from None
 
 
 def print_json(report: dict[str, Any]) -> None:
@@ -166,12 +158,11 @@ def params(
     from kimicount.anatomy import build_anatomy
     from kimicount.source import load_spec
 
-    with user_errors():
-        anatomy = build_anatomy(load_spec(config, repo, revision))
-        if by is Breakdown.memory:
-            from kimicount.storage import require_modelled
+    anatomy = build_anatomy(load_spec(config, repo, revision))
+    if by is Breakdown.memory:
+        from kimicount.storage import require_modelled
 
-            require_modelled(anatomy.spec)
+        require_modelled(anatomy.spec)
     if as_json:
         from kimicount.reports import params_json
 
@@ -228,7 +219,6 @@ def verify(
     from kimicount.verify import verify as verify_checkpoint
 
     with (
-        user_errors(),
         _progress("Reading safetensors headers", enabled=not as_json) as on_file,
         _gc_paused(),
     ):
@@ -367,22 +357,21 @@ def kv_cache(
     from kimicount.kvcache import context_sweep, kv_cache_report, parse_layout, parse_size
     from kimicount.source import load_spec
 
-    with user_errors():
-        report = kv_cache_report(
-            load_spec(config, repo, revision),
-            tokens=tokens,
-            batch=batch,
-            dtype=dtype,
-            layouts=[parse_layout(name) for name in layout or ()],
-            block_size=block_size,
-            tp=tp,
-            include_mtp=include_mtp,
-            budget=None if budget is None else parse_size(budget),
-        )
-        if plot is not None:
-            from kimicount.chart import write_svg
+    report = kv_cache_report(
+        load_spec(config, repo, revision),
+        tokens=tokens,
+        batch=batch,
+        dtype=dtype,
+        layouts=[parse_layout(name) for name in layout or ()],
+        block_size=block_size,
+        tp=tp,
+        include_mtp=include_mtp,
+        budget=None if budget is None else parse_size(budget),
+    )
+    if plot is not None:
+        from kimicount.chart import write_svg
 
-            write_svg(plot, report, context_sweep(report))
+        write_svg(plot, report, context_sweep(report))
     if as_json:
         from kimicount.reports import kv_cache_json
 
@@ -443,17 +432,16 @@ def measure_command(
     from kimicount.measure import measure
     from kimicount.source import load_spec
 
-    with user_errors():
-        spec = load_spec(config, repo, revision)
-        result = measure(
-            spec,
-            device=device.value,
-            tokens=tokens,
-            batch=batch,
-            layers=layers,
-            dtype=dtype,
-            decode_steps=decode_steps,
-        )
+    spec = load_spec(config, repo, revision)
+    result = measure(
+        spec,
+        device=device.value,
+        tokens=tokens,
+        batch=batch,
+        layers=layers,
+        dtype=dtype,
+        decode_steps=decode_steps,
+    )
     if as_json:
         from kimicount.reports import measure_json
 
