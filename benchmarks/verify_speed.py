@@ -1,23 +1,33 @@
-"""Benchmark: verifying the full-size Kimi-K2-Instruct checkpoint from its headers, locally and over
-the Hub protocol, side by side with what a user would use instead.
+"""Benchmark: verifying the full-size Kimi-K2-Instruct and Kimi K2.5 checkpoints from their headers,
+side by side with what a user would use instead, and (with --hub) over the Hub protocol.
 
-The checkpoint is the real tensor listing (fixtures/kimi-k2-instruct/tensors.json) laid out as 61
-full-size shards whose data is a sparse hole (a few MB of disk). The Hub is a local server speaking
-the Hub's file protocol (tests/fakehub.py), driven by the real huggingface_hub client.
+The checkpoints are the real tensor listing (fixtures/kimi-k2-instruct/tensors.json) laid out as 61
+full-size shards whose data is a sparse hole (a few MB of disk), and K2.5's layout derived from it
+(tests/checkpoints.py: 208,550 tensors in 62 shards). The Hub is a local server speaking the Hub's file
+protocol (tests/fakehub.py), driven by the real huggingface_hub client.
 
     pip install -e ".[test]"           # pytest-httpserver provides the server
-    python benchmarks/verify_speed.py
+    python benchmarks/verify_speed.py [--rounds N] [--hub]
 
-Local:  `kimicount verify --path` against a loop of `safetensors.safe_open` over every shard (what a
-        user writes to list a checkpoint's tensors; it maps each file and checks nothing).
-Hub:    `kimicount verify --repo` on main and at a commit, against huggingface_hub's own
-        `get_safetensors_metadata` for the same repo: requests, bytes and time.
+The peer is a loop of `safetensors.safe_open` over every shard that lists each tensor's name and shape
+(what a user writes to list a checkpoint; it maps each file and checks nothing). Both are measured two
+ways, in alternation, one round after another, so that a busy machine slows both alike:
+- the whole command: `kimicount verify --path DIR --json` against `python -c <the loop>`, wall time of
+  the process (Python start-up and imports included);
+- the library: `read_folder` + `build_anatomy` + `verify` against the loop alone, each timed inside a
+  fresh process after its imports.
+The table gives medians over the rounds and the median of each round's ratio.
+
+Hub (--hub): `kimicount verify --repo` on main and at a commit, against huggingface_hub's own
+`get_safetensors_metadata` for the same repo: requests, bytes and time.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,31 +37,44 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.checkpoints import kimi_k2_layout
+from tests.checkpoints import kimi_k2_layout, kimi_k25_layout
 from tests.fakehub import FakeHub
 
 REPO = "moonshotai/Kimi-K2-Instruct"
 
-
-def timed_process(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, int]:
-    """Wall seconds, peak RSS (bytes) and exit code of a command run to completion."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    _, status, usage = os.wait4(process.pid, 0)
-    return time.perf_counter() - start, usage.ru_maxrss * 1024, os.waitstatus_to_exitcode(status)
-
-
+# The peer: every shard's tensor names and shapes (argv: folder, expected count, "time" to print the
+# loop's own seconds).
 SAFE_OPEN_LOOP = """
-import sys
+import sys, time
 from pathlib import Path
 from safetensors import safe_open
+start = time.perf_counter()
 count = 0
 for path in sorted(Path(sys.argv[1]).glob("*.safetensors")):
     with safe_open(str(path), framework="numpy") as f:
         for name in f.keys():
             f.get_slice(name).get_shape()
             count += 1
-assert count == 139644, count
+seconds = time.perf_counter() - start
+assert count == int(sys.argv[2]), count
+if sys.argv[3:] == ["time"]:
+    print(seconds)
+"""
+
+# kimicount's library path, as `kimicount verify --path` runs it (argv: folder, expected count).
+LIBRARY = """
+import sys, time
+from pathlib import Path
+from kimicount.anatomy import build_anatomy
+from kimicount.checkpoint import read_folder
+from kimicount.spec import spec_from_path
+from kimicount.verify import verify
+start = time.perf_counter()
+folder = Path(sys.argv[1])
+report = verify(build_anatomy(spec_from_path(folder)), read_folder(folder))
+seconds = time.perf_counter() - start
+assert report.ok and report.tensors == int(sys.argv[2]), (report.tensors, report.mismatches[:3])
+print(seconds)
 """
 
 HUB_GET_METADATA = """
@@ -63,35 +86,68 @@ assert count == 139644, count
 """
 
 
-def best_of(runs: int, command: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
-    results = []
-    for _ in range(runs):
-        seconds, rss, code = timed_process(command, env)
-        if code not in (0,):
-            raise SystemExit(f"{' '.join(command)} exited {code}")
-        results.append((seconds, rss))
-    return min(results)
+def timed_process(command: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    """Wall seconds and stdout of a command that must succeed."""
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-2000:]}")
+    return seconds, done.stdout
 
 
-def local(folder: Path) -> None:
-    header_bytes = sum(
-        8 + int.from_bytes(p.open("rb").read(8), "little") for p in folder.glob("*.safetensors")
+def header_bytes(folder: Path) -> int:
+    total = 0
+    for path in folder.glob("*.safetensors"):
+        with path.open("rb") as file:
+            total += 8 + int.from_bytes(file.read(8), "little")
+    return total
+
+
+def local(folders: dict[str, tuple[Path, int]], rounds: int) -> None:
+    python = sys.executable
+    samples: dict[tuple[str, str, str], list[float]] = {}
+    for _ in range(rounds):
+        for label, (folder, count) in folders.items():
+            for what, ours, peer in (
+                (
+                    "whole command",
+                    [python, "-m", "kimicount", "verify", "--path", str(folder), "--json"],
+                    [python, "-c", SAFE_OPEN_LOOP, str(folder), str(count)],
+                ),
+                (
+                    "library",
+                    [python, "-c", LIBRARY, str(folder), str(count)],
+                    [python, "-c", SAFE_OPEN_LOOP, str(folder), str(count), "time"],
+                ),
+            ):
+                for who, command in (("ours", ours), ("peer", peer)):
+                    seconds, out = timed_process(command)
+                    if what == "library":
+                        seconds = float(out)
+                    samples.setdefault((label, what, who), []).append(seconds)
+
+    print(f"Local, {rounds} rounds: medians; the ratio is the median of each round's kimicount ÷ peer")
+    print("| checkpoint | measured | `kimicount verify --path` | `safe_open` loop (checks nothing) | ratio |")
+    print("|---|---|---:|---:|---:|")
+    medians = {}
+    for label, (folder, count) in folders.items():
+        for what in ("whole command", "library"):
+            ours, peer = samples[label, what, "ours"], samples[label, what, "peer"]
+            ratio = statistics.median(a / b for a, b in zip(ours, peer))
+            medians[label, what] = statistics.median(ours)
+            print(
+                f"| {label} | {what} | {statistics.median(ours):.2f} s | {statistics.median(peer):.2f} s "
+                f"| {ratio:.2f}× |"
+            )
+    (first, (folder_a, _)), (second, (folder_b, _)) = list(folders.items())[:2]
+    bytes_ratio = header_bytes(folder_b) / header_bytes(folder_a)
+    library_ratio = statistics.median(
+        b / a for a, b in zip(samples[first, "library", "ours"], samples[second, "library", "ours"])
     )
-    data_bytes = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
-    ours = best_of(5, [sys.executable, "-m", "kimicount", "verify", "--path", str(folder), "--json"])
-    theirs = best_of(5, [sys.executable, "-c", SAFE_OPEN_LOOP, str(folder)])
     print(
-        f"Local: 61 shards, {data_bytes / 2**30:,.0f} GiB of (sparse) data, {header_bytes / 2**20:.1f} MiB of headers"
-    )
-    print("| what | reads | time (best of 5) | peak RSS |")
-    print("|---|---|---:|---:|")
-    print(
-        f"| `kimicount verify --path` (checks every tensor) | headers only, {header_bytes / 2**20:.1f} MiB "
-        f"| {ours[0]:.2f} s | {ours[1] / 2**20:.0f} MiB |"
-    )
-    print(
-        f"| `safe_open` loop listing names and shapes (checks nothing) | maps every file "
-        f"| {theirs[0]:.2f} s | {theirs[1] / 2**20:.0f} MiB |"
+        f"\n{second} ÷ {first}: header bytes {bytes_ratio:.2f}×, kimicount's library time "
+        f"{library_ratio:.2f}× (median of the rounds)"
     )
 
 
@@ -144,19 +200,23 @@ def hub(folder: Path) -> None:
                     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
                     "HF_HUB_DISABLE_TELEMETRY": "1",
                 }
-                seconds, _, code = timed_process(command, env)
-            if code:
-                raise SystemExit(f"{label}: exit {code}")
+                seconds, _ = timed_process(command, env)
             print(f"| {label} | {len(fake.requests)} | {fake.bytes_sent / 2**20:.1f} MiB | {seconds:.2f} s |")
     finally:
         server.stop()
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds of every measurement")
+    parser.add_argument("--hub", action="store_true", help="also measure the Hub protocol (local server)")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        folder = kimi_k2_layout(Path(tmp) / "kimi-k2", config=ROOT / "fixtures/kimi-k2-instruct/config.json")
-        local(folder)
-        hub(folder)
+        k2 = kimi_k2_layout(Path(tmp) / "kimi-k2", config=ROOT / "fixtures/kimi-k2-instruct/config.json")
+        k25 = kimi_k25_layout(Path(tmp) / "kimi-k2.5")
+        local({"Kimi K2 (139,644 tensors)": (k2, 139_644), "Kimi K2.5 (208,550 tensors)": (k25, 208_550)}, args.rounds)
+        if args.hub:
+            hub(k2)
 
 
 if __name__ == "__main__":
