@@ -198,6 +198,11 @@ class ExpectedGroup:
     def scale_names(self) -> list[str]:
         return _suffixed(self.names, FP8_SCALE_SUFFIX)
 
+    @property
+    def scale_kind(self) -> Kind:
+        assert self.fp8_scale is not None
+        return kind_of("F32", self.fp8_scale)
+
 
 def _suffixed(names: Iterable[str], suffix: str) -> list[str]:
     return list(map(operator.add, names, repeat(suffix)))
@@ -254,7 +259,7 @@ class _Findings:
     weights: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))  # stored as themselves
     packed: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))  # logical size, packed bytes
     int4_metadata: Tally = field(default_factory=Tally)
-    claimed: set[str] = field(default_factory=set)  # packed-form names checked with their Linear
+    claimed: list[list[str]] = field(default_factory=list)  # packed-form names checked with their Linear
     linears: Counter = field(default_factory=Counter)
 
 
@@ -271,14 +276,16 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
         groups = expected_groups(anatomy, components)
         findings = _Findings()
         parts = _PartCounts(spec, components)
+        whole = []  # the groups verified whole (FP8 scales included)
         for group in groups:
             check = _check_packable if group.packable else _check_stored
             verified = check(spec, group, checkpoint, findings)
-            if verified is None:  # every tensor verified
+            whole.append(verified is None)
+            if verified is None:
                 parts.add_all(group)
             else:
                 parts.add(group, Counter(zip(group.layers, verified)))
-        kinds = _classify_the_rest(groups, checkpoint, findings)
+        kinds = _classify_the_rest(groups, whole, checkpoint, findings)
         mismatches = findings.mismatches + _check_index(checkpoint)
         by_dtype: dict[str, Tally] = defaultdict(Tally)
         for header in checkpoint.files:  # duplicates too, as stored
@@ -320,10 +327,10 @@ def _times(count: int, kind: Kind) -> Tally:
     return Tally(count, count * elements, count * nbytes)
 
 
-def _tally(kinds: Iterable[Kind]) -> Tally:
-    """The tensors of these kinds (one entry per tensor), counted kind by kind."""
+def _tally(kinds: Iterable[Kind] | Counter) -> Tally:
+    """The tensors of these kinds (one entry per tensor, or a Counter of them), kind by kind."""
     total = Tally()
-    for kind, count in Counter(kinds).items():
+    for kind, count in (kinds if isinstance(kinds, Counter) else Counter(kinds)).items():
         total += _times(count, kind)
     return total
 
@@ -333,10 +340,9 @@ def _check_stored(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint,
     As a set of kinds; the tensors of a group that fails go to `_check_each_stored`. Returns None when
     every tensor is verified, else which are."""
     kinds = checkpoint.kinds
-    found = list(map(kinds.get, group.names))
-    if set(found) <= group.kinds and (
-        group.fp8_scale is None
-        or set(map(kinds.get, group.scale_names)) <= {kind_of("F32", group.fp8_scale)}
+    found = Counter(map(kinds.get, group.names))
+    if found.keys() <= group.kinds and (
+        group.fp8_scale is None or set(map(kinds.get, group.scale_names)) == {group.scale_kind}
     ):
         findings.weights[group.module] += _tally(found)
         return None
@@ -389,10 +395,9 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
     the rest as themselves); any other goes to `_check_each_packable`. Returns None when every Linear
     is verified, else which are."""
     kinds = checkpoint.kinds
-    stems = [name[:-7] for name in group.names]  # X.weight -> X
+    stems = list(map(operator.getitem, group.names, repeat(slice(None, -7))))  # X.weight -> X
     triples = [_suffixed(stems, f".{suffix}") for suffix in PACKED_SUFFIXES]
-    for names in triples:
-        findings.claimed.update(names)
+    findings.claimed += triples
     count = len(group.names)
     plain = kinds.keys() & group.names
     stored = [list(map(kinds.get, names)) for names in triples]
@@ -404,8 +409,8 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
         findings.linears["packed_against_config"] += count - sum(map(config_packs, repeat(spec), group.names))
         return None
     if len(plain) == count and set(map(kinds.get, chain.from_iterable(triples))) == {None}:
-        found = list(map(kinds.get, group.names))
-        if set(found) <= group.kinds:
+        found = Counter(map(kinds.get, group.names))
+        if found.keys() <= group.kinds:
             findings.weights[group.module] += _tally(found)
             findings.linears["plain"] += count
             findings.linears["plain_against_config"] += sum(map(config_packs, repeat(spec), group.names))
@@ -485,15 +490,30 @@ def _check_unusual(spec, group, name, packed, found, findings: _Findings) -> boo
     )[0]
 
 
-def _classify_the_rest(groups: list[ExpectedGroup], checkpoint: Checkpoint, findings: _Findings):
+def _classify_the_rest(
+    groups: list[ExpectedGroup], whole: list[bool], checkpoint: Checkpoint, findings: _Findings
+) -> dict[str, Tally]:
     """Every tensor no group claims: an FP8 scale (its weight's scale was checked with the weight; a
-    scale without a quantized weight is a mismatch), a rotary buffer, or unknown."""
+    scale without a quantized weight is a mismatch), a rotary buffer, or unknown. The scales of a group
+    verified whole are all there, of one kind: counted as count × elements. (No name the trees expect
+    or a packed Linear claims is a scale's: those end in `_scale_inv`.)"""
     kinds = checkpoint.kinds
-    expected = set(chain.from_iterable(group.names for group in groups))
-    others = kinds.keys() - expected - findings.claimed
-    with_scale = set(chain.from_iterable(group.scale_names for group in groups if group.fp8_scale))
-    checked_scales = others & with_scale  # all of them, in an FP8 checkpoint: 69,608 for Kimi K2
-    rest = others - checked_scales
+    rest = set(kinds)
+    for group in groups:
+        rest.difference_update(group.names)
+    for names in findings.claimed:
+        rest.difference_update(names)
+    scales = Tally()
+    for group, verified in zip(groups, whole):
+        if group.fp8_scale is None:
+            continue
+        if verified:
+            scales += _times(len(group.scale_names), group.scale_kind)
+            rest.difference_update(group.scale_names)
+        else:
+            present = rest.intersection(group.scale_names)
+            scales += _tally(map(kinds.__getitem__, present))
+            rest -= present
     stray_scales = {name for name in rest if name.endswith(FP8_SCALE_SUFFIX)}
     rotary = {name for name in rest if name.endswith(ROTARY_SUFFIX)}
     unknown = sorted(rest - stray_scales - rotary)
@@ -505,7 +525,7 @@ def _classify_the_rest(groups: list[ExpectedGroup], checkpoint: Checkpoint, find
         Mismatch(name, "unexpected", "no such tensor in the model", kinds[name]) for name in unknown
     ]
     return {
-        "fp8_scales": _tally(map(kinds.__getitem__, checked_scales | stray_scales)),
+        "fp8_scales": scales + _tally(map(kinds.__getitem__, stray_scales)),
         "rotary_buffers": _tally(map(kinds.__getitem__, rotary)),
         "unknown": _tally(map(kinds.__getitem__, unknown)),
     }
