@@ -213,6 +213,14 @@ def fast_json(raw: bytes | str) -> Any | None:
         return None
 
 
+class _KindNames(dict):
+    """(dtype, shape) -> its Kind, made when first asked for."""
+
+    def __missing__(self, pair: tuple[str, tuple[int, ...]]) -> Kind:
+        kind = self[pair] = kind_of(*pair)
+        return kind
+
+
 _fields_of = operator.itemgetter("dtype", "shape", "data_offsets")
 _DTYPES = frozenset(DTYPE_BITS)
 _Columns = tuple[tuple[str, ...], tuple[Kind, ...], tuple[int, ...], tuple[int, ...], dict[Kind, int], int]
@@ -243,15 +251,13 @@ def _columns_in_bulk(entries: dict[str, Any]) -> _Columns | None:
             return None
     except (KeyError, TypeError):  # an entry that is not an object, or lacks a key; an unhashable dtype
         return None
-    pairs = list(zip(dtypes, map(tuple, shapes)))
-    counts = Counter(pairs)
-    kind_names, nbytes_of = {}, {}
-    for dtype, shape in counts:
+    kinds_of = _KindNames()
+    kinds = tuple(map(kinds_of.__getitem__, zip(dtypes, map(tuple, shapes))))  # each pair hashed once
+    nbytes_of = {}
+    for (dtype, shape), kind in kinds_of.items():
         if min(shape, default=0) < 0 or math.prod(shape) * DTYPE_BITS[dtype] % 8:
             return None
-        kind = kind_names[dtype, shape] = kind_of(dtype, shape)
         nbytes_of[kind] = kind_parts(kind)[3]
-    kinds = tuple(map(kind_names.__getitem__, pairs))
     begins, ends = tuple(bounds[0::2]), tuple(bounds[1::2])
     if list(map(operator.sub, ends, begins)) != list(map(nbytes_of.__getitem__, kinds)):
         return None
@@ -262,8 +268,7 @@ def _columns_in_bulk(entries: dict[str, Any]) -> _Columns | None:
         starts, stops = zip(*sorted(zip(begins, ends)))
         if starts[0] != 0 or starts[1:] != stops[:-1]:
             return None
-    kind_counts = {kind_names[pair]: count for pair, count in counts.items()}
-    return tuple(entries), kinds, begins, ends, kind_counts, stops[-1]
+    return tuple(entries), kinds, begins, ends, dict(Counter(kinds)), stops[-1]
 
 
 

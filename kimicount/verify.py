@@ -400,9 +400,9 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
     findings.claimed += triples
     count = len(group.names)
     plain = kinds.keys() & group.names
-    stored = [list(map(kinds.get, names)) for names in triples]
-    if not plain and all(set(found) == {kind} for found, kind in zip(stored, _packed_kinds(spec, group))):
-        weights, *metadata = (_tally(found) for found in stored)
+    stored = [Counter(map(kinds.get, names)) for names in triples]
+    if not plain and all(found.keys() == {kind} for found, kind in zip(stored, _packed_kinds(spec, group))):
+        weights, *metadata = map(_tally, stored)
         findings.packed[group.module] += Tally(count, count * group.elements, weights.bytes)
         findings.int4_metadata += sum(metadata, Tally())
         findings.linears["packed"] += count
