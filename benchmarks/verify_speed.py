@@ -15,7 +15,7 @@ ways, in alternation, one round after another, so that a busy machine slows both
 - the whole command: `kimicount verify --path DIR --json` against `python -c <the loop>`, wall time of
   the process (Python start-up and imports included);
 - the library: `read_folder` + `build_anatomy` + `verify` against the loop alone, each timed inside a
-  fresh process after its imports.
+  fresh process after its imports; and the same without orjson (the standard library's JSON).
 The table gives medians over the rounds and the median of each round's ratio.
 
 Hub (--hub): `kimicount verify --repo` on main and at a commit, against huggingface_hub's own
@@ -64,6 +64,8 @@ if sys.argv[3:] == ["time"]:
 # kimicount's library path, as `kimicount verify --path` runs it (argv: folder, expected count).
 LIBRARY = """
 import sys, time
+if sys.argv[3:] == ["json"]:
+    sys.modules["orjson"] = None  # as if not installed: the standard library parses
 from pathlib import Path
 from kimicount.anatomy import build_anatomy
 from kimicount.checkpoint import read_folder
@@ -120,10 +122,15 @@ def local(folders: dict[str, tuple[Path, int]], rounds: int) -> None:
                     [python, "-c", LIBRARY, str(folder), str(count)],
                     [python, "-c", SAFE_OPEN_LOOP, str(folder), str(count), "time"],
                 ),
+                (
+                    "library, without orjson",
+                    [python, "-c", LIBRARY, str(folder), str(count), "json"],
+                    [python, "-c", SAFE_OPEN_LOOP, str(folder), str(count), "time"],
+                ),
             ):
                 for who, command in (("ours", ours), ("peer", peer)):
                     seconds, out = timed_process(command)
-                    if what == "library":
+                    if what.startswith("library"):
                         seconds = float(out)
                     samples.setdefault((label, what, who), []).append(seconds)
 
@@ -132,7 +139,7 @@ def local(folders: dict[str, tuple[Path, int]], rounds: int) -> None:
     print("|---|---|---:|---:|---:|")
     medians = {}
     for label, (folder, count) in folders.items():
-        for what in ("whole command", "library"):
+        for what in ("whole command", "library", "library, without orjson"):
             ours, peer = samples[label, what, "ours"], samples[label, what, "peer"]
             ratio = statistics.median(a / b for a, b in zip(ours, peer))
             medians[label, what] = statistics.median(ours)
