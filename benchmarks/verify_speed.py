@@ -16,7 +16,8 @@ ways, in alternation, one round after another, so that a busy machine slows both
   the process (Python start-up and imports included);
 - the library: `read_folder` + `build_anatomy` + `verify` against the loop alone, each timed inside a
   fresh process after its imports; and the same without orjson (the standard library's JSON).
-The table gives medians over the rounds and the median of each round's ratio.
+The table gives medians over the rounds and the median of each round's ratio, in CPU time (user +
+system, which a busy machine does not inflate as it does wall time) and in wall time.
 
 Hub (--hub): `kimicount verify --repo` on main and at a commit, against huggingface_hub's own
 `get_safetensors_metadata` for the same repo: requests, bytes and time.
@@ -48,17 +49,17 @@ SAFE_OPEN_LOOP = """
 import sys, time
 from pathlib import Path
 from safetensors import safe_open
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 count = 0
 for path in sorted(Path(sys.argv[1]).glob("*.safetensors")):
     with safe_open(str(path), framework="numpy") as f:
         for name in f.keys():
             f.get_slice(name).get_shape()
             count += 1
-seconds = time.perf_counter() - start
+seconds = time.perf_counter() - start, time.process_time() - cpu
 assert count == int(sys.argv[2]), count
 if sys.argv[3:] == ["time"]:
-    print(seconds)
+    print(*seconds)
 """
 
 # kimicount's library path, as `kimicount verify --path` runs it (argv: folder, expected count).
@@ -71,12 +72,12 @@ from kimicount.anatomy import build_anatomy
 from kimicount.checkpoint import read_folder
 from kimicount.spec import spec_from_path
 from kimicount.verify import verify
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 folder = Path(sys.argv[1])
 report = verify(build_anatomy(spec_from_path(folder)), read_folder(folder))
-seconds = time.perf_counter() - start
+seconds = time.perf_counter() - start, time.process_time() - cpu
 assert report.ok and report.tensors == int(sys.argv[2]), (report.tensors, report.mismatches[:3])
-print(seconds)
+print(*seconds)
 """
 
 HUB_GET_METADATA = """
@@ -88,14 +89,18 @@ assert count == 139644, count
 """
 
 
-def timed_process(command: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
-    """Wall seconds and stdout of a command that must succeed."""
+def timed_process(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + system) and stdout of a command that must succeed."""
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    seconds = time.perf_counter() - start
-    if done.returncode:
-        raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-2000:]}")
-    return seconds, done.stdout
+    with tempfile.TemporaryFile() as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - start
+        out.seek(0)
+        text = out.read().decode()
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{' '.join(command)} failed: {text[-2000:]}")
+    return seconds, usage.ru_utime + usage.ru_stime, text
 
 
 def header_bytes(folder: Path) -> int:
@@ -129,32 +134,39 @@ def local(folders: dict[str, tuple[Path, int]], rounds: int) -> None:
                 ),
             ):
                 for who, command in (("ours", ours), ("peer", peer)):
-                    seconds, out = timed_process(command)
-                    if what.startswith("library"):
-                        seconds = float(out)
-                    samples.setdefault((label, what, who), []).append(seconds)
+                    wall, cpu, out = timed_process(command)
+                    if what.startswith("library"):  # timed inside, after the imports
+                        wall, cpu = map(float, out.split())
+                    samples.setdefault((label, what, who), []).append((cpu, wall))
 
-    print(f"Local, {rounds} rounds: medians; the ratio is the median of each round's kimicount ÷ peer")
-    print("| checkpoint | measured | `kimicount verify --path` | `safe_open` loop (checks nothing) | ratio |")
-    print("|---|---|---:|---:|---:|")
-    medians = {}
-    for label, (folder, count) in folders.items():
+    def median(values):
+        return statistics.median(values)
+
+    print(
+        f"Local, {rounds} rounds, medians. Seconds of CPU (user + system: what the work costs, however "
+        "busy the machine); ratios are the median of each round's kimicount ÷ peer, in CPU and wall time."
+    )
+    print(
+        "| checkpoint | measured | `kimicount verify --path` | `safe_open` loop (checks nothing) "
+        "| ratio | ratio, wall time |"
+    )
+    print("|---|---|---:|---:|---:|---:|")
+    for label in folders:
         for what in ("whole command", "library", "library, without orjson"):
             ours, peer = samples[label, what, "ours"], samples[label, what, "peer"]
-            ratio = statistics.median(a / b for a, b in zip(ours, peer))
-            medians[label, what] = statistics.median(ours)
+            cpu_ratio = median(a[0] / b[0] for a, b in zip(ours, peer))
+            wall_ratio = median(a[1] / b[1] for a, b in zip(ours, peer))
             print(
-                f"| {label} | {what} | {statistics.median(ours):.2f} s | {statistics.median(peer):.2f} s "
-                f"| {ratio:.2f}× |"
+                f"| {label} | {what} | {median(a[0] for a in ours):.2f} s | {median(b[0] for b in peer):.2f} s "
+                f"| {cpu_ratio:.2f}× | {wall_ratio:.2f}× |"
             )
     (first, (folder_a, _)), (second, (folder_b, _)) = list(folders.items())[:2]
     bytes_ratio = header_bytes(folder_b) / header_bytes(folder_a)
-    library_ratio = statistics.median(
-        b / a for a, b in zip(samples[first, "library", "ours"], samples[second, "library", "ours"])
-    )
+    a, b = samples[first, "library", "ours"], samples[second, "library", "ours"]
     print(
-        f"\n{second} ÷ {first}: header bytes {bytes_ratio:.2f}×, kimicount's library time "
-        f"{library_ratio:.2f}× (median of the rounds)"
+        f"\n{second} ÷ {first}: header bytes {bytes_ratio:.2f}×; kimicount's library "
+        f"{median(y[0] / x[0] for x, y in zip(a, b)):.2f}× in CPU time, "
+        f"{median(y[1] / x[1] for x, y in zip(a, b)):.2f}× in wall time (medians of the rounds)"
     )
 
 
@@ -207,7 +219,7 @@ def hub(folder: Path) -> None:
                     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
                     "HF_HUB_DISABLE_TELEMETRY": "1",
                 }
-                seconds, _ = timed_process(command, env)
+                seconds, _, _ = timed_process(command, env)
             print(f"| {label} | {len(fake.requests)} | {fake.bytes_sent / 2**20:.1f} MiB | {seconds:.2f} s |")
     finally:
         server.stop()

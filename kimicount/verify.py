@@ -399,7 +399,7 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
     triples = [_suffixed(stems, f".{suffix}") for suffix in PACKED_SUFFIXES]
     findings.claimed += triples
     count = len(group.names)
-    plain = kinds.keys() & group.names
+    plain = set() if kinds.keys().isdisjoint(group.names) else kinds.keys() & group.names
     stored = [Counter(map(kinds.get, names)) for names in triples]
     if not plain and all(found.keys() == {kind} for found, kind in zip(stored, _packed_kinds(spec, group))):
         weights, *metadata = map(_tally, stored)
