@@ -1,0 +1,261 @@
+"""`kimicount plan` for people: where the weights go, one GPU's memory as a bar, the KV cache it holds.
+
+Reads a PlanReport; computes nothing but layout. Shared helpers (console, units) come from render.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from kimicount.plan import PlanReport, StageMemory
+from kimicount.render import human_bytes, show
+from kimicount.storage import quantization_summary
+
+#: Prose wraps at this width (or the terminal's, if narrower), at spaces: numbers are never cut.
+PROSE_WIDTH = 100
+#: The memory bar's width in characters.
+BAR_WIDTH = 60
+#: (character, colour) of each part of the bar.
+BAR_PARTS = {
+    "weights": ("█", "#1f77b4"),
+    "reserve": ("▓", "#e6a100"),
+    "KV cache": ("▒", "#2ca02c"),
+    "unused pool": ("░", "#98df8a"),
+    "headroom": ("·", "#7f7f7f"),
+}
+
+
+def say(console: Console, text: str = "") -> None:
+    """Print a paragraph wrapped at PROSE_WIDTH columns; off a terminal without trailing spaces."""
+    width = min(console.width, PROSE_WIDTH)
+    if console.is_terminal:
+        console.print(text, width=width)
+        return
+    with console.capture() as captured:
+        console.print(text, width=width)
+    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+def plural(number: int, noun: str) -> str:
+    """'1 GPU', '8 GPUs', '715,072 tokens'.
+
+    >>> plural(1, "stage"), plural(715_072, "token")
+    ('1 stage', '715,072 tokens')
+    """
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+def verdict(report: PlanReport) -> str:
+    """'fits: 715,072 tokens of context per replica' or 'does not fit: short by 8.9 GiB per GPU'."""
+    if report.fits:
+        return f"fits, {report.tokens_total:,} tokens of KV cache in all"
+    return f"does not fit: short by {human_bytes(report.short_by)} per GPU"
+
+
+def render_plan(console: Console, report: PlanReport) -> None:
+    spec, gpu, parallel = report.spec, report.gpu, report.parallel
+    colour = "green" if report.fits else "red"
+    say(
+        console,
+        f"[bold]{spec.name}[/] ({spec.model_type}) on {report.count} × {gpu.name}, {parallel.label}: "
+        f"[bold {colour}]{verdict(report)}[/]",
+    )
+    overridden = f"; given: {', '.join(gpu.overridden)}" if gpu.overridden else ""
+    say(
+        console,
+        f"{gpu.name}: {gpu.description}, {gpu.memory_bytes // 2**20:,} MiB as the device reports it{overridden}",
+    )
+    say(console)
+    say(console, f"Weights on one GPU, as stored: {quantization_summary(spec)}.")
+    show(console, _weights_table(report))
+    if len(report.stages) > 1:
+        show(console)
+        show(console, _stages_table(report))
+    show(console)
+    _memory(console, report, report.fullest)
+    show(console)
+    _kv(console, report)
+    if report.min_gpus_asked:
+        show(console)
+        say(console, _min_gpus(report))
+
+
+def _weights_table(report: PlanReport) -> Table:
+    """One row per component: its split, its bytes in the whole model and on one GPU of each stage."""
+    stages = len(report.stages)
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("Component", no_wrap=True)
+    table.add_column("Split per GPU", overflow="fold")
+    table.add_column("Whole model", justify="right", no_wrap=True)
+    for index in range(stages):
+        table.add_column("Per GPU" if stages == 1 else f"Stage {index}", justify="right", no_wrap=True)
+    for c in report.placement.components:
+        table.add_row(c.name, c.rule, human_bytes(c.model_bytes), *(human_bytes(b) for b in c.bytes_per_gpu))
+    whole = sum(c.model_bytes for c in report.placement.components)
+    totals = (f"[bold]{human_bytes(report.placement.weight_bytes(i))}[/]" for i in range(stages))
+    table.add_row("[bold]Total[/]", "", human_bytes(whole), *totals)
+    return table
+
+
+def _stages_table(report: PlanReport) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("Stage", justify="right")
+    table.add_column("Layers")
+    for column in ("KV layers", "Weights", "Reserve", "KV pool", "Tokens per GPU"):
+        table.add_column(column, justify="right")
+    for s in report.stages:
+        span = f"{s.layers[0]}–{s.layers[-1]}" if len(s.layers) > 1 else str(s.layers[0])
+        table.add_row(
+            str(s.stage),
+            span,
+            str(s.kv_layers),
+            human_bytes(s.weights),
+            human_bytes(s.reserve),
+            _signed(s.pool),
+            f"{s.tokens:,}",
+        )
+    return table
+
+
+def _signed(count: int) -> str:
+    return human_bytes(count) if count >= 0 else f"−{human_bytes(-count)}"
+
+
+def _memory(console: Console, report: PlanReport, stage: StageMemory) -> None:
+    gpu = report.gpu
+    where = f"stage {stage.stage}, the fullest" if len(report.stages) > 1 else "any of them"
+    say(console, f"One GPU ({where}):")
+    grid = Table.grid(padding=(0, 2))
+    for justify in ("left", "right", "right"):
+        grid.add_column(justify=justify)
+    utilization = f"{float(report.utilization):g}"
+    grid.add_row("Memory", f"{gpu.memory_bytes:,} B", human_bytes(gpu.memory_bytes))
+    if report.kv_memory is None:
+        grid.add_row(
+            f"Usable: × {utilization} (--gpu-memory-utilization)",
+            f"{report.usable:,} B",
+            human_bytes(report.usable),
+        )
+        grid.add_row("− weights", f"{stage.weights:,} B", human_bytes(stage.weights))
+        label = "− reserve (an estimate, below)" if report.reserve.estimate else "− reserve (--reserve)"
+        grid.add_row(label, f"{stage.reserve:,} B", human_bytes(stage.reserve))
+        grid.add_row("= KV cache pool", f"{stage.pool:,} B", _signed(stage.pool))
+    else:
+        grid.add_row("Weights", f"{stage.weights:,} B", human_bytes(stage.weights))
+        grid.add_row("KV cache pool (--kv-memory)", f"{stage.pool:,} B", human_bytes(stage.pool))
+    show(console, grid)
+    for line in _bar(report, stage):
+        say(console, line)
+    if report.reserve is not None and report.reserve.estimate:
+        say(console, f"Reserve, an estimate: it assumes {report.reserve.assumes}:")
+        terms = Table.grid(padding=(0, 2))
+        for justify in ("left", "left", "right"):
+            terms.add_column(justify=justify)
+        for name, calculation, bytes_ in report.reserve.terms:
+            terms.add_row(f"  {name}", calculation, f"= {bytes_:,} B")
+        show(console, terms)
+        say(console, "--reserve SIZE replaces it; --kv-memory SIZE starts from the pool an engine printed.")
+
+
+def bar_parts(report: PlanReport, stage: StageMemory) -> list[tuple[str, int]]:
+    """(part, bytes) across one GPU's memory: weights, reserve, the KV cache's whole pages, the rest of
+    the pool, and what the utilization leaves (headroom). A pool below zero shows as no KV."""
+    memory = report.gpu.memory_bytes
+    kv = stage.kv_bytes
+    pool = max(stage.pool, 0)
+    parts = [
+        ("weights", stage.weights),
+        ("reserve", stage.reserve),
+        ("KV cache", kv),
+        ("unused pool", pool - kv),
+    ]
+    used = sum(size for _, size in parts)
+    parts.append(("headroom", max(memory - used, 0)))
+    return parts
+
+
+def _bar(report: PlanReport, stage: StageMemory) -> tuple[str, str]:
+    parts = bar_parts(report, stage)
+    total = max(report.gpu.memory_bytes, sum(size for _, size in parts))
+    cells, edge, drawn = [], 0, 0
+    for name, size in parts:
+        edge += size
+        width = round(BAR_WIDTH * edge / total) - drawn
+        drawn += width
+        char, colour = BAR_PARTS[name]
+        if width:
+            cells.append(f"[{colour}]{char * width}[/]")
+    legend = "  ".join(
+        f"[{BAR_PARTS[name][1]}]{BAR_PARTS[name][0]}[/] {name} {human_bytes(size)}"
+        for name, size in parts
+        if size
+    )
+    overflow = " [red]over by " + human_bytes(-stage.pool) + "[/]" if stage.pool < 0 else ""
+    return f"[{''.join(cells)}]{overflow}", legend
+
+
+def _kv(console: Console, report: PlanReport) -> None:
+    stage = report.fullest
+    line, indexer = stage.cache.attention, stage.cache.indexer
+    parallel = report.parallel
+    keys = f" + {indexer.bytes_per_token_per_layer:,} B of indexer keys" if indexer else ""
+    say(
+        console,
+        f"KV cache: {report.layout.value} in {report.dtype}, {line.calculation} = "
+        f"{line.bytes_per_token_per_layer:,} B{keys} per token per layer",
+    )
+    say(console, f"  × {stage.kv_layers} layers = {stage.cache.bytes_per_token:,} B per token on each GPU")
+    if parallel.dcp > 1:
+        say(
+            console,
+            f"  split by token over {parallel.dcp} ranks of each TP group (decode-context parallelism)",
+        )
+    elif parallel.tp > 1:
+        say(
+            console,
+            f"  each of the {parallel.tp} TP ranks holds all of it (the latent belongs to no head)"
+            if line.ranks == 1
+            else f"  split by head over the {parallel.tp} TP ranks",
+        )
+    page = report.block_size
+    pool = max(stage.pool, 0)
+    say(
+        console,
+        f"Pages of {page} tokens: floor({pool:,} B ÷ ({page} × {stage.bytes_per_token:,} B)) = "
+        f"{stage.tokens // page:,}",
+    )
+    replicas = "".join(
+        (
+            f"; × DCP {parallel.dcp} = {report.tokens_per_replica:,} per replica" if parallel.dcp > 1 else "",
+            f"; × DP {parallel.dp} = {report.tokens_total:,} in all" if parallel.dp > 1 else "",
+        )
+    )
+    say(console, f"Tokens: {stage.tokens // page:,} × {page} = {report.tokens_per_gpu:,} per GPU{replicas}")
+    whole = plural(report.sequences_per_replica, "whole sequence")
+    everywhere = f", {report.sequences_per_replica * parallel.dp:,} in all" if parallel.dp > 1 else ""
+    say(
+        console,
+        f"Maximum concurrency for {report.max_model_len:,} tokens per request: {report.max_concurrency:.2f}× "
+        f"({whole} per replica{everywhere})",
+    )
+    needs = (
+        f"one sequence of {report.max_model_len:,} tokens"
+        if report.kv_memory is not None
+        else f"its weights, the reserve and one sequence of {report.max_model_len:,} tokens"
+    )
+    if report.fits:
+        say(console, f"[green]Fits[/]: every GPU holds {needs}.")
+    else:
+        short = f"{human_bytes(report.short_by)} ({report.short_by:,} B)"
+        say(console, f"[red]Does not fit[/]: a GPU is short by {short} for {needs}.")
+
+
+def _min_gpus(report: PlanReport) -> str:
+    if report.min_gpus is None:
+        return f"--min-gpus: no layout of up to 4,096 × {report.gpu.name} holds it."
+    gpus, parallel = report.min_gpus
+    return (
+        f"--min-gpus: {gpus} × {report.gpu.name} ({parallel.label}) hold the weights, the reserve and one "
+        f"sequence of {report.max_model_len:,} tokens on every GPU."
+    )
