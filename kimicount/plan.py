@@ -63,11 +63,17 @@ class Reserve:
     formula: str = ""
     terms: tuple[tuple[str, str, int], ...] = ()
     assumes: str = ""
+    assumes_short: str = ""
 
 
 RESERVE_FORMULA = (
     "max_batched_tokens × (k × max(2 × I, H) + k × I + 4 × H) × 2 B"
     " + min(max_num_seqs, max_batched_tokens) × vocab_size × 4 B × 4 + 2 GiB"
+)
+#: The same in a line, for the terminal.
+RESERVE_ASSUMES_SHORT = (
+    "vLLM V1's start-up profile: one pass of max_batched_tokens tokens, the sampler over max_num_seqs "
+    "rows, CUDA graphs and communication buffers"
 )
 RESERVE_ASSUMES = (
     "vLLM V1's start-up profile: one pass of max_batched_tokens tokens (the fused-MoE kernel's workspaces "
@@ -106,7 +112,9 @@ def reserve_estimate(
         ),
         ("runtime", "2 GiB", RUNTIME_ALLOWANCE),
     )
-    return Reserve(sum(t[2] for t in terms), True, RESERVE_FORMULA, terms, RESERVE_ASSUMES)
+    return Reserve(
+        sum(t[2] for t in terms), True, RESERVE_FORMULA, terms, RESERVE_ASSUMES, RESERVE_ASSUMES_SHORT
+    )
 
 
 # --- the KV cache ----------------------------------------------------------------------------------

@@ -148,7 +148,7 @@ def _memory(console: Console, report: PlanReport, stage: StageMemory) -> None:
     for line in _bar(report, stage):
         say(console, line)
     if report.reserve is not None and report.reserve.estimate:
-        say(console, f"Reserve, an estimate: it assumes {report.reserve.assumes}:")
+        say(console, f"Reserve, an estimate of {report.reserve.assumes_short}:")
         terms = Table.grid(padding=(0, 2))
         for justify in ("left", "left", "right"):
             terms.add_column(justify=justify)

@@ -320,7 +320,8 @@ def test_reserve_estimate_is_labelled_and_shows_its_formula():
     assert reserve["bytes"] == sum(terms.values())
     out = invoke("plan", "--gpus", "8xH200").stdout
     assert "− reserve (an estimate, below)" in out
-    assert "Reserve, an estimate: it assumes vLLM V1's start-up profile" in out
+    assert "Reserve, an estimate of vLLM V1's start-up profile" in out
+    assert reserve["assumes"].startswith("vLLM V1's start-up profile: one pass of max_batched_tokens tokens")
     assert "8,192 × (8 × max(2 × 256, 7,168) + 8 × 256 + 4 × 7,168) × 2 B" in out
     smaller = plan_json("--gpus", "8xH200", "--max-batched-tokens", "2048", "--max-num-seqs", "256")
     assert {t["name"]: t["bytes"] for t in smaller["reserve"]["terms"]}["sampler"] == 256 * 163_840 * 16
