@@ -454,6 +454,41 @@ def measure_command(
         raise typer.Exit(1)
 
 
+@app.command("flops")
+def flops_command(
+    config: ConfigOption = None,
+    repo: RepoOption = None,
+    revision: RevisionOption = None,
+    tokens: Annotated[int, typer.Option("--tokens", help="Prompt length T of the prefill.")] = 4096,
+    context: Annotated[int, typer.Option("--context", help="Positions L a decode step attends to.")] = 4096,
+    depth: Annotated[
+        int | None,
+        typer.Option("--depth", min=0, help="Fold the tree below this depth (0 = the model only)."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """FLOPs per token of every component, and of the attention in each way engines run MLA.
+
+    A matmul of in × out is 2 × in × out FLOPs per token. The attention is shown for a naive cache,
+    the latent re-expanded through kv_b_proj every step, and the absorbed latent, in prefill and decode.
+    """
+    from kimicount.anatomy import build_anatomy
+    from kimicount.flow import flops_report
+    from kimicount.source import load_spec
+
+    anatomy = build_anatomy(load_spec(config, repo, revision))
+    report = flops_report(anatomy.spec, anatomy.model, tokens=tokens, context=context)
+    if as_json:
+        from kimicount.reports_plan import flops_json
+
+        print_json(flops_json(report))
+        return
+    from kimicount import render
+    from kimicount.render_flow import render_flops
+
+    render_flops(render.make_console(), report, max_depth=depth)
+
+
 @app.command("plan")
 def plan_command(
     gpus: Annotated[
@@ -588,6 +623,23 @@ def plan_command(
     min_gpus: Annotated[
         bool, typer.Option("--min-gpus", help="Also find the fewest GPUs of this type that hold it.")
     ] = False,
+    batch: Annotated[
+        int | None,
+        typer.Option(
+            "--batch",
+            help="Sequences per replica in a decode step: adds the speed floor (default 1 with --context).",
+            show_default=False,
+        ),
+    ] = None,
+    context: Annotated[
+        int | None,
+        typer.Option(
+            "--context",
+            help="Positions a decode step attends to, and the prompt of the prefill floor (default 4,096 "
+            "with --batch).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Memory per GPU for a deployment: weights by component, the reserve, and the KV cache that is left.
@@ -649,15 +701,30 @@ def plan_command(
         vision=not text_only,
         min_gpus=min_gpus,
     )
-    if as_json:
-        from kimicount.reports_plan import plan_json
+    speed = None
+    if batch is not None or context is not None:
+        from kimicount.speed import step_floor, sweep
 
-        print_json(plan_json(report))
+        batch = 1 if batch is None else batch
+        context = 4096 if context is None else context
+        speed = (
+            step_floor(report, batch=batch, context=context),
+            sweep(report, context, batch),
+            step_floor(report, batch=1, context=context, prefill=True),
+        )
+    if as_json:
+        from kimicount.reports_plan import plan_json, speed_json
+
+        print_json({**plan_json(report), **({} if speed is None else speed_json(report, *speed))})
         return
     from kimicount import render
-    from kimicount.render_plan import render_plan
+    from kimicount.render_plan import render_plan, render_speed
 
-    render_plan(render.make_console(), report)
+    console = render.make_console()
+    render_plan(console, report)
+    if speed is not None:
+        render.show(console)
+        render_speed(console, report, *speed)
 
 
 def main() -> None:

@@ -259,3 +259,114 @@ def _min_gpus(report: PlanReport) -> str:
         f"--min-gpus: {gpus} × {report.gpu.name} ({parallel.label}) hold the weights, the reserve and one "
         f"sequence of {report.max_model_len:,} tokens on every GPU."
     )
+
+
+# --- the speed floor (plan --batch --context) ---------------------------------------------------------
+
+
+def _ms(seconds: float) -> str:
+    """'17.5 ms', '0.114 ms', '1.32 s'.
+
+    >>> _ms(0.0175), _ms(0.000114), _ms(1.3162)
+    ('17.5 ms', '0.114 ms', '1.32 s')
+    """
+    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
+
+
+def _rate(value: float) -> str:
+    """Tokens per second with thousands separators: '6,380', '44.5'."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def render_speed(console: Console, report: PlanReport, step, steps, prefill) -> None:
+    """The decode floor at the asked batch and context, the sweep over batch sizes with a chart, and
+    the prefill floor."""
+    from kimicount.render_flow import flops_text
+
+    gpu = report.gpu
+    say(
+        console,
+        f"[bold]Decode floor[/]: {step.batch:,} sequences per replica at context {step.context:,}, "
+        f"{report.layout.value} cache, attention {step.way.value}",
+    )
+    stage = step.slowest
+    where = f" (stage {stage.stage}, the slowest)" if len(step.stages) > 1 else ""
+    peaks = ", ".join(
+        f"{flops_text(f)} in {dtype} at {gpu.peak_flops(dtype) / 1e12:,.4g} TFLOPS"
+        for dtype, f in sorted(stage.flops.items())
+    )
+    say(
+        console,
+        f"One GPU{where} reads {human_bytes(round(stage.bytes))}: {human_bytes(stage.weight_bytes)} of weights, "
+        f"{human_bytes(round(stage.expert_bytes))} of the experts it holds (the share B × DP tokens touch), "
+        f"{human_bytes(round(stage.kv_bytes))} of KV cache; at {gpu.hbm_bandwidth / 1e12:.3g} TB/s that is "
+        f"{_ms(stage.memory_time)}.",
+    )
+    say(console, f"It computes {peaks}: {_ms(stage.compute_time)}.")
+    say(
+        console,
+        f"Floor: {_ms(step.time)} per step ({step.bound}-bound), so at most {_rate(step.tokens_per_s)} tokens/s "
+        f"in all, {_rate(step.tokens_per_s_per_gpu)} per GPU, {_rate(step.tokens_per_s_per_sequence)} per sequence"
+        + ("" if step.fits else "; [red]this batch's KV cache does not fit the pool[/]")
+        + ".",
+    )
+    say(
+        console,
+        "These are floors: time ≥ max(bytes ÷ HBM bandwidth, Σ FLOPs ÷ dense peak of their dtype), with ideal "
+        "bandwidth and FLOP/s, no communication, no kernel overhead.",
+    )
+    say(console)
+    _sweep_table(console, report, steps)
+    say(console)
+    say(
+        console,
+        f"[bold]Prefill floor[/] (time to first token) for a prompt of {prefill.context:,} tokens on one replica: "
+        f"{_ms(prefill.time)} ({prefill.bound}-bound, {flops_text(prefill.slowest.total_flops)} on the busiest GPU).",
+    )
+
+
+def _sweep_table(console: Console, report: PlanReport, steps) -> None:
+    from kimicount.render_flow import flops_text
+    from kimicount.speed import compute_bound_from
+
+    turn = compute_bound_from(steps)
+    say(
+        console,
+        f"Decode floor against batch, context {steps[0].context:,}"
+        + (f"; compute-bound from batch {turn:,}" if turn else "; memory-bound at every batch shown")
+        + ":",
+    )
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column, justify in (
+        ("Batch", "right"),
+        ("Fits", "left"),
+        ("Reads", "right"),
+        ("Computes", "right"),
+        ("Memory", "right"),
+        ("Compute", "right"),
+        ("Floor", "right"),
+        ("tok/s/GPU", "right"),
+        ("", "left"),
+    ):
+        table.add_column(column, justify=justify, no_wrap=True)
+    best = max(s.tokens_per_s_per_gpu for s in steps)
+    for s in steps:
+        stage = s.slowest
+        width = max(1, round(24 * s.tokens_per_s_per_gpu / best))
+        colour = "#2ca02c" if s.bound == "memory" else "#d62728"
+        table.add_row(
+            f"{s.batch:,}",
+            "yes" if s.fits else "no",
+            human_bytes(round(stage.bytes)),
+            flops_text(stage.total_flops),
+            _ms(stage.memory_time),
+            _ms(stage.compute_time),
+            _ms(s.time),
+            _rate(s.tokens_per_s_per_gpu),
+            f"[{colour}]{('▒' if s.bound == 'memory' else '█') * width}[/]",
+        )
+    show(console, table)
+    say(
+        console,
+        "Chart: tokens/s per GPU, linear; ▒ memory-bound, █ compute-bound. Fits: the batch's KV fits the pool.",
+    )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kimicount.anatomy import Node
+from kimicount.flow import FlopsReport, Mla, node_calculation, node_compute
 from kimicount.hardware import Accelerator
 from kimicount.placement import Parallel
 from kimicount.plan import PlanReport
@@ -105,4 +107,84 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
         "min_gpus": None
         if report.min_gpus is None
         else {"count": report.min_gpus[0], "parallel": parallel_json(report.min_gpus[1])},
+    }
+
+
+def flops_json(report: FlopsReport) -> dict[str, Any]:
+    """`kimicount flops --json`: the tree with each node's matmul FLOPs per token, the attention per way,
+    and the totals."""
+    spec = report.spec
+
+    def node(n: Node) -> dict[str, Any]:
+        return {
+            "name": n.name,
+            "instances": n.instances,
+            "calculation": node_calculation(spec, n),
+            "flops_per_token": report.flops[id(n)],
+            "compute": node_compute(spec, n),
+            "children": [node(c) for c in n.children],
+        }
+
+    return {
+        "model": spec.name,
+        "model_type": spec.model_type,
+        "tokens": report.tokens,
+        "context": report.context,
+        "layers": report.layers,
+        "matmul_flops_per_token": report.matmul_flops,
+        "tree": node(report.model),
+        "attention": [
+            {
+                "way": way.name,
+                "formula": report.decode(way).formula,
+                "decode_calculation": report.decode(way).calculation,
+                "decode_flops_per_token_per_layer": report.decode(way).flops,
+                "prefill_flops_per_token_per_layer": float(report.prefill(way)),
+                "decode_flops_per_token": report.decode_total(way),
+                "prefill_flops_per_token": float(report.prefill_total(way)),
+            }
+            for way in Mla
+        ],
+        "absorbed_cheaper_than_reexpanded_from": report.crossover,
+    }
+
+
+def step_json(step) -> dict[str, Any]:
+    """One step's floor: per stage what one GPU reads and computes, and the times that bounds."""
+    return {
+        "batch": step.batch,
+        "context": step.context,
+        "attention": step.way.name,
+        "kv_fits": step.fits,
+        "stages": [
+            {
+                "stage": s.stage,
+                "weight_bytes": s.weight_bytes,
+                "expert_bytes": float(s.expert_bytes),
+                "kv_bytes": float(s.kv_bytes),
+                "bytes": float(s.bytes),
+                "flops": {dtype: float(f) for dtype, f in sorted(s.flops.items())},
+                "memory_time_s": s.memory_time,
+                "compute_time_s": s.compute_time,
+                "bound": s.bound,
+            }
+            for s in step.stages
+        ],
+        "floor_s": step.time,
+        "bound": step.bound,
+        "tokens_per_s": step.tokens_per_s,
+        "tokens_per_s_per_gpu": step.tokens_per_s_per_gpu,
+        "tokens_per_s_per_sequence": step.tokens_per_s_per_sequence,
+    }
+
+
+def speed_json(report: PlanReport, step, steps, prefill) -> dict[str, Any]:
+    """`plan --batch --context`: the decode floor, the sweep over batch sizes, the prefill floor."""
+    from kimicount.speed import compute_bound_from
+
+    return {
+        "decode": step_json(step),
+        "sweep": [step_json(s) for s in steps],
+        "compute_bound_from_batch": compute_bound_from(steps),
+        "prefill": step_json(prefill),
     }
