@@ -211,7 +211,8 @@ def shard(
     """The part of `ref` on the fullest rank of a stage holding `layers` (None: every layer); None
     when the stage holds none of it. Refuses splits engines refuse."""
     if ref.layers and layers is not None:
-        kept = tuple(i for i in ref.layers if i in set(layers))
+        held = set(layers)
+        kept = tuple(i for i in ref.layers if i in held)
         if not kept:
             return None
         ref = replace(ref, layers=kept)
