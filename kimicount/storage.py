@@ -215,7 +215,7 @@ def stored_elements(spec: ModelSpec, node: Node, kinds: tuple[str, ...] = ALL_PA
     scales and packed shapes; `kinds` picks some of these. [elements]
 
     >>> from kimicount.anatomy import build_anatomy
-    >>> model = build_anatomy(k2).model  # the real checkpoint's 1,026,470,731,056 less 61 rotary buffers of 56
+    >>> model = build_anatomy(k2).model  # the checkpoint's 1,026,470,731,056, less 61 rotary buffers of 56
     >>> stored_elements(k2, model), stored_elements(k2, model, METADATA_PARTS)
     (1026470727640, 62495192)
     """

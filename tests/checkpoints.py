@@ -284,7 +284,8 @@ def deepseek_fp8_listing(config: dict) -> Listing:
         norm(f"{p}.post_attention_layernorm.weight", hidden)
         fp8(f"{p}.self_attn.q_a_proj", c["q_lora_rank"], hidden)
         norm(f"{p}.self_attn.q_a_layernorm.weight", c["q_lora_rank"])
-        fp8(f"{p}.self_attn.q_b_proj", heads * (c["qk_nope_head_dim"] + c["qk_rope_head_dim"]), c["q_lora_rank"])
+        qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+        fp8(f"{p}.self_attn.q_b_proj", heads * qk, c["q_lora_rank"])
         fp8(f"{p}.self_attn.kv_a_proj_with_mqa", c["kv_lora_rank"] + c["qk_rope_head_dim"], hidden)
         norm(f"{p}.self_attn.kv_a_layernorm.weight", c["kv_lora_rank"])
         fp8(f"{p}.self_attn.kv_b_proj", heads * (c["qk_nope_head_dim"] + c["v_head_dim"]), c["kv_lora_rank"])
@@ -300,7 +301,8 @@ def deepseek_fp8_listing(config: dict) -> Listing:
         if moe:
             listing[f"{p}.mlp.gate.weight"] = ((c["n_routed_experts"], hidden), "BF16")
             listing[f"{p}.mlp.gate.e_score_correction_bias"] = ((c["n_routed_experts"],), "F32")
-            mlps = [(f"{p}.mlp.experts.{e}", c["moe_intermediate_size"]) for e in range(c["n_routed_experts"])]
+            experts = range(c["n_routed_experts"])
+            mlps = [(f"{p}.mlp.experts.{e}", c["moe_intermediate_size"]) for e in experts]
             mlps.append((f"{p}.mlp.shared_experts", c["n_shared_experts"] * c["moe_intermediate_size"]))
         for module, width in mlps:
             fp8(f"{module}.gate_proj", width, hidden)

@@ -61,7 +61,9 @@ def test_deepseek_v3_conventions():
     }
     # stored elements are what the real checkpoint's headers hold (its listing, written from the facts)
     listing = deepseek_fp8_listing(json.loads((V3 / "config.json").read_text()))
-    assert values["stored_elements"] == sum(math.prod(shape) for shape, _ in listing.values()) == 684_531_386_000
+    assert (
+        values["stored_elements"] == sum(math.prod(shape) for shape, _ in listing.values()) == 684_531_386_000
+    )
     # By hand: 671.03B rounds to 671B. 684,489,845,504 rounds to 684.5B but to 684B, not 685B; the
     # headers' 684,531,386,000 rounds to both. 37.55B activated rounds to 37.6B: only cut gives 37B;
     # without the embedding 36.63B rounds to 37B and to 36.6B. 682.6B, 11.6B and 2.54B give nothing.
