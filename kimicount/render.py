@@ -18,6 +18,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 
 from kimicount.anatomy import Anatomy, Node, TensorRef
+from kimicount.conventions import Reconciliation, reconcile
 from kimicount.kvcache import KvCacheReport, Layout, LayoutCache
 from kimicount.storage import Memory, memory_map, model_dtype, quantization_summary
 
@@ -210,6 +211,39 @@ def render_params(
                 f", {human_bytes(memory[id(anatomy.vision)].stored)} in {model_dtype(spec)}" if memory else ""
             ),
         )
+    show(console)
+    render_conventions(console, reconcile(anatomy))
+
+
+#: What a figure counts, in words.
+COUNTS_LABELS = {"total": "total", "activated": "activated", "mtp": "MTP", "mtp_activated": "MTP activated"}
+
+
+def render_conventions(console: Console, r: Reconciliation) -> None:
+    """The headline figures, narrow enough for 80 columns: each convention's exact number, rounded, and
+    the published figures it explains; then the figures none explains."""
+    known = f"the published {r.family} figures each gives" if r.family else "no published figures known"
+    show(console, f"[bold]Headline figures[/]: each way of counting, and {known}")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("Convention", no_wrap=True)
+    table.add_column("Exact", justify="right", no_wrap=True)
+    table.add_column("≈", justify="right", no_wrap=True)
+    table.add_column("Explains")
+    for convention, found in r.conventions:
+        explains = ", ".join(e.figure.text + (" (cut)" if e.reading == "truncated" else "") for e in found)
+        table.add_row(convention.name, f"{convention.value:,}", human(convention.value), explains)
+    show(console, table)
+    if r.family:
+        show(console, "Rounded half up to the figure's last digit; (cut): truncated there instead.")
+    if r.unexplained:
+        none = Table.grid(padding=(0, 2))
+        none.add_column(no_wrap=True)
+        none.add_column(no_wrap=True)
+        none.add_column()
+        for figure in r.unexplained:
+            none.add_row(figure.text, COUNTS_LABELS[figure.counts], figure.source)
+        show(console, "Explained by none of them:")
+        show(console, none)
 
 
 def _totals(console: Console, anatomy: Anatomy, memory: dict[int, Memory] | None) -> None:
