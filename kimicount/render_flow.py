@@ -11,7 +11,7 @@ from rich.table import Table
 from kimicount.anatomy import Node
 from kimicount.flow import FlopsReport, Mla, node_calculation, node_compute, node_layers
 from kimicount.render import show
-from kimicount.render_plan import say
+from kimicount.render_plan import fitting_table, say
 
 
 def _tree(node: Node, max_depth: int | None) -> Iterator[tuple[str, Node]]:
@@ -53,21 +53,27 @@ def render_flops(console: Console, report: FlopsReport, *, max_depth: int | None
         "A matmul of in × out takes 2 × in × out FLOPs per token; the routed experts count k of E, the "
         "shared experts always. Norms, activations, RoPE and softmax are not counted.",
     )
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("Component", no_wrap=True)
-    table.add_column("Per instance", overflow="fold")
-    table.add_column("Layers", justify="right")
-    table.add_column("FLOPs per token", justify="right", no_wrap=True)
-    table.add_column("Compute")
-    for label, node in _tree(report.model, max_depth):
-        table.add_row(
-            label,
-            node_calculation(spec, node),
-            f"{node_layers(spec, node):,}" if node.tensors else "",
-            f"{report.flops[id(node)]:,}",
-            node_compute(spec, node),
-        )
-    show(console, table)
+
+    def build(dropped: set[str]) -> Table:
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        table.add_column("Component", no_wrap=True)
+        if "Per instance" not in dropped:
+            table.add_column("Per instance")
+        table.add_column("Layers", justify="right", no_wrap=True)
+        table.add_column("FLOPs per token", justify="right", no_wrap=True)
+        if "Compute" not in dropped:
+            table.add_column("Compute", no_wrap=True)
+        for label, node in _tree(report.model, max_depth):
+            cells = [label]
+            if "Per instance" not in dropped:
+                cells.append(node_calculation(spec, node))
+            cells += [f"{node_layers(spec, node):,}" if node.tensors else "", f"{report.flops[id(node)]:,}"]
+            if "Compute" not in dropped:
+                cells.append(node_compute(spec, node))
+            table.add_row(*cells)
+        return table
+
+    show(console, fitting_table(console, build, ("Per instance", "Compute")))
     show(console)
     _attention(console, report)
 
@@ -80,21 +86,28 @@ def _attention(console: Console, report: FlopsReport) -> None:
         f"averaged over a causal pass of T = {report.tokens:,} tokens, decode over L = {report.context:,} "
         "positions.",
     )
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("Way")
-    table.add_column("Prefill per layer", justify="right")
-    table.add_column("Decode per layer", justify="right")
-    table.add_column("Prefill, all", justify="right")
-    table.add_column("Decode, all", justify="right")
-    for way in Mla:
-        table.add_row(
-            way.value,
-            f"{round(report.prefill(way)):,}",
-            f"{report.decode(way).flops:,}",
-            flops_text(report.prefill_total(way)),
-            flops_text(report.decode_total(way)),
-        )
-    show(console, table)
+
+    def build(dropped: set[str]) -> Table:
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        table.add_column("Way")
+        shown = [
+            c
+            for c in ("Prefill per layer", "Decode per layer", "Prefill, all", "Decode, all")
+            if c not in dropped
+        ]
+        for column in shown:
+            table.add_column(column, justify="right", no_wrap=True)
+        for way in Mla:
+            cells = {
+                "Prefill per layer": f"{round(report.prefill(way)):,}",
+                "Decode per layer": f"{report.decode(way).flops:,}",
+                "Prefill, all": flops_text(report.prefill_total(way)),
+                "Decode, all": flops_text(report.decode_total(way)),
+            }
+            table.add_row(way.value, *(cells[c] for c in shown))
+        return table
+
+    show(console, fitting_table(console, build, ("Prefill per layer", "Decode per layer")))
     show(console)
     formulas = Table.grid(padding=(0, 2))
     formulas.add_column()

@@ -5,7 +5,10 @@ Reads a PlanReport; computes nothing but layout. Shared helpers (console, units)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from kimicount.plan import PlanReport, StageMemory
@@ -35,6 +38,20 @@ def say(console: Console, text: str = "") -> None:
     with console.capture() as captured:
         console.print(text, width=width)
     console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+def fitting_table(console: Console, build: Callable[[set[str]], Table], optional: Sequence[str]) -> Table:
+    """`build(dropped)` with as many of the `optional` columns as the console's width holds, dropped in
+    that order: rich would otherwise squeeze the columns and cut numbers."""
+    dropped: set[str] = set()
+    table = build(dropped)
+    for column in optional:
+        natural = Measurement.get(console, console.options.update_width(10**6), table).maximum
+        if natural <= console.width:
+            break
+        dropped.add(column)
+        table = build(dropped)
+    return table
 
 
 def plural(number: int, noun: str) -> str:
@@ -336,37 +353,43 @@ def _sweep_table(console: Console, report: PlanReport, steps) -> None:
         + (f"; compute-bound from batch {turn:,}" if turn else "; memory-bound at every batch shown")
         + ":",
     )
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column, justify in (
-        ("Batch", "right"),
-        ("Fits", "left"),
-        ("Reads", "right"),
-        ("Computes", "right"),
-        ("Memory", "right"),
-        ("Compute", "right"),
-        ("Floor", "right"),
-        ("tok/s/GPU", "right"),
-        ("", "left"),
-    ):
-        table.add_column(column, justify=justify, no_wrap=True)
     best = max(s.tokens_per_s_per_gpu for s in steps)
-    for s in steps:
-        stage = s.slowest
-        width = max(1, round(24 * s.tokens_per_s_per_gpu / best))
-        colour = "#2ca02c" if s.bound == "memory" else "#d62728"
-        table.add_row(
-            f"{s.batch:,}",
-            "yes" if s.fits else "no",
-            human_bytes(round(stage.bytes)),
-            flops_text(stage.total_flops),
-            _ms(stage.memory_time),
-            _ms(stage.compute_time),
-            _ms(s.time),
-            _rate(s.tokens_per_s_per_gpu),
-            f"[{colour}]{('▒' if s.bound == 'memory' else '█') * width}[/]",
-        )
+    columns = {
+        "Batch": lambda s: f"{s.batch:,}",
+        "Fits": lambda s: "yes" if s.fits else "no",
+        "Reads": lambda s: human_bytes(round(s.slowest.bytes)),
+        "Computes": lambda s: flops_text(s.slowest.total_flops),
+        "Memory": lambda s: _ms(s.slowest.memory_time),
+        "Compute": lambda s: _ms(s.slowest.compute_time),
+        "Floor": lambda s: _ms(s.time),
+        "tok/s/GPU": lambda s: _rate(s.tokens_per_s_per_gpu),
+    }
+
+    def build(dropped: set[str]) -> Table:
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        shown = [name for name in columns if name not in dropped]
+        chart = 0 if "chart" in dropped else 12 if "wide chart" in dropped else 24
+        for name in shown:
+            table.add_column(name, justify="left" if name == "Fits" else "right", no_wrap=True)
+        if chart:
+            table.add_column("", no_wrap=True)
+        for s in steps:
+            table.add_row(
+                *(columns[name](s) for name in shown), *([_bar_cell(s, best, chart)] if chart else [])
+            )
+        return table
+
+    table = fitting_table(console, build, ("wide chart", "Computes", "chart", "Compute", "Memory", "Reads"))
     show(console, table)
-    say(
-        console,
-        "Chart: tokens/s per GPU, linear; ▒ memory-bound, █ compute-bound. Fits: the batch's KV fits the pool.",
+    charted = (
+        "Chart: tokens/s per GPU, linear; ▒ memory-bound, █ compute-bound. "
+        if table.columns[-1].header == ""
+        else ""
     )
+    say(console, charted + "Fits: the batch's KV fits the pool.")
+
+
+def _bar_cell(step, best: float, chart: int) -> str:
+    width = max(1, round(chart * step.tokens_per_s_per_gpu / best))
+    colour = "#2ca02c" if step.bound == "memory" else "#d62728"
+    return f"[{colour}]{('▒' if step.bound == 'memory' else '█') * width}[/]"

@@ -372,3 +372,18 @@ def test_measure_gpu_sets_each_decode_step_beside_its_floor():
     assert rows["naive"]["floor_flops"] == 8 * (2 * matmuls + 2 * 64 * 320 * context)
     assert rows["latent"]["floor_ms"] == pytest.approx(latent_bytes / 4.8e12 * 1e3)  # memory-bound
     assert rows["latent"]["measured_over_floor"] == pytest.approx(1.0 / rows["latent"]["floor_ms"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["flops"],
+        ["plan", "--gpus", "8xH200", "--config", K25, "--text-only", "--batch", "64"],
+        ["plan", "--gpus", "8xH200", "--config", K25, "--tp", "4", "--pp", "2", "--min-gpus", "--dp", "1"],
+        ["plan", "--gpus", "8xH200", "--dp", "8", "--ep", "8", "--context", "4096"],
+    ],
+)
+def test_80_columns_cut_no_number(args):
+    out = invoke(*args, env={"COLUMNS": "80"}).stdout
+    assert "…" not in out  # rich's mark of a cut cell
+    assert max(len(line) for line in out.splitlines()) <= 80
