@@ -122,10 +122,15 @@ class Detail(str, Enum):
     calculation = "calculation"  # the arithmetic with numbers: 512 × 8,192
     formula = "formula"  # the same in config keys: kv_lora_rank × num_attention_heads·qk_nope_head_dim
     tensors = "tensors"  # the checkpoint tensors (or parts) the component owns
+    shapes = "shapes"  # the activations in and out, with named dimensions (kimicount.flow)
 
 
 def component_table(
-    root: Node, *, max_depth: int | None = None, detail: Detail = Detail.calculation
+    root: Node,
+    *,
+    max_depth: int | None = None,
+    detail: Detail = Detail.calculation,
+    shapes: dict[int, str] | None = None,
 ) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("Component", no_wrap=True)
@@ -139,6 +144,8 @@ def component_table(
             lines = [_tensor_label(t) for t in node.tensors]
             label = "\n".join([label] + [guides] * (len(lines) - 1))  # keep the tree's guides unbroken
             text = "\n".join(lines)
+        elif detail is Detail.shapes:
+            text = (shapes or {}).get(id(node), "")
         else:
             text = node.formula or node.calculation if detail is Detail.formula else node.calculation
         table.add_row(
@@ -168,14 +175,20 @@ def render_params(
 ) -> None:
     spec = anatomy.spec
     memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
+    shapes = None
+    if detail is Detail.shapes:
+        from kimicount.flow import flow_map
+
+        flows = flow_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
+        shapes = {key: flow.text for key, flow in flows.items()}
     show(console, f"[bold]{spec.name}[/] ({spec.model_type}): parameters per component")
-    show(console, component_table(anatomy.model, max_depth=max_depth, detail=detail))
+    show(console, component_table(anatomy.model, max_depth=max_depth, detail=detail, shapes=shapes))
     show(console)
     _totals(console, anatomy, memory)
     if anatomy.mtp is not None:
         show(console)
         show(console, "[bold]Multi-token prediction[/] (outside the total; dim rows are stored copies)")
-        show(console, component_table(anatomy.mtp, max_depth=max_depth, detail=detail))
+        show(console, component_table(anatomy.mtp, max_depth=max_depth, detail=detail, shapes=shapes))
         show(
             console,
             f"MTP: {anatomy.mtp_unique:,} parameters of its own ({human(anatomy.mtp_unique)}), "
@@ -189,7 +202,7 @@ def render_params(
             console,
             "[bold]Vision[/] (apart from the language model's total; it runs per image, not per token)",
         )
-        show(console, component_table(anatomy.vision, max_depth=max_depth, detail=detail))
+        show(console, component_table(anatomy.vision, max_depth=max_depth, detail=detail, shapes=shapes))
         show(
             console,
             f"Vision: {tower.params:,} in the tower + {projector.params:,} in the projector = "
