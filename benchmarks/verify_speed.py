@@ -233,7 +233,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         k2 = kimi_k2_layout(Path(tmp) / "kimi-k2", config=ROOT / "fixtures/kimi-k2-instruct/config.json")
         k25 = kimi_k25_layout(Path(tmp) / "kimi-k2.5")
-        local({"Kimi K2 (139,644 tensors)": (k2, 139_644), "Kimi K2.5 (208,550 tensors)": (k25, 208_550)}, args.rounds)
+        local(
+            {"Kimi K2 (139,644 tensors)": (k2, 139_644), "Kimi K2.5 (208,550 tensors)": (k25, 208_550)},
+            args.rounds,
+        )
         if args.hub:
             hub(k2)
 

@@ -195,7 +195,9 @@ def header_from_json(
             data_end,
         )
     names, kinds, begins, ends, kind_counts, data_end = columns
-    return FileHeader(file, file_size, header_size, names, kinds, begins, ends, kind_counts, metadata, data_end)
+    return FileHeader(
+        file, file_size, header_size, names, kinds, begins, ends, kind_counts, metadata, data_end
+    )
 
 
 def fast_json(raw: bytes | str) -> Any | None:
@@ -269,8 +271,6 @@ def _columns_in_bulk(entries: dict[str, Any]) -> _Columns | None:
         if starts[0] != 0 or starts[1:] != stops[:-1]:
             return None
     return tuple(entries), kinds, begins, ends, dict(Counter(kinds)), stops[-1]
-
-
 
 
 def _tensor_info(name: str, entry: Any, file: str, where_file: str) -> TensorInfo:

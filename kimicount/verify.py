@@ -242,7 +242,9 @@ def _names(ref: TensorRef) -> tuple[tuple[str, ...], tuple[tuple[int | None, int
     names of Kimi K2 joined in C (the layer filled once, then only the expert index)."""
     layers = ref.layers or (None,)
     if not ref.experts:
-        return tuple(ref.pattern.format(layer=layer) for layer in layers), tuple((layer, 1) for layer in layers)
+        return tuple(ref.pattern.format(layer=layer) for layer in layers), tuple(
+            (layer, 1) for layer in layers
+        )
     experts = [str(expert) for expert in range(ref.experts)]
     names: list[str] = []
     for layer in layers:
@@ -349,7 +351,9 @@ def _check_stored(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint,
     return _check_each_stored(spec, group, checkpoint.tensors, findings)
 
 
-def _check_each_stored(spec: ModelSpec, group: ExpectedGroup, found: dict[str, TensorInfo], findings: _Findings):
+def _check_each_stored(
+    spec: ModelSpec, group: ExpectedGroup, found: dict[str, TensorInfo], findings: _Findings
+):
     """`_check_stored` tensor by tensor, naming each mismatch. Returns which names are verified."""
     shape, dtypes = group.shape, group.dtypes
     tensors = [found.get(name) for name in group.names]
@@ -571,8 +575,10 @@ def _check_index(checkpoint: Checkpoint) -> list[Mismatch]:
 def _index_agrees(weight_map: Mapping[str, str], checkpoint: Checkpoint) -> bool:
     """The common case, in C: the index lists each file's tensors in that file, and nothing else (it
     names as many tensors as the files hold, and the files hold no name twice)."""
-    return not checkpoint.duplicates and len(weight_map) == len(checkpoint.kinds) and all(
-        set(map(weight_map.get, header.names)) <= {header.file} for header in checkpoint.files
+    return (
+        not checkpoint.duplicates
+        and len(weight_map) == len(checkpoint.kinds)
+        and all(set(map(weight_map.get, header.names)) <= {header.file} for header in checkpoint.files)
     )
 
 
@@ -611,8 +617,8 @@ class _PartCounts:
             for ancestor in set(chains[0]).union(*chains[1:]):
                 tensors[ancestor] += expected_count
                 verified[ancestor] += verified_count
-            for chain, (_, elements) in zip(chains, parts):
-                for ancestor in chain:
+            for ancestry, (_, elements) in zip(chains, parts):
+                for ancestor in ancestry:
                     verified_elements[ancestor] += verified_count * elements
         return tuple(
             ComponentCheck(

@@ -47,8 +47,10 @@ BAD = {
     "dimension past 64 bits": (
         '"w":{"dtype":"BF16","shape":[18446744073709551616],"data_offsets":[0,14336]}',
         14336,
-        "tensor 'w': data_offsets [0, 14336] hold 14,336 bytes, but BF16 [18446744073709551616] needs "
-        "36,893,488,147,419,103,232",
+        (
+            "tensor 'w': data_offsets [0, 14336] hold 14,336 bytes, but BF16 [18446744073709551616] "
+            "needs 36,893,488,147,419,103,232"
+        ),
     ),
     "a bool dimension": (
         '"w":{"dtype":"BF16","shape":[true],"data_offsets":[0,2]}',
@@ -57,14 +59,18 @@ BAD = {
     ),
     # equal to 1 as a dict key, so it must be refused before shapes are grouped
     "a bool dimension beside an int one": (
-        '"a":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]},'
-        '"b":{"dtype":"BF16","shape":[true],"data_offsets":[2,4]}',
+        (
+            '"a":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]},'
+            '"b":{"dtype":"BF16","shape":[true],"data_offsets":[2,4]}'
+        ),
         4,
         "tensor 'b': shape [true] is not a list of non-negative integers",
     ),
     "a float dimension beside an int one": (
-        '"a":{"dtype":"BF16","shape":[7168],"data_offsets":[0,14336]},'
-        '"b":{"dtype":"BF16","shape":[7168.0],"data_offsets":[14336,28672]}',
+        (
+            '"a":{"dtype":"BF16","shape":[7168],"data_offsets":[0,14336]},'
+            '"b":{"dtype":"BF16","shape":[7168.0],"data_offsets":[14336,28672]}'
+        ),
         28672,
         "tensor 'b': shape [7168.0] is not a list of non-negative integers",
     ),
@@ -185,7 +191,9 @@ def test_a_packed_linear_the_config_ignores_counts_against_it(tmp_path):
     del listing["language_model.lm_head.weight"]
     for suffix, entry in packed_int4((163840, 7168)).items():
         listing[f"language_model.lm_head.{suffix}"] = entry
-    report = json.loads(invoke("verify", "--path", str(kimi_k25_layout(tmp_path / "k25", listing)), "--json").stdout)
+    report = json.loads(
+        invoke("verify", "--path", str(kimi_k25_layout(tmp_path / "k25", listing)), "--json").stdout
+    )
     assert report["mismatches"] == []
     assert report["packed_linears"] == {
         "packed": 60 * 384 * 3 + 1,
