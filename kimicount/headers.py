@@ -21,7 +21,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from itertools import chain
+from itertools import accumulate, chain
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -223,7 +223,9 @@ class _KindNames(dict):
         return kind
 
 
-_fields_of = operator.itemgetter("dtype", "shape", "data_offsets")
+_dtype_of = operator.itemgetter("dtype")
+_shape_of = operator.itemgetter("shape")
+_offsets_of = operator.itemgetter("data_offsets")
 _DTYPES = frozenset(DTYPE_BITS)
 _Columns = tuple[tuple[str, ...], tuple[Kind, ...], tuple[int, ...], tuple[int, ...], dict[Kind, int], int]
 
@@ -241,7 +243,10 @@ def _columns_in_bulk(entries: dict[str, Any]) -> _Columns | None:
     if not entries:
         return (), (), (), (), {}, 0
     try:
-        dtypes, shapes, offsets = zip(*map(_fields_of, entries.values()))
+        values = list(entries.values())
+        dtypes = list(map(_dtype_of, values))
+        shapes = list(map(_shape_of, values))
+        offsets = list(map(_offsets_of, values))
         bounds = list(chain.from_iterable(offsets))
         if not (
             set(dtypes) <= _DTYPES
@@ -260,17 +265,21 @@ def _columns_in_bulk(entries: dict[str, Any]) -> _Columns | None:
         if min(shape, default=0) < 0 or math.prod(shape) * DTYPE_BITS[dtype] % 8:
             return None
         nbytes_of[kind] = kind_parts(kind)[3]
-    begins, ends = tuple(bounds[0::2]), tuple(bounds[1::2])
-    if list(map(operator.sub, ends, begins)) != list(map(nbytes_of.__getitem__, kinds)):
-        return None
-    # The spans tile the data: as written (the usual order), else sorted as `_check_tiling` sorts
-    # (sizes are known to be >= 0 here).
-    starts, stops = begins, ends
-    if starts[0] != 0 or starts[1:] != stops[:-1]:
+    begins, ends = bounds[0::2], bounds[1::2]
+    nbytes = list(map(nbytes_of.__getitem__, kinds))
+    # Written in data order (the usual case), each tensor's bytes and the tiling are one check: every
+    # tensor ends where the running total of the sizes its kinds need says, and begins where the one
+    # before ends, the first at 0.
+    stops = list(accumulate(nbytes))
+    if ends != stops or begins[0] != 0 or begins[1:] != ends[:-1]:
+        # Otherwise: each tensor's bytes, then the spans sorted as `_check_tiling` sorts them (sizes
+        # are known to be >= 0 then).
+        if list(map(operator.sub, ends, begins)) != nbytes:
+            return None
         starts, stops = zip(*sorted(zip(begins, ends)))
         if starts[0] != 0 or starts[1:] != stops[:-1]:
             return None
-    return tuple(entries), kinds, begins, ends, dict(Counter(kinds)), stops[-1]
+    return tuple(entries), kinds, tuple(begins), tuple(ends), dict(Counter(kinds)), stops[-1]
 
 
 def _tensor_info(name: str, entry: Any, file: str, where_file: str) -> TensorInfo:
