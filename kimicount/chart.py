@@ -14,7 +14,8 @@ from pathlib import Path
 
 from kimicount.errors import UsageError
 from kimicount.kvcache import KvCacheReport, Layout, LayoutCache
-from kimicount.render import LAYOUT_COLOURS, human_bytes, times
+from kimicount.render import human_bytes, times
+from kimicount.render_kv_cache import LAYOUT_COLOURS
 
 WIDTH, HEIGHT = 760, 460
 LEFT, RIGHT, TOP, BOTTOM = 80, 190, 50, 60  # margins around the plot area, in pixels

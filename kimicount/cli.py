@@ -229,9 +229,10 @@ def verify(
 
         print_json(verify_json(report))
     else:
-        from kimicount import render
+        from kimicount.render import make_console
+        from kimicount.render_verify import render_verify
 
-        render.render_verify(render.make_console(), report, max_depth=depth)
+        render_verify(make_console(), report, max_depth=depth)
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -377,13 +378,14 @@ def kv_cache(
 
         print_json(kv_cache_json(report))
         return
-    from kimicount import render
+    from kimicount.render import make_console, show
+    from kimicount.render_kv_cache import render_cache_chart, render_kv_cache
 
-    console = render.make_console()
-    render.render_kv_cache(console, report)
+    console = make_console()
+    render_kv_cache(console, report)
     if chart:
-        render.show(console)
-        render.render_cache_chart(console, context_sweep(report))
+        show(console)
+        render_cache_chart(console, context_sweep(report))
 
 
 class MeasureDevice(str, Enum):
@@ -447,9 +449,10 @@ def measure_command(
 
         print_json(measure_json(result))
     else:
-        from kimicount import render
+        from kimicount.render import make_console
+        from kimicount.render_measure import render_measure
 
-        render.render_measure(render.make_console(), result)
+        render_measure(make_console(), result)
     if not result.ok:
         raise typer.Exit(1)
 

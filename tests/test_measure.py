@@ -20,7 +20,7 @@ from rich.console import Console
 
 from kimicount.kvcache import Layout
 from kimicount.measure import CacheTensor, LayoutMeasurement, Measurement
-from kimicount.render import render_measure
+from kimicount.render_measure import render_measure
 
 from .helpers import FIXTURES, invoke, run_kimicount
 from .test_params_cli import _fails_cleanly
