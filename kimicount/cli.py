@@ -1,7 +1,16 @@
 """The command line: parse options, call the library, render with rich or print --json. Nothing else.
 
-Exit codes: 0 ok, 1 verification found a mismatch, 2 bad input or unreachable source, 3 an internal
-error (a bug); every error is one line on stderr (KIMICOUNT_DEBUG=1 shows the traceback instead).
+Every command has the same shape, so that a new one slots in the same way:
+- its options are the shared annotated types below: the model (a positional ORG/NAME, --repo, --config,
+  --revision), and counts, sizes and dtypes as text that kimicount.options reads the same everywhere;
+- its body calls the library, then prints --json or hands the result to its view (render*.py);
+- an option the chosen view does not use is named on stderr (`_ignored`), never silently dropped.
+Modules are imported inside the commands, so that --help, --version and errors import neither rich
+nor the anatomy (a test checks this with -X importtime).
+
+Exit codes: 0 ok, 1 a check failed (verify found a mismatch, measure other bytes than predicted), 2 bad
+input or unreachable source, 3 an internal error (a bug), 130 interrupted; every error is one line on
+stderr (KIMICOUNT_DEBUG=1 shows the traceback instead).
 """
 
 from __future__ import annotations
@@ -20,8 +29,8 @@ import typer
 from typer.core import TyperGroup
 
 from kimicount import __version__
-from kimicount.errors import KimicountError
-from kimicount.render import Detail
+from kimicount.errors import KimicountError, UsageError
+from kimicount.options import DTYPE_METAVAR, Detail, parse_count, parse_depth, parse_dtype
 
 
 class OneLineErrors(TyperGroup):
@@ -66,33 +75,99 @@ class OneLineErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+EXIT_CODES = (
+    "Exit codes: 0 ok; 1 a check failed (verify: a mismatch; measure: other bytes than predicted); "
+    "2 bad input or an unreachable source; 3 an internal error (a bug); 130 interrupted."
+)
+
 app = typer.Typer(
     cls=OneLineErrors,
     name="kimicount",
     help="Exact parameter and KV-cache accounting for Kimi K2 and the DeepSeek-V3 family (MLA + MoE).\n\n"
     "With no model named, every command reads the bundled moonshotai/Kimi-K2-Instruct config.",
+    epilog=EXIT_CODES,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # click's plain help: --help imports no rich, wraps to the terminal, and shows no <bool> metavars
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},  # commands inherit it
 )
 
+
+def choices(enum: type[Enum]) -> str:
+    """How --help shows an option's choices: [a|b|c], the style of every choice option."""
+    return f"[{'|'.join(member.value for member in enum)}]"
+
+
+ModelArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[ORG/NAME]",
+        help="A Hub repo id, as hf download takes it (the same as --repo).",
+        show_default=False,
+    ),
+]
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", help="A config.json file, or a folder holding one.", show_default=False),
+    typer.Option(
+        "--config", metavar="PATH", help="A config.json file, or a folder holding one.", show_default=False
+    ),
 ]
 RepoOption = Annotated[
     str | None,
     typer.Option(
         "--repo",
-        help="A Hub repo id (ORG/NAME); only config.json is downloaded. Honours HF_ENDPOINT, HF_TOKEN, "
-        "HF_HUB_OFFLINE and the Hub cache.",
+        metavar="ORG/NAME",
+        help="A Hub repo id; only config.json is downloaded. Honours HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE "
+        "and the Hub cache.",
         show_default=False,
     ),
 ]
 RevisionOption = Annotated[
-    str | None, typer.Option("--revision", help="Branch, tag or commit of --repo.", show_default=False)
+    str | None,
+    typer.Option("--revision", metavar="REV", help="Branch, tag or commit of the repo.", show_default=False),
+]
+DtypeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        metavar=DTYPE_METAVAR,
+        help="Cache dtype, also as config.json (bfloat16) or safetensors (BF16) spell it. Default: the model's "
+        "torch_dtype.",
+        show_default=False,
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the stable JSON report instead of tables.")]
+
+#: How --help describes the forms a count takes (--tokens, --batch, ...).
+COUNTS = "128k = 128,000, 128Ki = 131,072, 1e6"
+
+
+def _repo(model: str | None, repo: str | None) -> str | None:
+    """The repo named positionally (as `hf download ORG/NAME`) or with --repo."""
+    if model is not None and repo is not None and model != repo:
+        raise UsageError(f"name the repo once: {model} or --repo {repo}, not both")
+    return model if model is not None else repo
+
+
+def _warn(message: str) -> None:
+    typer.echo(f"kimicount: warning: {message}", err=True)
+
+
+def _ignored(ctx: typer.Context, why: str, *names: str) -> None:
+    """One line on stderr naming the options among `names` (parameter names) that the user gave and the
+    chosen view does not use: `why` says which view."""
+    given = [
+        "/".join(param.opts + param.secondary_opts)
+        for param in ctx.command.params
+        if param.name in names
+        and (source := ctx.get_parameter_source(param.name)) is not None
+        and source.name in ("COMMANDLINE", "ENVIRONMENT")
+    ]
+    if given:
+        options = " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 1 else given)
+        _warn(f"{options} {'has' if len(given) == 1 else 'have'} no effect {why}")
 
 
 def print_json(report: dict[str, Any]) -> None:
@@ -124,8 +199,10 @@ class Breakdown(str, Enum):
     memory = "memory"
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES, short_help="Parameters per component and layer, in total and activated.")
 def params(
+    ctx: typer.Context,
+    model: ModelArgument = None,
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
@@ -133,21 +210,29 @@ def params(
         Breakdown,
         typer.Option(
             "--by",
-            help="component: the component tree; layer: one row per layer; memory: weight bytes per component, "
-            "as stored (FP8, INT4) and in BF16.",
+            metavar=choices(Breakdown),
+            help="component: the component tree; layer: one row per layer (identical layers share a row); "
+            "memory: weight bytes per component, as stored (FP8, INT4) and in BF16.",
         ),
     ] = Breakdown.component,
     depth: Annotated[
-        int | None,
-        typer.Option("--depth", min=0, help="Fold the tree below this depth (0 = the model only)."),
-    ] = None,
+        str,
+        typer.Option(
+            "--depth",
+            metavar="N",
+            help="Tree rows down to depth N: 0 = the model alone, all = every component.",
+        ),
+    ] = "3",
     detail: Annotated[
-        Detail,
+        Detail | None,
         typer.Option(
             "--detail",
-            help="Last column: calculation (numbers), formula (config keys) or tensors (checkpoint names).",
+            metavar=choices(Detail),
+            help="Last column: calculation (numbers; the default, left out when the terminal is too narrow "
+            "for it), formula (config keys) or tensors (checkpoint names).",
+            show_default=False,
         ),
-    ] = Detail.calculation,
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Parameters per component, per layer, in total and activated per token.
@@ -158,7 +243,8 @@ def params(
     from kimicount.anatomy import build_anatomy
     from kimicount.source import load_spec
 
-    anatomy = build_anatomy(load_spec(config, repo, revision))
+    max_depth = parse_depth(depth)
+    anatomy = build_anatomy(load_spec(config, _repo(model, repo), revision))
     if by is Breakdown.memory:
         from kimicount.storage import require_modelled
 
@@ -166,25 +252,33 @@ def params(
     if as_json:
         from kimicount.reports import params_json
 
+        shaped = ("depth", "detail") if by is Breakdown.memory else ("by", "depth", "detail")
+        _ignored(ctx, "with --json (it holds the whole tree and every layer)", *shaped)
         print_json(params_json(anatomy))
         return
-    from kimicount import render
+    from kimicount.render import make_console
+    from kimicount.render_params import render_layers, render_memory, render_params
 
-    console = render.make_console()
+    console = make_console()
     if by is Breakdown.layer:
-        render.render_layers(console, anatomy)
+        _ignored(ctx, "with --by layer (one row per layer)", "depth", "detail")
+        render_layers(console, anatomy)
     elif by is Breakdown.memory:
-        render.render_memory(console, anatomy, max_depth=depth)
+        _ignored(ctx, "with --by memory (it shows bytes, not calculations)", "detail")
+        render_memory(console, anatomy, max_depth=max_depth)
     else:
-        render.render_params(console, anatomy, max_depth=depth, detail=detail)
+        render_params(console, anatomy, max_depth=max_depth, detail=detail)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES, short_help="Check a checkpoint against the anatomy, from its headers alone.")
 def verify(
+    ctx: typer.Context,
+    model: ModelArgument = None,
     path: Annotated[
         Path | None,
         typer.Option(
             "--path",
+            metavar="DIR",
             help="A local checkpoint folder (model.safetensors.index.json, model.safetensors or shards).",
             show_default=False,
         ),
@@ -193,7 +287,8 @@ def verify(
         str | None,
         typer.Option(
             "--repo",
-            help="A Hub repo id (ORG/NAME): its config.json and safetensors headers, never the tensor data.",
+            metavar="ORG/NAME",
+            help="A Hub repo id: its config.json and safetensors headers, never the tensor data.",
             show_default=False,
         ),
     ] = None,
@@ -202,11 +297,14 @@ def verify(
         Path | None,
         typer.Option(
             "--config",
+            metavar="PATH",
             help="config.json to check against (default: the checkpoint's own).",
             show_default=False,
         ),
     ] = None,
-    depth: Annotated[int, typer.Option("--depth", min=0, help="Component rows down to this tree depth.")] = 3,
+    depth: Annotated[
+        str, typer.Option("--depth", metavar="N", help="Component rows down to depth N (all: every one).")
+    ] = "3",
     as_json: JsonOption = False,
 ) -> None:
     """Check every tensor of a checkpoint against the computed anatomy, reading only the headers.
@@ -218,21 +316,23 @@ def verify(
     from kimicount.source import load_checkpoint
     from kimicount.verify import verify as verify_checkpoint
 
+    max_depth = parse_depth(depth)
     with (
         _progress("Reading safetensors headers", enabled=not as_json) as on_file,
         _gc_paused(),
     ):
-        spec, checkpoint = load_checkpoint(path, repo, revision, config, on_file)
+        spec, checkpoint = load_checkpoint(path, _repo(model, repo), revision, config, on_file)
         report = verify_checkpoint(build_anatomy(spec), checkpoint)
     if as_json:
         from kimicount.reports import verify_json
 
+        _ignored(ctx, "with --json (it holds every component)", "depth")
         print_json(verify_json(report))
     else:
         from kimicount.render import make_console
         from kimicount.render_verify import render_verify
 
-        render_verify(make_console(), report, max_depth=depth)
+        render_verify(make_console(), report, max_depth=max_depth)
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -272,20 +372,27 @@ def _progress(description: str, enabled: bool) -> Iterator[Callable[[str], None]
         yield lambda _file: progress.advance(task)
 
 
-@app.command("kv-cache")
+@app.command(
+    "kv-cache",
+    epilog=EXIT_CODES,
+    short_help="KV-cache bytes per layout, for any context, batch and GPU split.",
+)
 def kv_cache(
+    ctx: typer.Context,
+    model: ModelArgument = None,
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
     tokens: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--tokens",
-            help="Tokens per sequence (context length). Default: the model's max_position_embeddings.",
+            metavar="N",
+            help=f"Tokens per sequence (context length; {COUNTS}). Default: the model's max_position_embeddings.",
             show_default=False,
         ),
     ] = None,
-    batch: Annotated[int, typer.Option("--batch", help="Sequences cached at once.")] = 1,
+    batch: Annotated[str, typer.Option("--batch", metavar="N", help="Sequences cached at once.")] = "1",
     layout: Annotated[
         list[str] | None,
         typer.Option(
@@ -297,31 +404,25 @@ def kv_cache(
             show_default=False,
         ),
     ] = None,
-    dtype: Annotated[
-        str | None,
-        typer.Option(
-            "--dtype",
-            metavar="[bf16|fp16|fp32|fp8]",
-            help="Cache element type. Default: the config's torch_dtype.",
-            show_default=False,
-        ),
-    ] = None,
+    dtype: DtypeOption = None,
     block_size: Annotated[
-        int,
+        str,
         typer.Option(
             "--block-size",
+            metavar="N",
             help="Page size in tokens: engines allocate whole pages, so each sequence is rounded up "
-            "(vLLM and SGLang use 16 to 64; FlashMLA 64). Default 1: no rounding.",
+            "(vLLM and SGLang use 16 to 64; FlashMLA 64). 1: no rounding.",
         ),
-    ] = 1,
+    ] = "1",
     tp: Annotated[
-        int,
+        str,
         typer.Option(
             "--tp",
-            help="Tensor-parallel GPUs: naive and flash split their heads across them (tp must divide "
+            metavar="N",
+            help="Tensor-parallel GPUs: naive and flash split their heads across them (N must divide "
             "num_attention_heads); the latent is replicated on every GPU.",
         ),
-    ] = 1,
+    ] = "1",
     include_mtp: Annotated[
         bool,
         typer.Option(
@@ -332,6 +433,7 @@ def kv_cache(
         str | None,
         typer.Option(
             "--budget",
+            metavar="SIZE",
             help="Memory for the cache on each GPU, e.g. 80GiB, 80GB, 512MiB or bytes: prints the most "
             "tokens, and the most sequences of --tokens, that fit in each layout.",
             show_default=False,
@@ -344,7 +446,9 @@ def kv_cache(
         Path | None,
         typer.Option(
             "--plot",
-            help="Also write that chart as an SVG file (log-log: bytes against context length).",
+            metavar="FILE.svg",
+            help="Also write that chart as an SVG file (log-log: bytes against context length; per-GPU "
+            "lines with --tp, the budget with --budget).",
             show_default=False,
         ),
     ] = None,
@@ -355,17 +459,18 @@ def kv_cache(
     Multi-head latent attention caches one small latent per token for all heads; engines that expand
     it into per-head keys and values pay for every head (35.6× the latent for Kimi K2).
     """
-    from kimicount.kvcache import context_sweep, kv_cache_report, parse_layout, parse_size
+    from kimicount.kvcache import context_sweep, kv_cache_report, parse_layout
+    from kimicount.options import parse_size
     from kimicount.source import load_spec
 
     report = kv_cache_report(
-        load_spec(config, repo, revision),
-        tokens=tokens,
-        batch=batch,
-        dtype=dtype,
+        load_spec(config, _repo(model, repo), revision),
+        tokens=None if tokens is None else parse_count(tokens, "--tokens"),
+        batch=parse_count(batch, "--batch"),
+        dtype=None if dtype is None else parse_dtype(dtype),
         layouts=[parse_layout(name) for name in layout or ()],
-        block_size=block_size,
-        tp=tp,
+        block_size=parse_count(block_size, "--block-size"),
+        tp=parse_count(tp, "--tp"),
         include_mtp=include_mtp,
         budget=None if budget is None else parse_size(budget),
     )
@@ -373,9 +478,16 @@ def kv_cache(
         from kimicount.chart import write_svg
 
         write_svg(plot, report, context_sweep(report))
+    longest = report.spec.max_position_embeddings
+    if report.workload.tokens > longest:
+        _warn(
+            f"--tokens {report.workload.tokens:,} is past the model's context, {longest:,} tokens "
+            "(max_position_embeddings); the sizes are exact all the same"
+        )
     if as_json:
         from kimicount.reports import kv_cache_json
 
+        _ignored(ctx, "with --json", "chart")
         print_json(kv_cache_json(report))
         return
     from kimicount.render import make_console, show
@@ -394,33 +506,37 @@ class MeasureDevice(str, Enum):
     cpu = "cpu"
 
 
-@app.command("measure")
+@app.command(
+    "measure", epilog=EXIT_CODES, short_help="Build each KV-cache layout in torch and measure its bytes."
+)
 def measure_command(
+    model: ModelArgument = None,
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
     device: Annotated[
         MeasureDevice,
         typer.Option(
-            "--device", help="auto: the CUDA GPU when torch sees one, else the CPU; cuda: fail without one."
+            "--device",
+            metavar=choices(MeasureDevice),
+            help="auto: the CUDA GPU when torch sees one, else the CPU; cuda: fail without one.",
         ),
     ] = MeasureDevice.auto,
-    tokens: Annotated[int, typer.Option("--tokens", help="Tokens prefilled into each cache (T).")] = 4096,
-    batch: Annotated[int, typer.Option("--batch", help="Sequences in the batch (B).")] = 1,
+    tokens: Annotated[
+        str, typer.Option("--tokens", metavar="N", help=f"Tokens prefilled into each cache (T; {COUNTS}).")
+    ] = "4096",
+    batch: Annotated[str, typer.Option("--batch", metavar="N", help="Sequences in the batch (B).")] = "1",
     layers: Annotated[
-        int, typer.Option("--layers", help="Layers whose caches are filled (caches grow linearly with it).")
-    ] = 1,
-    dtype: Annotated[
-        str | None,
+        str,
         typer.Option(
-            "--dtype",
-            help="Cache dtype: bf16, fp16, fp32 or fp8 (default: the model's torch_dtype).",
-            show_default=False,
+            "--layers", metavar="N", help="Layers whose caches are filled (caches grow linearly with it)."
         ),
-    ] = None,
+    ] = "1",
+    dtype: DtypeOption = None,
     decode_steps: Annotated[
-        int, typer.Option("--decode-steps", help="Decode steps timed after a warm-up one (median).")
-    ] = 5,
+        str,
+        typer.Option("--decode-steps", metavar="N", help="Decode steps timed after a warm-up one (median)."),
+    ] = "5",
     as_json: JsonOption = False,
 ) -> None:
     """Build each KV-cache layout for real in torch and measure the bytes it holds.
@@ -428,21 +544,24 @@ def measure_command(
     Runs one MLA attention layer at the model's true dimensions with seeded random weights, fills the
     naive, flash, latent and FlashMLA-fp8 caches by a real prefill, compares their bytes with the
     kv-cache prediction, and decodes one more token over each to check that they hold the same thing.
-    Needs torch, an optional extra: pip install "kimicount\\[measure]". Exits 1 when a cache holds other
-    bytes than predicted or decodes differently from the naive cache.
+    Exits 1 when a cache holds other bytes than predicted or decodes differently from the naive cache.
+
+    Needs torch, an optional extra: from a kimicount checkout, pip install "torch==2.13.0+cpu" -e
+    ".[measure]" --extra-index-url https://download.pytorch.org/whl/cpu (with a CUDA GPU: pip install
+    torch==2.13.0 -e ".[measure]").
     """
     from kimicount.measure import measure
     from kimicount.source import load_spec
 
-    spec = load_spec(config, repo, revision)
+    spec = load_spec(config, _repo(model, repo), revision)
     result = measure(
         spec,
         device=device.value,
-        tokens=tokens,
-        batch=batch,
-        layers=layers,
-        dtype=dtype,
-        decode_steps=decode_steps,
+        tokens=parse_count(tokens, "--tokens"),
+        batch=parse_count(batch, "--batch"),
+        layers=parse_count(layers, "--layers"),
+        dtype=None if dtype is None else parse_dtype(dtype),
+        decode_steps=parse_count(decode_steps, "--decode-steps"),
     )
     if as_json:
         from kimicount.reports import measure_json

@@ -1,6 +1,6 @@
-"""Rendering shared by every view (consoles, number formats), and the `params` views: rich tables
-and trees for people on a terminal. Reads results, computes nothing. The other commands' views are
-render_kv_cache.py, render_verify.py and render_measure.py, one module per command.
+"""What every view shares: consoles, number formats, and tables that fit the terminal without cutting a
+number. The views themselves are one module per command: render_params.py, render_kv_cache.py,
+render_verify.py, render_measure.py. They read results and compute nothing.
 
 Numbers are right-justified with thousands separators; each function takes the Console to draw on,
 so tests pin width and colour (`Console(width=…, color_system=None)`) and compare text.
@@ -11,15 +11,14 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Iterator
-from enum import Enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import TypeVar
 
 from rich.console import Console, RenderableType
 from rich.table import Table
-
-from kimicount.anatomy import Anatomy, Node, TensorRef
-from kimicount.storage import Memory, memory_map, model_dtype, quantization_summary
+from rich.text import Text
 
 
 def make_console(stderr: bool = False) -> Console:
@@ -79,198 +78,13 @@ def human_bytes(count: int) -> str:
     return f"{text} {BINARY_UNITS[power]}"
 
 
-def _count(number: int, noun: str) -> str:
+def plural(number: int, noun: str) -> str:
     """A number and its noun, plural unless the number is 1.
 
-    >>> _count(1, "sequence"), _count(4096, "token")
+    >>> plural(1, "sequence"), plural(4096, "token")
     ('1 sequence', '4,096 tokens')
     """
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
-
-
-def _tree_rows(node: Node, max_depth: int | None) -> Iterator[tuple[str, str, Node, Node | None]]:
-    """(label with tree guides, guides for the label's extra lines, node, parent) in display order,
-    down to max_depth (root = 0)."""
-
-    def walk(node: Node, parent: Node | None, prefix: str, last: bool, depth: int):
-        guide = "" if parent is None else ("└── " if last else "├── ")
-        child_prefix = prefix if parent is None else prefix + ("    " if last else "│   ")
-        yield prefix + guide + node.name, child_prefix, node, parent
-        if max_depth is not None and depth >= max_depth:
-            return
-        for i, child in enumerate(node.children):
-            yield from walk(child, node, child_prefix, i == len(node.children) - 1, depth + 1)
-
-    yield from walk(node, None, "", True, 0)
-
-
-def _instances(node: Node, parent: Node | None) -> str:
-    """'60', or '384 × 60' when the node repeats inside a repeated parent (experts in blocks)."""
-    if parent is not None and parent.instances > 1 and node.instances // parent.instances > 1:
-        return f"{node.instances // parent.instances} × {parent.instances}"
-    return f"{node.instances:,}"
-
-
-class Detail(str, Enum):
-    """What the last column of the component table shows."""
-
-    calculation = "calculation"  # the arithmetic with numbers: 512 × 8,192
-    formula = "formula"  # the same in config keys: kv_lora_rank × num_attention_heads·qk_nope_head_dim
-    tensors = "tensors"  # the checkpoint tensors (or parts) the component owns
-
-
-def component_table(
-    root: Node, *, max_depth: int | None = None, detail: Detail = Detail.calculation
-) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("Component", no_wrap=True)
-    table.add_column("Per instance", justify="right")
-    table.add_column("Instances", justify="right")
-    table.add_column("Parameters", justify="right")
-    table.add_column("Activated", justify="right")
-    table.add_column(detail.value.capitalize(), overflow="fold")
-    for label, guides, node, parent in _tree_rows(root, max_depth):
-        if detail is Detail.tensors:
-            lines = [_tensor_label(t) for t in node.tensors]
-            label = "\n".join([label] + [guides] * (len(lines) - 1))  # keep the tree's guides unbroken
-            text = "\n".join(lines)
-        else:
-            text = node.formula or node.calculation if detail is Detail.formula else node.calculation
-        table.add_row(
-            label,
-            f"{node.params_per_instance:,}",
-            _instances(node, parent),
-            f"{node.params:,}",
-            f"{node.activated:,}",
-            text,
-            style="dim" if node.copy else None,
-        )
-    return table
-
-
-def _tensor_label(tensor: TensorRef) -> str:
-    shape = " × ".join(str(d) for d in tensor.shape)
-    part = f" ({tensor.part})" if tensor.part else ""
-    return f"{tensor.display_name} [{shape}]{part}"
-
-
-def render_params(
-    console: Console,
-    anatomy: Anatomy,
-    *,
-    max_depth: int | None = None,
-    detail: Detail = Detail.calculation,
-) -> None:
-    spec = anatomy.spec
-    memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
-    show(console, f"[bold]{spec.name}[/] ({spec.model_type}): parameters per component")
-    show(console, component_table(anatomy.model, max_depth=max_depth, detail=detail))
-    show(console)
-    _totals(console, anatomy, memory)
-    if anatomy.mtp is not None:
-        show(console)
-        show(console, "[bold]Multi-token prediction[/] (outside the total; dim rows are stored copies)")
-        show(console, component_table(anatomy.mtp, max_depth=max_depth, detail=detail))
-        show(
-            console,
-            f"MTP: {anatomy.mtp_unique:,} parameters of its own ({human(anatomy.mtp_unique)}), "
-            f"{anatomy.mtp.params - anatomy.mtp_unique:,} in copies of the embedding and head, "
-            f"{anatomy.mtp_activated:,} activated per token",
-        )
-    if anatomy.vision is not None:
-        tower, projector = anatomy.vision.children
-        show(console)
-        show(
-            console,
-            "[bold]Vision[/] (apart from the language model's total; it runs per image, not per token)",
-        )
-        show(console, component_table(anatomy.vision, max_depth=max_depth, detail=detail))
-        show(
-            console,
-            f"Vision: {tower.params:,} in the tower + {projector.params:,} in the projector = "
-            f"{anatomy.vision.params:,} parameters ({human(anatomy.vision.params)})"
-            + (
-                f", {human_bytes(memory[id(anatomy.vision)].stored)} in {model_dtype(spec)}" if memory else ""
-            ),
-        )
-
-
-def _totals(console: Console, anatomy: Anatomy, memory: dict[int, Memory] | None) -> None:
-    spec = anatomy.spec
-    share = 100 * anatomy.activated / anatomy.total
-    totals = Table.grid(padding=(0, 2))
-    totals.add_column()
-    totals.add_column(justify="right")
-    totals.add_column()
-    totals.add_row("[bold]Total[/]", f"[bold]{anatomy.total:,}[/]", f"{human(anatomy.total)} parameters")
-    totals.add_row(
-        "[bold]Activated[/]",
-        f"[bold]{anatomy.activated:,}[/]",
-        f"{human(anatomy.activated)} per token ({share:.2f} %): "
-        f"{spec.num_experts_per_tok} of {spec.n_routed_experts} routed experts per MoE layer",
-    )
-    if memory:
-        stored = memory[id(anatomy.model)]
-        totals.add_row(
-            "[bold]Weights[/]",
-            f"[bold]{stored.stored:,}[/]",
-            f"bytes as stored ({human_bytes(stored.stored)}): {quantization_summary(spec)}; "
-            f"{human_bytes(stored.bf16)} in BF16",
-        )
-    else:
-        totals.add_row("[bold]Weights[/]", "not sized", f"{quantization_summary(spec)}")
-    show(console, totals)
-
-
-def render_memory(console: Console, anatomy: Anatomy, *, max_depth: int | None = None) -> None:
-    """Weight memory per component: bytes as the checkpoint stores them against BF16."""
-    spec = anatomy.spec
-    memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
-    assert memory is not None, "the CLI refuses --by memory for a quantization it does not model"
-    show(console, f"[bold]{spec.name}[/] ({spec.model_type}): weight memory per component")
-    show(
-        console,
-        f"Stored: {quantization_summary(spec)}. Scales and packed shapes are counted with their weights.",
-    )
-    for root in (anatomy.model, anatomy.mtp, anatomy.vision):
-        if root is None:
-            continue
-        table = Table(box=None, pad_edge=False, header_style="bold")
-        table.add_column("Component", no_wrap=True)
-        for column in ("Parameters", "Stored bytes", "Stored", "BF16", "Stored / BF16"):
-            table.add_column(column, justify="right")
-        for label, _, node, _ in _tree_rows(root, max_depth):
-            bytes_ = memory[id(node)]
-            table.add_row(
-                label,
-                f"{node.params:,}",
-                f"{bytes_.stored:,}",
-                human_bytes(bytes_.stored),
-                human_bytes(bytes_.bf16),
-                f"{bytes_.stored / bytes_.bf16:.3f}",
-                style="dim" if node.copy else None,
-            )
-        show(console)
-        show(console, table)
-    show(console)
-    _totals(console, anatomy, memory)
-
-
-def render_layers(console: Console, anatomy: Anatomy) -> None:
-    spec = anatomy.spec
-    table = Table(box=None, pad_edge=False, header_style="bold", title_justify="left")
-    table.add_column("Layer", justify="right")
-    table.add_column("Kind")
-    table.add_column("Parameters", justify="right")
-    table.add_column("Activated", justify="right")
-    for row in anatomy.layers():
-        table.add_row(
-            str(row.index), "MoE" if row.kind == "moe" else "dense", f"{row.params:,}", f"{row.activated:,}"
-        )
-    show(console, f"[bold]{spec.name}[/] ({spec.model_type}): parameters per transformer layer")
-    show(console, table)
-    show(console)
-    _totals(console, anatomy, memory_map(spec, anatomy.model))
 
 
 def times(ratio: float) -> str:
@@ -280,3 +94,130 @@ def times(ratio: float) -> str:
     ('35.6×', '0.6×')
     """
     return f"{ratio:.1f}×"
+
+
+# --- tables that fit the terminal ------------------------------------------------------------------
+
+#: Spaces between two columns, in every table.
+GAP = 2
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a table that fits its console (`fitted`). A number is never wrapped, folded or cut;
+    text that `wraps` may take several lines, down to `min_width` (else its longest word); any other
+    column keeps its width. When the table is too wide, the columns with the highest `drop` are left out
+    first, all those with the same value together; columns with drop 0 are always shown. `hint` says
+    where else to see a column that was left out."""
+
+    header: str
+    number: bool = False
+    wraps: bool = False
+    drop: int = 0
+    min_width: int = 0
+    hint: str = ""
+
+
+def _width(text: str) -> int:
+    """Terminal cells of the widest line of `text` (rich markup allowed)."""
+    return max((line.cell_len for line in Text.from_markup(text).split("\n")), default=0)
+
+
+def _longest_word(text: str) -> int:
+    return max((len(word) for word in Text.from_markup(text).plain.split()), default=0)
+
+
+def fitted(
+    console: Console,
+    columns: Sequence[Column],
+    rows: Iterable[Sequence[str]],
+    *,
+    styles: Sequence[str | None] | None = None,
+    header: bool = True,
+) -> tuple[Table, list[Column]]:
+    """A table of `rows` that fits `console.width` without cutting a number, and the columns it left out.
+
+    As wide as its contents when that fits (the usual case off a terminal: 240 columns). Otherwise the
+    number columns' headers wrap (never the numbers), wrapping text narrows to its minimum, and columns
+    are left out, highest `drop` first, until the rest fits. `header=False` gives a grid."""
+    rows = [list(row) for row in rows]
+    cells = [[row[i] for row in rows] for i in range(len(columns))]
+    headers = [column.header if header else "" for column in columns]
+    natural = [max(_width(h), *(_width(c) for c in col)) for h, col in zip(headers, cells)]
+    narrowest = []
+    for column, head, col, width in zip(columns, headers, cells, natural):
+        if column.number:
+            narrowest.append(max(_longest_word(head), *(_width(c) for c in col)))
+        elif column.wraps:
+            narrowest.append(max(column.min_width, _longest_word(head), *(_longest_word(c) for c in col)))
+        else:
+            narrowest.append(width)
+
+    def total(widths: Iterable[int]) -> int:
+        widths = list(widths)
+        return sum(widths) + GAP * (len(widths) - 1)
+
+    kept = list(range(len(columns)))
+    squeezed = total(natural) > console.width
+    if squeezed:
+        while total(narrowest[i] for i in kept) > console.width:
+            highest = max(columns[i].drop for i in kept)
+            if highest == 0:
+                break  # narrower than any table here is designed for: rich cuts what it must
+            kept = [i for i in kept if columns[i].drop != highest]
+        squeezed = total(natural[i] for i in kept) > console.width
+    widths = list(narrowest)
+    if squeezed:  # what room is left goes to number headers that would wrap, the least wrapped first
+        room = console.width - total(narrowest[i] for i in kept)
+        for i in sorted(kept, key=lambda i: natural[i] - narrowest[i]):
+            if columns[i].number and 0 < natural[i] - narrowest[i] <= room:
+                room -= natural[i] - narrowest[i]
+                widths[i] = natural[i]
+    if header:
+        table = Table(box=None, pad_edge=False, header_style="bold", show_header=True)
+    else:
+        table = Table.grid(padding=(0, GAP))
+    for i in kept:
+        column = columns[i]
+        table.add_column(
+            headers[i],
+            justify="right" if column.number else "left",
+            no_wrap=not column.wraps and not (column.number and squeezed),
+            overflow="fold" if column.wraps else "ellipsis",
+            width=widths[i] if column.number and squeezed else None,
+        )
+    for n, row in enumerate(rows):
+        table.add_row(*(row[i] for i in kept), style=styles[n] if styles else None)
+    return table, [columns[i] for i in range(len(columns)) if i not in kept]
+
+
+def show_fitted(console: Console, table: Table, left_out: Sequence[Column]) -> None:
+    """Print a fitted table, then a line naming the columns it left out and where else to see them."""
+    show(console, table)
+    if left_out:
+        names = ", ".join(column.header + (f" ({column.hint})" if column.hint else "") for column in left_out)
+        show(console, f"[dim]Left out at {console.width} columns: {names}; a wider terminal shows them.[/]")
+
+
+# --- runs of identical layers ----------------------------------------------------------------------
+
+Same = TypeVar("Same")
+
+
+def layer_runs(layers: Iterable[tuple[int, str, Same]]) -> list[tuple[str, Same]]:
+    """(index, kind, figures) per layer -> one row per run of consecutive layers of the same kind with
+    the same figures: '0 dense', '1–60 moe (each)'.
+
+    >>> layer_runs([(0, "dense", 5), (1, "moe", 7), (2, "moe", 7), (3, "moe", 8)])
+    [('0 dense', 5), ('1–2 moe (each)', 7), ('3 moe', 8)]
+    """
+    runs: list[list] = []  # [first, last, kind, figures]
+    for index, kind, figures in layers:
+        if runs and runs[-1][1] == index - 1 and runs[-1][2:] == [kind, figures]:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index, kind, figures])
+    return [
+        (f"{first} {kind}" if first == last else f"{first}–{last} {kind} (each)", figures)
+        for first, last, kind, figures in runs
+    ]

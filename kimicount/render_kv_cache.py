@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kimicount.kvcache import KvCacheReport, Layout, LayoutCache
-from kimicount.render import _count, human_bytes, show, times
+from kimicount.render import GAP, Column, fitted, human_bytes, plural, show, show_fitted, times
 
 #: One colour per layout, for the terminal and the --plot SVG alike.
 LAYOUT_COLOURS = {
@@ -26,13 +26,13 @@ def render_kv_cache(console: Console, report: KvCacheReport) -> None:
     show(
         console,
         f"[bold]{spec.name}[/] ({spec.model_type}): KV cache in {report.dtype}, "
-        f"{workload.tokens:,} tokens × {_count(workload.batch, 'sequence')}, {report.layers} layers",
+        f"{workload.tokens:,} tokens × {plural(workload.batch, 'sequence')}, {report.layers} layers",
     )
-    show(console, _kv_cache_table(report))
+    show_fitted(console, *_kv_cache_table(console, report))
     show(console)
-    e = _count(report.element_bytes, "byte")
+    e = plural(report.element_bytes, "byte")
     show(console, f"Bytes per token per layer (e = {e} per {report.dtype} element), × {_layers(report)}:")
-    show(console, _formula_table(report))
+    show_fitted(console, *_formula_table(console, report))
     notes = list(_kv_cache_notes(report))
     if notes:
         show(console)
@@ -42,24 +42,26 @@ def render_kv_cache(console: Console, report: KvCacheReport) -> None:
         _render_budget(console, report, report.budget)
 
 
-def _kv_cache_table(report: KvCacheReport) -> Table:
+def _kv_cache_table(console: Console, report: KvCacheReport) -> tuple[Table, list[Column]]:
     workload = report.workload
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("Layout")
-    table.add_column("Per token per layer", justify="right")
-    table.add_column(f"Per token ({report.layers} layers)", justify="right")
     per_sequence = f"{workload.tokens_per_sequence:,} tokens"
-    table.add_column(
-        per_sequence if workload.batch == 1 else f"{workload.batch:,} × {per_sequence}", justify="right"
-    )
-    table.add_column("≈", justify="right")
-    table.add_column("× latent", justify="right")
+    columns = [
+        Column("Layout", wraps=True),
+        Column("Per token per layer", number=True, drop=2, hint="the formulas below"),
+        Column(f"Per token ({report.layers} layers)", number=True, drop=1),
+        Column(per_sequence if workload.batch == 1 else f"{workload.batch:,} × {per_sequence}", number=True),
+        Column("≈", number=True),
+        Column("× latent", number=True),
+    ]
     if workload.block_size > 1:
-        table.add_column("In page tails", justify="right")
+        columns.append(Column("In page tails", number=True))
     if workload.tp > 1:
-        table.add_column("Per GPU", justify="right")
-        table.add_column(f"All {workload.tp} GPUs", justify="right")
-        table.add_column("× latent per GPU", justify="right")
+        columns += [
+            Column("Per GPU", number=True),
+            Column(f"All {workload.tp} GPUs", number=True),
+            Column("× latent per GPU", number=True),
+        ]
+    rows = []
     for cache in report.caches:
         extra = []
         if workload.block_size > 1:
@@ -67,24 +69,27 @@ def _kv_cache_table(report: KvCacheReport) -> Table:
         if workload.tp > 1:
             per_gpu_ratio = times(report.ratio_to_latent_per_gpu(cache))
             extra += [human_bytes(cache.bytes_per_gpu), human_bytes(cache.bytes_all_gpus), per_gpu_ratio]
-        table.add_row(
-            f"[{LAYOUT_COLOURS[cache.layout]}]{cache.layout.value}[/]",
-            f"{cache.bytes_per_token_per_layer:,} B",
-            f"{cache.bytes_per_token:,} B",
-            f"{cache.total_bytes:,} B",
-            human_bytes(cache.total_bytes),
-            times(report.ratio_to_latent(cache)),
-            *extra,
+        rows.append(
+            [
+                f"[{LAYOUT_COLOURS[cache.layout]}]{cache.layout.value}[/]",
+                f"{cache.bytes_per_token_per_layer:,} B",
+                f"{cache.bytes_per_token:,} B",
+                f"{cache.total_bytes:,} B",
+                human_bytes(cache.total_bytes),
+                times(report.ratio_to_latent(cache)),
+                *extra,
+            ]
         )
     if report.indexer is not None:
-        table.add_row(
+        dim = [
             "[dim]of which indexer keys[/]",
             f"[dim]{report.indexer.bytes_per_token_per_layer:,} B[/]",
             f"[dim]{report.indexer.bytes_per_token:,} B[/]",
             f"[dim]{report.indexer_total_bytes:,} B[/]",
             f"[dim]{human_bytes(report.indexer_total_bytes)}[/]",
-        )
-    return table
+        ]
+        rows.append(dim + [""] * (len(columns) - len(dim)))
+    return fitted(console, columns, rows)
 
 
 def _layers(report: KvCacheReport) -> str:
@@ -97,18 +102,22 @@ def _layers(report: KvCacheReport) -> str:
     )
 
 
-def _formula_table(report: KvCacheReport) -> Table:
-    table = Table.grid(padding=(0, 2))
-    for justify in ("left", "left", "left", "right", "left"):
-        table.add_column(justify=justify)
+def _formula_table(console: Console, report: KvCacheReport) -> tuple[Table, list[Column]]:
+    columns = (
+        Column(""),
+        Column("the formulas in config keys", wraps=True, drop=2, min_width=40, hint="--json has them"),
+        Column(""),
+        Column("", number=True),
+        Column("the notes", wraps=True, drop=1, min_width=20),
+    )
     lines = [(cache.layout.value, cache.attention) for cache in report.caches]
     if report.indexer is not None:
         lines.append(("indexer keys", report.indexer))
-    for name, line in lines:
-        table.add_row(
-            name, line.formula, f"= {line.calculation}", f"= {line.bytes_per_token_per_layer:,} B", line.note
-        )
-    return table
+    rows = [
+        (name, line.formula, f"= {line.calculation}", f"= {line.bytes_per_token_per_layer:,} B", line.note)
+        for name, line in lines
+    ]
+    return fitted(console, columns, rows, header=False)
 
 
 def _kv_cache_notes(report: KvCacheReport) -> Iterator[str]:
@@ -121,15 +130,15 @@ def _kv_cache_notes(report: KvCacheReport) -> Iterator[str]:
         )
     elif mtp and not report.include_mtp:
         yield (
-            f"Not counted: {_count(mtp, 'multi-token-prediction layer')} (num_nextn_predict_layers); "
+            f"Not counted: {plural(mtp, 'multi-token-prediction layer')} (num_nextn_predict_layers); "
             "--include-mtp adds its cache."
         )
     if workload.block_size > 1:
         pages = workload.tokens_per_sequence // workload.block_size
         yield (
             f"Pages of {workload.block_size:,} tokens: each sequence of {workload.tokens:,} tokens takes "
-            f"{_count(pages, 'page')} ({workload.tokens_per_sequence:,} tokens); "
-            f"{workload.wasted_tokens:,} tokens allocated but unused over {_count(workload.batch, 'sequence')}, "
+            f"{plural(pages, 'page')} ({workload.tokens_per_sequence:,} tokens); "
+            f"{workload.wasted_tokens:,} tokens allocated but unused over {plural(workload.batch, 'sequence')}, "
             "counted in the totals."
         )
     if workload.tp > 1:
@@ -147,48 +156,51 @@ def _render_budget(console: Console, report: KvCacheReport, budget: int) -> None
     where = "per GPU" if workload.tp > 1 else "of memory"
     pages = f", in whole pages of {workload.block_size}" if workload.block_size > 1 else ""
     show(console, f"What fits in {human_bytes(budget)} ({budget:,} B) {where}{pages}:")
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("Layout")
-    table.add_column("Tokens", justify="right")
-    table.add_column(f"Sequences of {workload.tokens:,} tokens", justify="right")
-    for cache in report.caches:
-        table.add_row(
+    columns = (
+        Column("Layout"),
+        Column("Tokens", number=True),
+        Column(f"Sequences of {workload.tokens:,} tokens", number=True),
+    )
+    rows = [
+        (
             f"[{LAYOUT_COLOURS[cache.layout]}]{cache.layout.value}[/]",
             f"{cache.max_tokens(budget):,}",
             f"{cache.max_sequences(budget):,}",
         )
-    show(console, table)
+        for cache in report.caches
+    ]
+    show_fitted(console, *fitted(console, columns, rows))
 
 
-#: The longest bar of the chart, in characters.
+#: The longest bar of the chart, in characters, where the terminal is wide enough.
 CHART_WIDTH = 48
 
 
 def render_cache_chart(console: Console, sweep: list[tuple[int, tuple[LayoutCache, ...]]]) -> None:
     """Total cache size against context length, one bar per layout, on a log scale so that the gap
-    between layouts (35.6× for Kimi K2) is as long at 512 tokens as at 128K. Bars grow by a whole number of characters per doubling."""
+    between layouts (35.6× for Kimi K2) is as long at 512 tokens as at 128K. Bars grow by a whole number
+    of characters per doubling; they are shorter on a terminal too narrow for CHART_WIDTH."""
     sizes = [cache.total_bytes for _, caches in sweep for cache in caches]
     low, high = min(sizes), max(sizes)
-    per_doubling = max(1, CHART_WIDTH // max(1, math.ceil(math.log2(high / low))))
+    rows = [
+        [f"{tokens:,}" if i == 0 else "", cache.layout.value, cache, human_bytes(cache.total_bytes)]
+        for tokens, caches in sweep
+        for i, cache in enumerate(caches)
+    ]
+    beside_bars = sum(max(len(row[column]) for row in rows) for column in (0, 1, 3)) + 3 * GAP
+    bars = max(8, min(CHART_WIDTH, console.width - beside_bars - 1))
+    per_doubling = max(1, bars // max(1, math.ceil(math.log2(high / low))))
     batch = sweep[0][1][0].workload.batch
     show(
         console,
-        f"Cache size against context length, {_count(batch, 'sequence')} "
+        f"Cache size against context length, {plural(batch, 'sequence')} "
         f"(log scale: {per_doubling} characters = ×2):",
     )
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("Tokens", justify="right")
-    table.add_column("Layout")
-    table.add_column("")
-    table.add_column("", justify="right")
-    for tokens, caches in sweep:
-        for i, cache in enumerate(caches):
-            length = 1 + round(per_doubling * math.log2(cache.total_bytes / low))
-            style = LAYOUT_COLOURS[cache.layout]
-            table.add_row(
-                f"{tokens:,}" if i == 0 else "",
-                f"[{style}]{cache.layout.value}[/]",
-                f"[{style}]{'█' * length}[/]",
-                human_bytes(cache.total_bytes),
-            )
-    show(console, table)
+    for row in rows:
+        cache = row[2]
+        style = LAYOUT_COLOURS[cache.layout]
+        length = 1 + round(per_doubling * math.log2(cache.total_bytes / low))
+        row[1] = f"[{style}]{row[1]}[/]"
+        row[2] = f"[{style}]{'█' * length}[/]"
+    columns = (Column("Tokens", number=True), Column("Layout"), Column(""), Column("", number=True))
+    show_fitted(console, *fitted(console, columns, rows))

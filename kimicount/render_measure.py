@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from kimicount.render import _count, show
+from kimicount.render import Column, fitted, plural, show, show_fitted
 
 if TYPE_CHECKING:  # annotations only: torch is imported by the command that runs it
     from kimicount.measure import CacheTensor, LayoutMeasurement, Measurement
@@ -24,30 +24,34 @@ def render_measure(console: Console, measurement: Measurement) -> None:
     )
     show(
         console,
-        f"{m.dtype} cache, {_count(m.tokens, 'token')} × batch {m.batch} × {_count(m.layers, 'layer')}, "
+        f"{m.dtype} cache, {plural(m.tokens, 'token')} × batch {m.batch} × {plural(m.layers, 'layer')}, "
         f"seeded random weights (seed {m.seed})",
     )
-    show(console, _measure_table(m))
+    show_fitted(console, *_measure_table(console, m))
     show(console)
     for line in _measure_notes(m):
         show(console, line)
 
 
-def _measure_table(m: Measurement) -> Table:
+def _measure_table(console: Console, m: Measurement) -> tuple[Table, list[Column]]:
     with_peak = any(r.peak_bytes is not None for r in m.layouts)
     with_note = any(r.note for r in m.layouts)
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("Layout", no_wrap=True)
-    table.add_column("Predicted B", justify="right")
-    table.add_column("Measured B", justify="right")
-    table.add_column("Ratio", justify="right")
+    columns = [
+        Column("Layout"),
+        Column("Predicted B", number=True),
+        Column("Measured B", number=True),
+        Column("Ratio", number=True, drop=4),
+    ]
     if with_peak:
-        table.add_column("Peak B", justify="right")
-    table.add_column("Decode ms/step", justify="right")
-    table.add_column("Decode vs naive", justify="right")
-    table.add_column("Cache tensors per layer")
+        columns.append(Column("Peak B", number=True, drop=2))
+    columns += [
+        Column("Decode ms/step", number=True, drop=3),
+        Column("Decode vs naive", number=True),
+        Column("Cache tensors per layer", wraps=True, drop=5, min_width=30, hint="--json lists them"),
+    ]
     if with_note:
-        table.add_column("Note", overflow="fold")
+        columns.append(Column("Note", wraps=True, drop=1, min_width=20))
+    rows, styles = [], []
     for r in m.layouts:
         row = [r.layout.value, f"{r.predicted_bytes:,}", f"{r.measured_bytes:,}", f"{r.ratio:.4f}"]
         if with_peak:
@@ -55,8 +59,9 @@ def _measure_table(m: Measurement) -> Table:
         row += [f"{r.decode_ms:.2f}", _agreement(r), "; ".join(_tensor_text(t) for t in r.tensors)]
         if with_note:
             row.append(r.note)
-        table.add_row(*row, style=None if r.ok else "bold red")
-    return table
+        rows.append(row)
+        styles.append(None if r.ok else "bold red")
+    return fitted(console, columns, rows, styles=styles)
 
 
 def _agreement(r: LayoutMeasurement) -> str:
@@ -93,7 +98,7 @@ def _measure_notes(m: Measurement) -> list[str]:
         f"so they agree to that precision{tighter}."
     )
     lines.append(
-        f"Decode ms/step: median of {_count(m.decode_steps, 'step')} through {_count(m.layers, 'layer')} "
+        f"Decode ms/step: median of {plural(m.decode_steps, 'step')} through {plural(m.layers, 'layer')} "
         f"in {m.compute_dtype}, the new token's projections included; reported, not asserted."
     )
     bad = [r.layout.value for r in m.layouts if not r.ok]

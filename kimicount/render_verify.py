@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from kimicount.render import human_bytes, show
+from kimicount.render import Column, fitted, human_bytes, layer_runs, show, show_fitted
 
 if TYPE_CHECKING:  # annotations only: importing verify stays with the command that runs it
-    from kimicount.verify import Counts, LayerCheck, VerifyReport
+    from kimicount.verify import Counts, VerifyReport
 
 
 #: Mismatches shown on a terminal; --json has them all.
@@ -21,7 +21,7 @@ def _mark(ok: bool) -> str:
     return "[green]✓[/]" if ok else "[red]✗[/]"
 
 
-def render_verify(console: Console, report: VerifyReport, *, max_depth: int = 3) -> None:
+def render_verify(console: Console, report: VerifyReport, *, max_depth: int | None = 3) -> None:
     show(
         console,
         f"[bold]{report.source}[/] against [bold]{report.model}[/]: {report.files} files, "
@@ -38,14 +38,19 @@ def render_verify(console: Console, report: VerifyReport, *, max_depth: int = 3)
         ),
     )
     show(console)
-    show(console, _summary_table(report))
+    show_fitted(console, *_summary_table(console, report))
     show(console)
-    components = [("  " * c.depth + c.name, c.counts) for c in report.components if c.depth <= max_depth]
-    show(console, _counts_table("Component", components))
+    components = [
+        ("  " * c.depth + c.name, c.counts)
+        for c in report.components
+        if max_depth is None or c.depth <= max_depth
+    ]
+    show_fitted(console, *_counts_table(console, "Component", components))
     show(console)
-    show(console, _counts_table("Layer", _layer_runs(report.layers)))
+    layers = layer_runs((layer.index, layer.kind, layer.counts) for layer in report.layers)
+    show_fitted(console, *_counts_table(console, "Layer", layers))
     show(console)
-    show(console, _dtype_table(report))
+    show_fitted(console, *_dtype_table(console, report))
     if report.index_total_size is not None:
         same = report.index_total_size == report.data_bytes
         show(
@@ -65,44 +70,48 @@ def render_verify(console: Console, report: VerifyReport, *, max_depth: int = 3)
     if report.ok:
         show(console, "[bold green]OK[/]: every tensor has the name, shape and dtype the anatomy predicts.")
         return
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("Tensor", "Kind", "Expected", "Found"):
-        table.add_column(column, overflow="fold")
-    for m in report.mismatches[:MISMATCHES_SHOWN]:
-        table.add_row(m.tensor, m.kind, m.expected, m.found)
+    columns = [Column(header, wraps=True, min_width=8) for header in ("Tensor", "Kind", "Expected", "Found")]
+    rows = [(m.tensor, m.kind, m.expected, m.found) for m in report.mismatches[:MISMATCHES_SHOWN]]
     show(console, f"[bold red]{len(report.mismatches):,} mismatches[/]")
-    show(console, table)
+    show_fitted(console, *fitted(console, columns, rows))
     if len(report.mismatches) > MISMATCHES_SHOWN:
         show(console, f"… and {len(report.mismatches) - MISMATCHES_SHOWN:,} more (--json lists them all)")
 
 
-def _summary_table(report: VerifyReport) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("")
-    for column in ("Expected", "Found", "Tensors", "Bytes"):
-        table.add_column(column, justify="right")
-    table.add_column("")
-    params_ok = report.parameters_expected == report.parameters_found
-    table.add_row(
-        "Parameters",
-        f"{report.parameters_expected:,}",
-        f"{report.parameters_found:,}",
-        f"{report.weights.tensors + report.unknown.tensors:,}",
-        f"{report.weights.bytes + report.unknown.bytes:,}",
-        _mark(params_ok),
+def _summary_table(console: Console, report: VerifyReport) -> tuple[Table, list[Column]]:
+    columns = (
+        Column("", wraps=True),
+        Column("Expected", number=True),
+        Column("Found", number=True),
+        Column("Tensors", number=True),
+        Column("Bytes", number=True, drop=1),
+        Column(""),
     )
+    params_ok = report.parameters_expected == report.parameters_found
+    rows = [
+        (
+            "Parameters",
+            f"{report.parameters_expected:,}",
+            f"{report.parameters_found:,}",
+            f"{report.weights.tensors + report.unknown.tensors:,}",
+            f"{report.weights.bytes + report.unknown.bytes:,}",
+            _mark(params_ok),
+        )
+    ]
     for label, expected, tally in (
         ("MTP module (apart)", report.mtp_expected, report.mtp),
         ("Vision tower and projector (apart)", report.vision_expected, report.vision),
     ):
         if expected or tally.tensors:
-            table.add_row(
-                label,
-                f"{expected:,}",
-                f"{tally.elements:,}",
-                f"{tally.tensors:,}",
-                f"{tally.bytes:,}",
-                _mark(expected == tally.elements),
+            rows.append(
+                (
+                    label,
+                    f"{expected:,}",
+                    f"{tally.elements:,}",
+                    f"{tally.tensors:,}",
+                    f"{tally.bytes:,}",
+                    _mark(expected == tally.elements),
+                )
             )
     for label, tally in (
         ("FP8 block scales (not parameters)", report.fp8_scales),
@@ -110,18 +119,21 @@ def _summary_table(report: VerifyReport) -> Table:
         ("Rotary buffers (not parameters)", report.rotary_buffers),
     ):
         if tally.tensors or label.startswith(("FP8", "Rotary")):
-            table.add_row(label, "", f"{tally.elements:,}", f"{tally.tensors:,}", f"{tally.bytes:,}", "")
-    return table
+            rows.append((label, "", f"{tally.elements:,}", f"{tally.tensors:,}", f"{tally.bytes:,}", ""))
+    return fitted(console, columns, rows)
 
 
-def _counts_table(title: str, rows: list[tuple[str, Counts]]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column(title, no_wrap=True)
-    for column in ("Tensors", "verified", "Elements", "verified"):
-        table.add_column(column, justify="right")
-    table.add_column("")
-    for label, counts in rows:
-        table.add_row(
+def _counts_table(console: Console, title: str, rows: list[tuple[str, Counts]]) -> tuple[Table, list[Column]]:
+    columns = (
+        Column(title),
+        Column("Tensors", number=True, drop=1),
+        Column("verified", number=True, drop=1),
+        Column("Elements", number=True),
+        Column("verified", number=True),
+        Column(""),
+    )
+    cells = [
+        (
             label,
             f"{counts.expected_tensors:,}",
             f"{counts.verified_tensors:,}",
@@ -129,35 +141,29 @@ def _counts_table(title: str, rows: list[tuple[str, Counts]]) -> Table:
             f"{counts.verified_elements:,}",
             _mark(counts.ok),
         )
-    return table
-
-
-def _layer_runs(layers: tuple[LayerCheck, ...]) -> list[tuple[str, Counts]]:
-    """Consecutive layers of the same kind with the same counts share a row: '1–60 moe (each)'."""
-    runs: list[list] = []  # [first, last, kind, counts]
-    for layer in layers:
-        if runs and runs[-1][1] == layer.index - 1 and runs[-1][2:] == [layer.kind, layer.counts]:
-            runs[-1][1] = layer.index
-        else:
-            runs.append([layer.index, layer.index, layer.kind, layer.counts])
-    return [
-        (f"{first} {kind}" if first == last else f"{first}–{last} {kind} (each)", counts)
-        for first, last, kind, counts in runs
+        for label, counts in rows
     ]
+    return fitted(console, columns, cells)
 
 
-def _dtype_table(report: VerifyReport) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("Stored as")
-    for column in ("Tensors", "Elements", "Bytes"):
-        table.add_column(column, justify="right")
-    for dtype, tally in report.by_dtype.items():
-        table.add_row(dtype, f"{tally.tensors:,}", f"{tally.elements:,}", f"{tally.bytes:,}")
-    total_bytes = sum(t.bytes for t in report.by_dtype.values())
-    table.add_row(
-        "[bold]all[/]",
-        f"{report.tensors:,}",
-        f"{sum(t.elements for t in report.by_dtype.values()):,}",
-        f"{total_bytes:,} ({human_bytes(total_bytes)})",
+def _dtype_table(console: Console, report: VerifyReport) -> tuple[Table, list[Column]]:
+    columns = (
+        Column("Stored as"),
+        Column("Tensors", number=True),
+        Column("Elements", number=True),
+        Column("Bytes", number=True),
     )
-    return table
+    rows = [
+        (dtype, f"{tally.tensors:,}", f"{tally.elements:,}", f"{tally.bytes:,}")
+        for dtype, tally in report.by_dtype.items()
+    ]
+    total_bytes = sum(t.bytes for t in report.by_dtype.values())
+    rows.append(
+        (
+            "[bold]all[/]",
+            f"{report.tensors:,}",
+            f"{sum(t.elements for t in report.by_dtype.values()):,}",
+            f"{total_bytes:,} ({human_bytes(total_bytes)})",
+        )
+    )
+    return fitted(console, columns, rows)
