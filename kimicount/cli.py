@@ -240,10 +240,10 @@ def params(
     Counts come from config.json alone. FP8 scales and rotary buffers are not parameters; the
     multi-token-prediction module (DeepSeek-V3) is reported apart, outside the total.
     """
+    max_depth = parse_depth(depth)  # option text is read first: a typo costs no imports
     from kimicount.anatomy import build_anatomy
     from kimicount.source import load_spec
 
-    max_depth = parse_depth(depth)
     anatomy = build_anatomy(load_spec(config, _repo(model, repo), revision))
     if by is Breakdown.memory:
         from kimicount.storage import require_modelled
@@ -312,11 +312,11 @@ def verify(
     Names, shapes and dtypes are compared; FP8 block scales are checked against their weights and,
     like rotary buffers, counted apart. Exit 0 when everything matches, 1 on any mismatch.
     """
+    max_depth = parse_depth(depth)
     from kimicount.anatomy import build_anatomy
     from kimicount.source import load_checkpoint
     from kimicount.verify import verify as verify_checkpoint
 
-    max_depth = parse_depth(depth)
     with (
         _progress("Reading safetensors headers", enabled=not as_json) as on_file,
         _gc_paused(),

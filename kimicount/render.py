@@ -101,6 +101,10 @@ def times(ratio: float) -> str:
 #: Spaces between two columns, in every table.
 GAP = 2
 
+#: Wrapping text keeps words up to this long whole (the longest count, 1,024,059,415,040, has 17
+#: characters); longer words, such as tensor names, may be folded.
+WORD_FOLD = 24
+
 
 @dataclass(frozen=True)
 class Column:
@@ -148,8 +152,9 @@ def fitted(
     for column, head, col, width in zip(columns, headers, cells, natural):
         if column.number:
             narrowest.append(max(_longest_word(head), *(_width(c) for c in col)))
-        elif column.wraps:
-            narrowest.append(max(column.min_width, _longest_word(head), *(_longest_word(c) for c in col)))
+        elif column.wraps:  # words longer than WORD_FOLD (tensor names) are folded, not given the width
+            words = min(WORD_FOLD, max(_longest_word(c) for c in col))
+            narrowest.append(max(column.min_width, _longest_word(head), words))
         else:
             narrowest.append(width)
 

@@ -60,7 +60,7 @@ def component_table(
         Column("Per instance", number=True, drop=2),
         Column("Instances", number=True, drop=2),
         Column("Parameters", number=True),
-        Column("Activated", number=True),
+        Column("Activated", number=True, drop=1),  # only for an explicit --detail, on a narrow terminal
         Column(
             shown.value.capitalize(),
             wraps=True,
