@@ -131,6 +131,17 @@ def _longest_word(text: str) -> int:
     return max((len(word) for word in Text.from_markup(text).plain.split()), default=0)
 
 
+def _two_lines(header: str, narrowest: int) -> int:
+    """The width at which `header` wraps onto two lines at most (never below `narrowest`).
+
+    >>> _two_lines("× latent per GPU", 4), _two_lines("Per token per layer", 9)
+    (8, 9)
+    """
+    words = header.split()
+    splits = [max(len(" ".join(words[:i])), len(" ".join(words[i:]))) for i in range(1, len(words))]
+    return max(narrowest, min(splits, default=len(header)))
+
+
 def fitted(
     console: Console,
     columns: Sequence[Column],
@@ -172,12 +183,13 @@ def fitted(
             kept = [i for i in kept if columns[i].drop != highest]
         squeezed = total(natural[i] for i in kept) > console.width
     widths = list(narrowest)
-    if squeezed:  # what room is left goes to number headers that would wrap, the least wrapped first
+    if squeezed:  # the room left widens number columns whose headers wrap: to two lines, then to one
         room = console.width - total(narrowest[i] for i in kept)
-        for i in sorted(kept, key=lambda i: natural[i] - narrowest[i]):
-            if columns[i].number and 0 < natural[i] - narrowest[i] <= room:
-                room -= natural[i] - narrowest[i]
-                widths[i] = natural[i]
+        for wanted in ([_two_lines(headers[i], narrowest[i]) for i in range(len(columns))], natural):
+            for i in sorted(kept, key=lambda i: wanted[i] - widths[i]):
+                if columns[i].number and 0 < wanted[i] - widths[i] <= room:
+                    room -= wanted[i] - widths[i]
+                    widths[i] = wanted[i]
     if header:
         table = Table(box=None, pad_edge=False, header_style="bold", show_header=True)
     else:

@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from kimicount.anatomy import Anatomy, Node, TensorRef
 from kimicount.kvcache import CacheLine, KvCacheReport, LayoutCache, splits_across_ranks
-from kimicount.storage import Memory, memory_map, quantization_summary
 
-if TYPE_CHECKING:  # annotations only: params and kv-cache must not pay for importing verify or torch
+if (
+    TYPE_CHECKING
+):  # annotations only: kv-cache pays for neither the anatomy nor storage, nothing for verify or torch
+    from kimicount.anatomy import Anatomy, Node, TensorRef
     from kimicount.measure import Measurement
+    from kimicount.storage import Memory
     from kimicount.verify import VerifyReport
 
 
@@ -45,6 +47,8 @@ def node_json(node: Node, memory: dict[int, Memory] | None) -> dict[str, Any]:
 
 
 def params_json(anatomy: Anatomy) -> dict[str, Any]:
+    from kimicount.storage import memory_map, quantization_summary
+
     spec = anatomy.spec
     memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
     mtp = vision = None
