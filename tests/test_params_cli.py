@@ -242,6 +242,23 @@ def test_repo_downloads_only_the_config(hub):
     assert {path for _, path, _ in fake.requests} == {"/moonshotai/Kimi-K2-Instruct/resolve/main/config.json"}
 
 
+def test_repo_named_as_hf_download_names_it(hub):
+    # a positional ORG/NAME is --repo: the same request, the same report, for params and kv-cache
+    fake, env = hub
+    result = run_kimicount("params", "moonshotai/Kimi-K2-Instruct", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["total"] == 1_026_408_232_448
+    kv = run_kimicount("kv-cache", "moonshotai/Kimi-K2-Instruct", "--tokens", "1", "--json", env=env)
+    assert json.loads(kv.stdout)["layouts"][0]["bytes_per_token"] == 2_498_560
+    assert {path for _, path, _ in fake.requests} == {"/moonshotai/Kimi-K2-Instruct/resolve/main/config.json"}
+
+
+def test_repo_named_twice_must_agree():
+    line = _fails_cleanly(invoke("params", "org/one", "--repo", "org/two"))
+    assert line == "kimicount: error: name the repo once: org/one or --repo org/two, not both"
+    _fails_cleanly(invoke("params", "org/one", "--config", str(KIMI_K2)), "--config or --repo")
+
+
 def test_repo_at_a_commit_and_then_offline_from_the_cache(hub):
     fake, env = hub
     commit = fake.repos["moonshotai/Kimi-K2-Instruct"].commit

@@ -47,3 +47,16 @@ def test_ci_runs_exactly_the_readme_test_command():
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_command in ci_lines
     assert os.access(ROOT / ".ci" / "run", os.X_OK)
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_readme_opens_with_a_quick_start_and_its_contents_links_resolve():
+    headings = re.findall(r"^#{2,3} (.+)$", README, re.MULTILINE)
+    assert headings[:2] == ["Quick start", "Contents"]
+    anchors = {_slug(h) for h in headings}
+    links = re.findall(r"\]\(#([^)]+)\)", README)
+    assert links and set(links) <= anchors
