@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kimicount.anatomy import Anatomy, Node, TensorRef
+from kimicount.conventions import Reconciliation, reconcile
 from kimicount.options import Detail
 from kimicount.render import Column, fitted, human, human_bytes, layer_runs, show, show_fitted
 from kimicount.storage import Memory, memory_map, model_dtype, quantization_summary
@@ -132,6 +133,42 @@ def render_params(
                 f", {human_bytes(memory[id(anatomy.vision)].stored)} in {model_dtype(spec)}" if memory else ""
             ),
         )
+    show(console)
+    render_conventions(console, reconcile(anatomy))
+
+
+#: What a figure counts, in words.
+COUNTS_LABELS = {"total": "total", "activated": "activated", "mtp": "MTP", "mtp_activated": "MTP activated"}
+
+
+def render_conventions(console: Console, r: Reconciliation) -> None:
+    """The headline figures, narrow enough for 80 columns: each convention's exact number, rounded, and
+    the published figures it explains; then the figures none explains."""
+    known = f"the published {r.family} figures each gives" if r.family else "no published figures known"
+    show(console, f"[bold]Headline figures[/]: each way of counting, and {known}")
+    columns = (
+        Column("Convention"),
+        Column("Exact", number=True),
+        Column("≈", number=True),
+        Column("Explains", wraps=True),
+    )
+    rows = [
+        (
+            convention.name,
+            f"{convention.value:,}",
+            human(convention.value),
+            ", ".join(e.figure.text + (" (cut)" if e.reading == "truncated" else "") for e in found),
+        )
+        for convention, found in r.conventions
+    ]
+    show_fitted(console, *fitted(console, columns, rows))
+    if r.family:
+        show(console, "Rounded half up to the figure's last digit; (cut): truncated there instead.")
+    if r.unexplained:
+        columns = (Column(""), Column(""), Column("", wraps=True))
+        rows = [(figure.text, COUNTS_LABELS[figure.counts], figure.source) for figure in r.unexplained]
+        show(console, "Explained by none of them:")
+        show_fitted(console, *fitted(console, columns, rows, header=False))
 
 
 def _totals(console: Console, anatomy: Anatomy, memory: dict[int, Memory] | None) -> None:

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from kimicount.kvcache import CacheLine, KvCacheReport, LayoutCache, splits_across_ranks
 
-if (
-    TYPE_CHECKING
-):  # annotations only: kv-cache pays for neither the anatomy nor storage, nothing for verify or torch
+# Annotations only: kv-cache pays for neither the anatomy nor storage, nothing for verify or torch.
+if TYPE_CHECKING:
     from kimicount.anatomy import Anatomy, Node, TensorRef
+    from kimicount.conventions import Figure, Reconciliation
     from kimicount.measure import Measurement
     from kimicount.storage import Memory
     from kimicount.verify import VerifyReport
@@ -47,6 +47,7 @@ def node_json(node: Node, memory: dict[int, Memory] | None) -> dict[str, Any]:
 
 
 def params_json(anatomy: Anatomy) -> dict[str, Any]:
+    from kimicount.conventions import reconcile
     from kimicount.storage import memory_map, quantization_summary
 
     spec = anatomy.spec
@@ -84,6 +85,29 @@ def params_json(anatomy: Anatomy) -> dict[str, Any]:
         ],
         "mtp": mtp,
         "vision": vision,
+        **conventions_json(reconcile(anatomy)),
+    }
+
+
+def _figure_json(figure: Figure, family: str | None) -> dict[str, Any]:
+    return {"figure": figure.text, "counts": figure.counts, "family": family, "source": figure.source}
+
+
+def conventions_json(r: Reconciliation) -> dict[str, Any]:
+    """`conventions`: each counting convention, its exact value and the published figures it explains
+    (how: rounded or truncated to the figure's last digit); `unexplained_figures`: those none explains."""
+    return {
+        "conventions": [
+            {
+                "name": c.name,
+                "description": c.description,
+                "counts": c.counts,
+                "value": c.value,
+                "explains": [{**_figure_json(e.figure, r.family), "reading": e.reading} for e in found],
+            }
+            for c, found in r.conventions
+        ],
+        "unexplained_figures": [_figure_json(f, r.family) for f in r.unexplained],
     }
 
 
