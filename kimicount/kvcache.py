@@ -44,13 +44,13 @@ def default_dtype(spec: ModelSpec) -> str:
     return parse_dtype(spec.torch_dtype, "torch_dtype")  # spec refuses any other torch_dtype
 
 
-def element_bytes(dtype: str) -> int:
-    """Bytes per cached element; a clear error for a dtype that is not a cache dtype."""
+def element_bytes(dtype: str, option: str = "--dtype") -> int:
+    """Bytes per cached element; a clear error naming `option` for a dtype that is not a cache dtype."""
     try:
         return DTYPE_BYTES[dtype]
     except KeyError:
         expected = ", ".join(DTYPE_BYTES)
-        raise UsageError(f"--dtype '{dtype}': unknown cache dtype (expected one of: {expected})") from None
+        raise UsageError(f"{option} '{dtype}': unknown cache dtype (expected one of: {expected})") from None
 
 
 # --- the formulas: what each layout stores, in config keys, in numbers and in bytes ----------------
@@ -446,10 +446,10 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
         )
 
 
-def parse_layout(name: str) -> Layout:
-    """A Layout from its name; a clear error naming the choices otherwise."""
+def parse_layout(name: str, option: str = "--layout") -> Layout:
+    """A Layout from its name; a clear error naming `option` and the choices otherwise."""
     try:
         return Layout(name)
     except ValueError:
         expected = ", ".join(layout.value for layout in Layout)
-        raise UsageError(f"--layout '{name}': unknown layout (expected one of: {expected})") from None
+        raise UsageError(f"{option} '{name}': unknown layout (expected one of: {expected})") from None

@@ -130,6 +130,7 @@ class Detail(str, Enum):
     calculation = "calculation"  # the arithmetic with numbers: 512 × 8,192
     formula = "formula"  # the same in config keys: kv_lora_rank × num_attention_heads·qk_nope_head_dim
     tensors = "tensors"  # the checkpoint tensors (or parts) the component owns
+    shapes = "shapes"  # the activations in and out, with named dimensions (kimicount.flow)
 
 
 def parse_depth(text: str, option: str = "--depth") -> int | None:

@@ -41,17 +41,25 @@ def _instances(node: Node, parent: Node | None) -> str:
 DETAIL_MIN_WIDTH = 24
 
 
-def detail_text(node: Node, detail: Detail) -> str:
-    """The last column's text for one component: one branch per Detail member."""
+def detail_text(node: Node, detail: Detail, shapes: dict[int, str] | None = None) -> str:
+    """The last column's text for one component: one branch per Detail member. `shapes` holds each
+    node's activation shapes (kimicount.flow), for Detail.shapes."""
     if detail is Detail.tensors:
         return "\n".join(_tensor_label(t) for t in node.tensors)
     if detail is Detail.formula:
         return node.formula or node.calculation
+    if detail is Detail.shapes:
+        return (shapes or {}).get(id(node), "")
     return node.calculation
 
 
 def component_table(
-    console: Console, root: Node, *, max_depth: int | None = None, detail: Detail | None = None
+    console: Console,
+    root: Node,
+    *,
+    max_depth: int | None = None,
+    detail: Detail | None = None,
+    shapes: dict[int, str] | None = None,
 ) -> tuple[Table, list[Column]]:
     """The tree as a table: per instance × instances = parameters, activated, and the `detail` column
     (None: the calculation, left out when the terminal is too narrow for it)."""
@@ -72,7 +80,7 @@ def component_table(
     )
     rows, styles = [], []
     for label, guides, node, parent in _tree_rows(root, max_depth):
-        text = detail_text(node, shown)
+        text = detail_text(node, shown, shapes)
         extra_lines = text.count("\n")
         rows.append(
             (
@@ -103,14 +111,24 @@ def render_params(
 ) -> None:
     spec = anatomy.spec
     memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
+    shapes = None
+    if detail is Detail.shapes:
+        from kimicount.flow import flow_map
+
+        flows = flow_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
+        shapes = {key: flow.text for key, flow in flows.items()}
     show(console, f"[bold]{spec.name}[/] ({spec.model_type}): parameters per component")
-    show_fitted(console, *component_table(console, anatomy.model, max_depth=max_depth, detail=detail))
+    show_fitted(
+        console, *component_table(console, anatomy.model, max_depth=max_depth, detail=detail, shapes=shapes)
+    )
     show(console)
     _totals(console, anatomy, memory)
     if anatomy.mtp is not None:
         show(console)
         show(console, "[bold]Multi-token prediction[/] (outside the total; dim rows are stored copies)")
-        show_fitted(console, *component_table(console, anatomy.mtp, max_depth=max_depth, detail=detail))
+        show_fitted(
+            console, *component_table(console, anatomy.mtp, max_depth=max_depth, detail=detail, shapes=shapes)
+        )
         show(
             console,
             f"MTP: {anatomy.mtp_unique:,} parameters of its own ({human(anatomy.mtp_unique)}), "
@@ -124,7 +142,10 @@ def render_params(
             console,
             "[bold]Vision[/] (apart from the language model's total; it runs per image, not per token)",
         )
-        show_fitted(console, *component_table(console, anatomy.vision, max_depth=max_depth, detail=detail))
+        show_fitted(
+            console,
+            *component_table(console, anatomy.vision, max_depth=max_depth, detail=detail, shapes=shapes),
+        )
         show(
             console,
             f"Vision: {tower.params:,} in the tower + {projector.params:,} in the projector = "

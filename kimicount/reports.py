@@ -14,6 +14,7 @@ from kimicount.kvcache import CacheLine, KvCacheReport, LayoutCache, splits_acro
 if TYPE_CHECKING:
     from kimicount.anatomy import Anatomy, Node, TensorRef
     from kimicount.conventions import Figure, Reconciliation
+    from kimicount.flow import Flow
     from kimicount.measure import Measurement
     from kimicount.storage import Memory
     from kimicount.verify import VerifyReport
@@ -30,7 +31,10 @@ def tensor_json(tensor: TensorRef) -> dict[str, Any]:
     }
 
 
-def node_json(node: Node, memory: dict[int, Memory] | None) -> dict[str, Any]:
+def node_json(
+    node: Node, memory: dict[int, Memory] | None, flows: dict[int, Flow] | None = None
+) -> dict[str, Any]:
+    flow = None if flows is None else flows.get(id(node))
     return {
         "name": node.name,
         "params_per_instance": node.params_per_instance,
@@ -42,23 +46,45 @@ def node_json(node: Node, memory: dict[int, Memory] | None) -> dict[str, Any]:
         "stored_bytes": memory[id(node)].stored if memory else None,
         "bf16_bytes": memory[id(node)].bf16 if memory else None,
         "tensors": [tensor_json(t) for t in node.tensors],
-        "children": [node_json(c, memory) for c in node.children],
+        "flow": None if flow is None else flow_json(flow),
+        "children": [node_json(c, memory, flows) for c in node.children],
+    }
+
+
+def flow_json(flow: Flow) -> dict[str, Any]:
+    """The activations in, through and out of a component, each with its shape and what each
+    dimension counts; symbols (B, T, L, P) are strings, sizes ints."""
+
+    def activations(group) -> list[dict[str, Any]]:
+        return [
+            {"name": a.name, "shape": [d.size for d in a.dims], "dims": [d.label for d in a.dims]}
+            for a in group
+        ]
+
+    return {
+        "text": flow.text,
+        "inputs": activations(flow.inputs),
+        "middle": activations(flow.middle),
+        "outputs": activations(flow.outputs),
+        "reads": activations(flow.reads),
     }
 
 
 def params_json(anatomy: Anatomy) -> dict[str, Any]:
     from kimicount.conventions import reconcile
+    from kimicount.flow import flow_map
     from kimicount.storage import memory_map, quantization_summary
 
     spec = anatomy.spec
     memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
+    flows = flow_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
     mtp = vision = None
     if anatomy.mtp is not None:
         mtp = {
             "total": anatomy.mtp.params,
             "unique": anatomy.mtp_unique,
             "activated": anatomy.mtp_activated,
-            "tree": node_json(anatomy.mtp, memory),
+            "tree": node_json(anatomy.mtp, memory, flows),
         }
     if anatomy.vision is not None:
         tower, projector = anatomy.vision.children
@@ -66,7 +92,7 @@ def params_json(anatomy: Anatomy) -> dict[str, Any]:
             "total": anatomy.vision.params,
             "tower": tower.params,
             "projector": projector.params,
-            "tree": node_json(anatomy.vision, memory),
+            "tree": node_json(anatomy.vision, memory, flows),
         }
     return {
         "model": spec.name,
@@ -78,7 +104,7 @@ def params_json(anatomy: Anatomy) -> dict[str, Any]:
             "bf16_bytes": memory[id(anatomy.model)].bf16 if memory else None,
             "storage": quantization_summary(spec),
         },
-        "tree": node_json(anatomy.model, memory),
+        "tree": node_json(anatomy.model, memory, flows),
         "layers": [
             {"index": row.index, "kind": row.kind, "params": row.params, "activated": row.activated}
             for row in anatomy.layers()

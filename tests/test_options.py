@@ -3,6 +3,8 @@ Expected values are written out by hand."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kimicount.errors import UsageError
@@ -143,3 +145,9 @@ def test_parse_depth():
     for text in ("-1", "x", "2.5", ""):
         with pytest.raises(UsageError, match=rf"--depth '{text}': expected a whole number from 0"):
             parse_depth(text)
+
+
+def test_plan_reads_kv_dtypes_alike():
+    result = invoke("plan", "--gpus", "16xH200", "--kv-dtype", "BF16", "--context", "128Ki", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["kv_cache"]["dtype"] == "bf16"

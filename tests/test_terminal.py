@@ -112,7 +112,7 @@ def test_measure_at_80_columns():
 
 # --- help: one style everywhere -------------------------------------------------------------------
 
-HELP = [[], ["params"], ["verify"], ["kv-cache"], ["measure"]]
+HELP = [[], ["params"], ["verify"], ["kv-cache"], ["measure"], ["flops"], ["plan"]]
 
 
 @pytest.mark.parametrize("command", HELP, ids=lambda c: " ".join(c) or "kimicount")
@@ -144,7 +144,10 @@ def test_choices_and_values_have_one_style():
         assert "--dtype [bf16|fp16|fp32|fp8]" in text and "--tokens N" in text
     assert "--layout [naive|flash|latent|flashmla-fp8]" in kv and "--budget SIZE" in kv
     assert "--device [auto|cuda|cpu]" in measure
-    assert "--by [component|layer|memory]" in params and "--detail [calculation|formula|tensors]" in params
+    assert (
+        "--by [component|layer|memory]" in params
+        and "--detail [calculation|formula|tensors|shapes]" in params
+    )
     assert "Usage: kimicount params [OPTIONS] [ORG/NAME]" in params.replace(
         "python -m kimicount", "kimicount"
     )
