@@ -8,7 +8,7 @@ Every command has the same shape, so that a new one slots in the same way:
 Modules are imported inside the commands, so that --help, --version and errors import neither rich
 nor the anatomy (a test checks this with -X importtime).
 
-Exit codes: 0 ok, 1 a check failed (verify found a mismatch, measure other bytes than predicted), 2 bad
+Exit codes: 0 ok, 1 a check failed (verify found a mismatch, measure a cache off its prediction), 2 bad
 input or unreachable source, 3 an internal error (a bug), 130 interrupted; every error is one line on
 stderr (KIMICOUNT_DEBUG=1 shows the traceback instead).
 """
@@ -76,7 +76,7 @@ class OneLineErrors(TyperGroup):
 
 
 EXIT_CODES = (
-    "Exit codes: 0 ok; 1 a check failed (verify: a mismatch; measure: other bytes than predicted); "
+    "Exit codes: 0 ok; 1 a check failed (verify: a mismatch; measure: a cache off its prediction); "
     "2 bad input or an unreachable source; 3 an internal error (a bug); 130 interrupted."
 )
 
