@@ -17,7 +17,6 @@ import json
 import re
 from dataclasses import dataclass, replace
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -514,7 +513,8 @@ def spec_from_path(path: Path) -> ModelSpec:
 
 def bundled_spec() -> ModelSpec:
     """moonshotai/Kimi-K2-Instruct, from the config.json shipped with kimicount."""
-    text = resources.files("kimicount.data").joinpath(_BUNDLED_CONFIG).read_text(encoding="utf-8")
+    # read beside this file: importlib.resources would cost more start-up than the whole count
+    text = (Path(__file__).parent / "data" / _BUNDLED_CONFIG).read_text(encoding="utf-8")
     return spec_from_config(
         json.loads(text), name=BUNDLED_MODEL, where=f"bundled {BUNDLED_MODEL} config.json"
     )
