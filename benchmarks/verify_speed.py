@@ -1,23 +1,34 @@
-"""Benchmark: verifying the full-size Kimi-K2-Instruct checkpoint from its headers, locally and over
-the Hub protocol, side by side with what a user would use instead.
+"""Benchmark: verifying the full-size Kimi-K2-Instruct and Kimi K2.5 checkpoints from their headers,
+side by side with what a user would use instead, and (with --hub) over the Hub protocol.
 
-The checkpoint is the real tensor listing (fixtures/kimi-k2-instruct/tensors.json) laid out as 61
-full-size shards whose data is a sparse hole (a few MB of disk). The Hub is a local server speaking
-the Hub's file protocol (tests/fakehub.py), driven by the real huggingface_hub client.
+The checkpoints are the real tensor listing (fixtures/kimi-k2-instruct/tensors.json) laid out as 61
+full-size shards whose data is a sparse hole (a few MB of disk), and K2.5's layout derived from it
+(tests/checkpoints.py: 208,550 tensors in 62 shards). The Hub is a local server speaking the Hub's file
+protocol (tests/fakehub.py), driven by the real huggingface_hub client.
 
     pip install -e ".[test]"           # pytest-httpserver provides the server
-    python benchmarks/verify_speed.py
+    python benchmarks/verify_speed.py [--rounds N] [--hub]
 
-Local:  `kimicount verify --path` against a loop of `safetensors.safe_open` over every shard (what a
-        user writes to list a checkpoint's tensors; it maps each file and checks nothing).
-Hub:    `kimicount verify --repo` on main and at a commit, against huggingface_hub's own
-        `get_safetensors_metadata` for the same repo: requests, bytes and time.
+The peer is a loop of `safetensors.safe_open` over every shard that lists each tensor's name and shape
+(what a user writes to list a checkpoint; it maps each file and checks nothing). Both are measured two
+ways, in alternation, one round after another, so that a busy machine slows both alike:
+- the whole command: `kimicount verify --path DIR --json` against `python -c <the loop>`, wall time of
+  the process (Python start-up and imports included);
+- the library: `read_folder` + `build_anatomy` + `verify` against the loop alone, each timed inside a
+  fresh process after its imports; and the same without orjson (the standard library's JSON).
+The table gives medians over the rounds and the median of each round's ratio, in CPU time (user +
+system, which a busy machine does not inflate as it does wall time) and in wall time.
+
+Hub (--hub): `kimicount verify --repo` on main and at a commit, against huggingface_hub's own
+`get_safetensors_metadata` for the same repo: requests, bytes and time.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,31 +38,46 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.checkpoints import kimi_k2_layout
+from tests.checkpoints import kimi_k2_layout, kimi_k25_layout
 from tests.fakehub import FakeHub
 
 REPO = "moonshotai/Kimi-K2-Instruct"
 
-
-def timed_process(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, int]:
-    """Wall seconds, peak RSS (bytes) and exit code of a command run to completion."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    _, status, usage = os.wait4(process.pid, 0)
-    return time.perf_counter() - start, usage.ru_maxrss * 1024, os.waitstatus_to_exitcode(status)
-
-
+# The peer: every shard's tensor names and shapes (argv: folder, expected count, "time" to print the
+# loop's own seconds).
 SAFE_OPEN_LOOP = """
-import sys
+import sys, time
 from pathlib import Path
 from safetensors import safe_open
+start, cpu = time.perf_counter(), time.process_time()
 count = 0
 for path in sorted(Path(sys.argv[1]).glob("*.safetensors")):
     with safe_open(str(path), framework="numpy") as f:
         for name in f.keys():
             f.get_slice(name).get_shape()
             count += 1
-assert count == 139644, count
+seconds = time.perf_counter() - start, time.process_time() - cpu
+assert count == int(sys.argv[2]), count
+if sys.argv[3:] == ["time"]:
+    print(*seconds)
+"""
+
+# kimicount's library path, as `kimicount verify --path` runs it (argv: folder, expected count).
+LIBRARY = """
+import sys, time
+if sys.argv[3:] == ["json"]:
+    sys.modules["orjson"] = None  # as if not installed: the standard library parses
+from pathlib import Path
+from kimicount.anatomy import build_anatomy
+from kimicount.checkpoint import read_folder
+from kimicount.spec import spec_from_path
+from kimicount.verify import verify
+start, cpu = time.perf_counter(), time.process_time()
+folder = Path(sys.argv[1])
+report = verify(build_anatomy(spec_from_path(folder)), read_folder(folder))
+seconds = time.perf_counter() - start, time.process_time() - cpu
+assert report.ok and report.tensors == int(sys.argv[2]), (report.tensors, report.mismatches[:3])
+print(*seconds)
 """
 
 HUB_GET_METADATA = """
@@ -63,35 +89,84 @@ assert count == 139644, count
 """
 
 
-def best_of(runs: int, command: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
-    results = []
-    for _ in range(runs):
-        seconds, rss, code = timed_process(command, env)
-        if code not in (0,):
-            raise SystemExit(f"{' '.join(command)} exited {code}")
-        results.append((seconds, rss))
-    return min(results)
+def timed_process(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + system) and stdout of a command that must succeed."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - start
+        out.seek(0)
+        text = out.read().decode()
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{' '.join(command)} failed: {text[-2000:]}")
+    return seconds, usage.ru_utime + usage.ru_stime, text
 
 
-def local(folder: Path) -> None:
-    header_bytes = sum(
-        8 + int.from_bytes(p.open("rb").read(8), "little") for p in folder.glob("*.safetensors")
-    )
-    data_bytes = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
-    ours = best_of(5, [sys.executable, "-m", "kimicount", "verify", "--path", str(folder), "--json"])
-    theirs = best_of(5, [sys.executable, "-c", SAFE_OPEN_LOOP, str(folder)])
+def header_bytes(folder: Path) -> int:
+    total = 0
+    for path in folder.glob("*.safetensors"):
+        with path.open("rb") as file:
+            total += 8 + int.from_bytes(file.read(8), "little")
+    return total
+
+
+def local(folders: dict[str, tuple[Path, int]], rounds: int) -> None:
+    python = sys.executable
+    samples: dict[tuple[str, str, str], list[float]] = {}
+    for _ in range(rounds):
+        for label, (folder, count) in folders.items():
+            for what, ours, peer in (
+                (
+                    "whole command",
+                    [python, "-m", "kimicount", "verify", "--path", str(folder), "--json"],
+                    [python, "-c", SAFE_OPEN_LOOP, str(folder), str(count)],
+                ),
+                (
+                    "library",
+                    [python, "-c", LIBRARY, str(folder), str(count)],
+                    [python, "-c", SAFE_OPEN_LOOP, str(folder), str(count), "time"],
+                ),
+                (
+                    "library, without orjson",
+                    [python, "-c", LIBRARY, str(folder), str(count), "json"],
+                    [python, "-c", SAFE_OPEN_LOOP, str(folder), str(count), "time"],
+                ),
+            ):
+                for who, command in (("ours", ours), ("peer", peer)):
+                    wall, cpu, out = timed_process(command)
+                    if what.startswith("library"):  # timed inside, after the imports
+                        wall, cpu = map(float, out.split())
+                    samples.setdefault((label, what, who), []).append((cpu, wall))
+
+    def median(values):
+        return statistics.median(values)
+
     print(
-        f"Local: 61 shards, {data_bytes / 2**30:,.0f} GiB of (sparse) data, {header_bytes / 2**20:.1f} MiB of headers"
-    )
-    print("| what | reads | time (best of 5) | peak RSS |")
-    print("|---|---|---:|---:|")
-    print(
-        f"| `kimicount verify --path` (checks every tensor) | headers only, {header_bytes / 2**20:.1f} MiB "
-        f"| {ours[0]:.2f} s | {ours[1] / 2**20:.0f} MiB |"
+        f"Local, {rounds} rounds, medians. Seconds of CPU (user + system: what the work costs, however "
+        "busy the machine); ratios are the median of each round's kimicount ÷ peer, in CPU and wall time."
     )
     print(
-        f"| `safe_open` loop listing names and shapes (checks nothing) | maps every file "
-        f"| {theirs[0]:.2f} s | {theirs[1] / 2**20:.0f} MiB |"
+        "| checkpoint | measured | `kimicount verify --path` | `safe_open` loop (checks nothing) "
+        "| ratio | ratio, wall time |"
+    )
+    print("|---|---|---:|---:|---:|---:|")
+    for label in folders:
+        for what in ("whole command", "library", "library, without orjson"):
+            ours, peer = samples[label, what, "ours"], samples[label, what, "peer"]
+            cpu_ratio = median(a[0] / b[0] for a, b in zip(ours, peer))
+            wall_ratio = median(a[1] / b[1] for a, b in zip(ours, peer))
+            print(
+                f"| {label} | {what} | {median(a[0] for a in ours):.2f} s | {median(b[0] for b in peer):.2f} s "
+                f"| {cpu_ratio:.2f}× | {wall_ratio:.2f}× |"
+            )
+    (first, (folder_a, _)), (second, (folder_b, _)) = list(folders.items())[:2]
+    bytes_ratio = header_bytes(folder_b) / header_bytes(folder_a)
+    a, b = samples[first, "library", "ours"], samples[second, "library", "ours"]
+    print(
+        f"\n{second} ÷ {first}: header bytes {bytes_ratio:.2f}×; kimicount's library "
+        f"{median(y[0] / x[0] for x, y in zip(a, b)):.2f}× in CPU time, "
+        f"{median(y[1] / x[1] for x, y in zip(a, b)):.2f}× in wall time (medians of the rounds)"
     )
 
 
@@ -144,19 +219,26 @@ def hub(folder: Path) -> None:
                     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
                     "HF_HUB_DISABLE_TELEMETRY": "1",
                 }
-                seconds, _, code = timed_process(command, env)
-            if code:
-                raise SystemExit(f"{label}: exit {code}")
+                seconds, _, _ = timed_process(command, env)
             print(f"| {label} | {len(fake.requests)} | {fake.bytes_sent / 2**20:.1f} MiB | {seconds:.2f} s |")
     finally:
         server.stop()
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds of every measurement")
+    parser.add_argument("--hub", action="store_true", help="also measure the Hub protocol (local server)")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        folder = kimi_k2_layout(Path(tmp) / "kimi-k2", config=ROOT / "fixtures/kimi-k2-instruct/config.json")
-        local(folder)
-        hub(folder)
+        k2 = kimi_k2_layout(Path(tmp) / "kimi-k2", config=ROOT / "fixtures/kimi-k2-instruct/config.json")
+        k25 = kimi_k25_layout(Path(tmp) / "kimi-k2.5")
+        local(
+            {"Kimi K2 (139,644 tensors)": (k2, 139_644), "Kimi K2.5 (208,550 tensors)": (k25, 208_550)},
+            args.rounds,
+        )
+        if args.hub:
+            hub(k2)
 
 
 if __name__ == "__main__":

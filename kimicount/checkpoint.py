@@ -6,16 +6,19 @@ same object from the Hub. Verification (`kimicount.verify`) only ever sees a `Ch
 
 from __future__ import annotations
 
+import gc
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from functools import cached_property
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from kimicount.errors import CheckpointError, SourceError
-from kimicount.headers import FileHeader, TensorInfo, read_local_header
+from kimicount.headers import FileHeader, Kind, TensorInfo, fast_json, read_local_header
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -52,6 +55,23 @@ class Checkpoint:
     def tensors(self) -> dict[str, TensorInfo]:
         return {t.name: t for f in self.files for t in f.tensors}
 
+    @cached_property
+    def kinds(self) -> dict[str, Kind]:
+        """Every tensor's (dtype, shape) by name (of a name in several files, the last file's, as in
+        `tensors`)."""
+        kinds: dict[str, Kind] = {}
+        for header in self.files:
+            kinds.update(zip(header.names, header.kinds))
+        return kinds
+
+    @cached_property
+    def located(self) -> dict[str, str]:
+        """The file that holds each tensor, by name (the last one, as in `tensors`)."""
+        located: dict[str, str] = {}
+        for header in self.files:
+            located.update(dict.fromkeys(header.names, header.file))
+        return located
+
     @property
     def data_bytes(self) -> int:
         return sum(f.data_bytes for f in self.files)
@@ -59,12 +79,22 @@ class Checkpoint:
 
 def parse_index(text: str | bytes, where: str) -> Index:
     """Parse an index file's contents; errors name the file and what is wrong."""
+    fast = fast_json(text)  # 13.4 MB for Kimi K2
+    if fast is not None:
+        try:
+            return _index_from_json(fast, where)
+        except CheckpointError:
+            pass  # said below, as the standard library's parse of the same text says it
     try:
         raw: Any = json.loads(text)
     except json.JSONDecodeError as error:
         raise CheckpointError(f"{where}: not valid JSON: {error.msg} at line {error.lineno}") from error
     except (RecursionError, UnicodeDecodeError):
         raise CheckpointError(f"{where}: not valid JSON") from None
+    return _index_from_json(raw, where)
+
+
+def _index_from_json(raw: Any, where: str) -> Index:
     weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
     # JSON object keys are always strings; the values (file names) must be too (checked in C: 139,644
     # entries for Kimi K2).
@@ -86,11 +116,26 @@ def assemble(
 ) -> Checkpoint:
     """A Checkpoint from headers read in any order (sorted by file name for stable reports)."""
     headers = sorted(headers, key=lambda h: h.file)
-    names = [tensor.name for header in headers for tensor in header.tensors]
-    duplicates = ()
-    if len(set(names)) < len(names):  # rare: find which
-        duplicates = tuple(name for name, count in Counter(names).items() if count > 1)
-    return Checkpoint(source, tuple(headers), index, bytes_read, requests, duplicates)
+    checkpoint = Checkpoint(source, tuple(headers), index, bytes_read, requests)
+    if len(checkpoint.kinds) < sum(len(header.names) for header in headers):  # rare: find which
+        counts = Counter(chain.from_iterable(header.names for header in headers))
+        duplicates = tuple(name for name, count in counts.items() if count > 1)
+        return replace(checkpoint, duplicates=duplicates)
+    return checkpoint
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused: reading and checking a 1T checkpoint's headers allocates
+    hundreds of thousands of small objects, none in a cycle, which the collector would otherwise scan
+    again and again as they pile up (a third of the time, and more the more there are)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def checkpoint_files(folder: Path) -> tuple[list[Path], Index | None]:
@@ -114,13 +159,14 @@ def checkpoint_files(folder: Path) -> tuple[list[Path], Index | None]:
 
 def read_folder(folder: Path, on_file: Callable[[str], None] | None = None) -> Checkpoint:
     """Read every header of a local checkpoint, and nothing of its data."""
-    paths, index = checkpoint_files(folder)
-    headers, bytes_read = [], 0
-    for path in paths:
-        # Files are named relative to the folder, as the index names them.
-        header, read = read_local_header(path, str(path.relative_to(folder)))
-        headers.append(header)
-        bytes_read += read
-        if on_file:
-            on_file(header.file)
-    return assemble(str(folder), headers, index, bytes_read)
+    with paused_gc():
+        paths, index = checkpoint_files(folder)
+        headers, bytes_read = [], 0
+        for path in paths:
+            # Files are named relative to the folder, as the index names them.
+            header, read = read_local_header(path, str(path.relative_to(folder)))
+            headers.append(header)
+            bytes_read += read
+            if on_file:
+                on_file(header.file)
+        return assemble(str(folder), headers, index, bytes_read)

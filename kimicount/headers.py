@@ -15,14 +15,23 @@ and each error names the file and the tensor.
 from __future__ import annotations
 
 import json
+import math
 import operator
 import struct
+from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from itertools import accumulate, chain
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from kimicount.errors import CheckpointError
+
+try:  # optional: a faster parser of the same JSON; without it, the standard library parses
+    import orjson
+except ImportError:  # pragma: no cover - exercised by the tests that hide it
+    orjson = None
 
 #: safetensors refuses headers larger than this (its MAX_HEADER_SIZE), so do we: a lying length
 #: prefix must not make us allocate or download gigabytes.
@@ -56,8 +65,8 @@ DTYPE_BITS = MappingProxyType(
 
 
 class TensorInfo(NamedTuple):
-    """One tensor as its header describes it. (A NamedTuple: a 1T checkpoint has 139,644 of them,
-    and verification of a full-size local checkpoint must stay well under a second.)"""
+    """One tensor as its header describes it (built on demand: verification reads the columns of
+    `FileHeader`, and builds these only for the tensors it reports on)."""
 
     name: str
     dtype: str
@@ -68,16 +77,57 @@ class TensorInfo(NamedTuple):
     nbytes: int
 
 
+#: What a tensor is, as verification compares it: its shape and dtype, written as mismatches show them
+#: ("[2048, 7168] F8_E4M3"). A string, one object per distinct kind in a header: a 1T checkpoint has
+#: 139,644 tensors of a few dozen kinds, and sets and counts of strings hash each only once.
+Kind = str
+
+
+def kind_of(dtype: str, shape: tuple[int, ...]) -> Kind:
+    """
+    >>> kind_of("F8_E4M3", (2048, 7168)), kind_of("F32", ())
+    ('[2048, 7168] F8_E4M3', '[] F32')
+    """
+    return f"{list(shape)} {dtype}"
+
+
+@lru_cache(maxsize=4096)
+def kind_parts(kind: Kind) -> tuple[str, tuple[int, ...], int, int]:
+    """A kind's dtype, shape, elements and bytes (whole bytes: headers are checked so).
+
+    >>> kind_parts("[2048, 7168] F8_E4M3"), kind_parts("[] F32")
+    (('F8_E4M3', (2048, 7168), 14680064, 14680064), ('F32', (), 1, 4))
+    """
+    shape_text, dtype = kind.rsplit(" ", 1)
+    shape = tuple(map(int, shape_text[1:-1].split(", "))) if shape_text != "[]" else ()
+    elements = math.prod(shape)
+    return dtype, shape, elements, elements * DTYPE_BITS[dtype] // 8
+
+
 @dataclass(frozen=True)
 class FileHeader:
-    """The validated header of one safetensors file."""
+    """The validated header of one safetensors file, column by column: one entry per tensor, in the
+    header's order. (A 1T checkpoint has 139,644 tensors; checking them as columns costs less than
+    building an object for each, so `tensors` builds those only when asked.)"""
 
     file: str
     file_size: int | None  # None when the header came without its file (the Hub's bulk endpoint)
     header_size: int | None  # the JSON part, without the 8-byte length prefix
-    tensors: tuple[TensorInfo, ...]
+    names: tuple[str, ...]
+    kinds: tuple[Kind, ...]  # shape and dtype of each tensor
+    begins: tuple[int, ...]  # data_offsets of each tensor
+    ends: tuple[int, ...]
+    kind_counts: dict[Kind, int]  # tensors of each kind
     metadata: dict[str, str]
     data_bytes: int  # where the last tensor ends: the tensors tile the data area from 0
+
+    @cached_property
+    def tensors(self) -> tuple[TensorInfo, ...]:
+        infos = []
+        for name, kind, begin, end in zip(self.names, self.kinds, self.begins, self.ends):
+            dtype, shape, elements, _ = kind_parts(kind)
+            infos.append(TensorInfo(name, dtype, shape, (begin, end), self.file, elements, end - begin))
+        return tuple(infos)
 
 
 def header_length(prefix: bytes, file: str, file_size: int) -> int:
@@ -103,6 +153,12 @@ def parse_header(raw: bytes, file: str, file_size: int, where: str | None = None
     error messages (a full path or URL; defaults to `file`).
     """
     where = where or file
+    fast = fast_json(raw)
+    if fast is not None:
+        try:
+            return header_from_json(fast, file, where, file_size=file_size, header_size=len(raw))
+        except CheckpointError:
+            pass  # said below, as the standard library's parse of the same bytes says it
     try:
         parsed = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -123,13 +179,107 @@ def header_from_json(
     metadata = parsed.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise CheckpointError(f"{where}: __metadata__ must map strings to strings")
-    tensors = [_tensor_info(name, entry, file, where) for name, entry in parsed.items()]
     data_size = None if file_size is None or header_size is None else file_size - 8 - header_size
-    data_end = _check_tiling(tensors, data_size, where)
-    return FileHeader(file, file_size, header_size, tuple(tensors), metadata, data_end)
+    columns = _columns_in_bulk(parsed)
+    if columns is None or (data_size is not None and columns[-1] != data_size):
+        # Something is wrong: tensor by tensor, to name it.
+        tensors = [_tensor_info(name, entry, file, where) for name, entry in parsed.items()]
+        data_end = _check_tiling(tensors, data_size, where)
+        kinds = tuple(kind_of(t.dtype, t.shape) for t in tensors)
+        columns = (
+            tuple(t.name for t in tensors),
+            kinds,
+            tuple(t.data_offsets[0] for t in tensors),
+            tuple(t.data_offsets[1] for t in tensors),
+            dict(Counter(kinds)),
+            data_end,
+        )
+    names, kinds, begins, ends, kind_counts, data_end = columns
+    return FileHeader(
+        file, file_size, header_size, names, kinds, begins, ends, kind_counts, metadata, data_end
+    )
 
 
-_new_tensor_info = tuple.__new__  # TensorInfo(...) without its Python-level __new__: 139,644 of them
+def fast_json(raw: bytes | str) -> Any | None:
+    """orjson's parse of `raw`, or None when orjson is not installed or refuses it.
+
+    Where orjson accepts, it agrees with the standard library (the last of duplicate keys wins, in the
+    first one's place) except for integers past 64 bits, which it makes floats: no check here accepts
+    a float. Where it refuses (lone surrogates, NaN, a BOM), the caller parses again with `json`, whose
+    errors are the ones reported."""
+    if orjson is None:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+class _KindNames(dict):
+    """(dtype, shape) -> its Kind, made when first asked for."""
+
+    def __missing__(self, pair: tuple[str, tuple[int, ...]]) -> Kind:
+        kind = self[pair] = kind_of(*pair)
+        return kind
+
+
+_dtype_of = operator.itemgetter("dtype")
+_shape_of = operator.itemgetter("shape")
+_offsets_of = operator.itemgetter("data_offsets")
+_DTYPES = frozenset(DTYPE_BITS)
+_Columns = tuple[tuple[str, ...], tuple[Kind, ...], tuple[int, ...], tuple[int, ...], dict[Kind, int], int]
+
+
+def _columns_in_bulk(entries: dict[str, Any]) -> _Columns | None:
+    """The columns of a header whose every entry is well formed, and where its data ends: checked
+    column by column in C, once per distinct dtype × shape where that is enough (a 1T checkpoint has
+    139,644 entries of a few dozen kinds). None at the first doubt: `_tensor_info` and `_check_tiling`,
+    tensor by tensor, then say what is wrong.
+
+    The checks are theirs: each entry an object (only objects take string subscripts) with a known
+    dtype, a shape that is a list of non-negative ints (`type(x) is int`: no bool, no float, before
+    equal shapes are merged), and data_offsets two ints; each tensor's bytes (end − begin) those of its
+    dtype × shape; the spans, in order, start at 0 and each begins where the one before ends."""
+    if not entries:
+        return (), (), (), (), {}, 0
+    try:
+        values = list(entries.values())
+        dtypes = list(map(_dtype_of, values))
+        shapes = list(map(_shape_of, values))
+        offsets = list(map(_offsets_of, values))
+        bounds = list(chain.from_iterable(offsets))
+        if not (
+            set(dtypes) <= _DTYPES
+            and set(map(type, shapes)) == {list}
+            and set(map(len, offsets)) == {2}
+            and set(map(type, bounds)) == {int}
+            and set(map(type, chain.from_iterable(shapes))) <= {int}
+        ):
+            return None
+    except (KeyError, TypeError):  # an entry that is not an object, or lacks a key; an unhashable dtype
+        return None
+    kinds_of = _KindNames()
+    kinds = tuple(map(kinds_of.__getitem__, zip(dtypes, map(tuple, shapes))))  # each pair hashed once
+    nbytes_of = {}
+    for (dtype, shape), kind in kinds_of.items():
+        if min(shape, default=0) < 0 or math.prod(shape) * DTYPE_BITS[dtype] % 8:
+            return None
+        nbytes_of[kind] = kind_parts(kind)[3]
+    begins, ends = bounds[0::2], bounds[1::2]
+    nbytes = list(map(nbytes_of.__getitem__, kinds))
+    # Written in data order (the usual case), each tensor's bytes and the tiling are one check: every
+    # tensor ends where the running total of the sizes its kinds need says, and begins where the one
+    # before ends, the first at 0.
+    stops = list(accumulate(nbytes))
+    if ends != stops or begins[0] != 0 or begins[1:] != ends[:-1]:
+        # Otherwise: each tensor's bytes, then the spans sorted as `_check_tiling` sorts them (sizes
+        # are known to be >= 0 then).
+        if list(map(operator.sub, ends, begins)) != nbytes:
+            return None
+        starts, stops = zip(*sorted(zip(begins, ends)))
+        if starts[0] != 0 or starts[1:] != stops[:-1]:
+            return None
+    return tuple(entries), kinds, tuple(begins), tuple(ends), dict(Counter(kinds)), stops[-1]
 
 
 def _tensor_info(name: str, entry: Any, file: str, where_file: str) -> TensorInfo:
@@ -153,9 +303,7 @@ def _tensor_info(name: str, entry: Any, file: str, where_file: str) -> TensorInf
             f"{where_file}: tensor '{name}': data_offsets [{begin}, {end}] hold {end - begin:,} bytes, "
             f"but {dtype} {shape} needs {_bytes_needed(elements * bits)}"
         )
-    return _new_tensor_info(
-        TensorInfo, (name, dtype, tuple(shape), (begin, end), file, elements, end - begin)
-    )
+    return TensorInfo(name, dtype, tuple(shape), (begin, end), file, elements, end - begin)
 
 
 def _bytes_needed(bits: int) -> str:

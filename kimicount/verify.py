@@ -12,12 +12,15 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
+from itertools import chain, repeat
 from typing import NamedTuple
 
 from kimicount.anatomy import Anatomy, Node, Role, TensorRef
-from kimicount.checkpoint import INDEX_FILE, Checkpoint
-from kimicount.headers import TensorInfo
+from kimicount.checkpoint import INDEX_FILE, Checkpoint, paused_gc
+from kimicount.headers import Kind, TensorInfo, kind_of, kind_parts
 from kimicount.spec import ModelSpec
 from kimicount.storage import (
     FP8_SCALE_SUFFIX,
@@ -172,7 +175,7 @@ class ExpectedGroup:
     module: str
     parts: tuple[tuple[int, int], ...]  # (component id, elements owned per tensor)
     names: tuple[str, ...]
-    layers: tuple[int | None, ...]  # each name's layer index; None outside the language model's layers
+    layer_counts: tuple[tuple[int | None, int], ...]  # (layer, names in it), in the order of `names`
     dtypes: tuple[str, ...]  # when stored as itself
     fp8_scale: tuple[int, int] | None  # the block scale each tensor has, in FP8 checkpoints
     packable: bool  # a Linear a pack-quantized checkpoint may store packed
@@ -180,6 +183,29 @@ class ExpectedGroup:
     @property
     def elements(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def layers(self) -> tuple[int | None, ...]:
+        """Each name's layer index; None outside the language model's layers."""
+        return tuple(chain.from_iterable(repeat(layer, n) for layer, n in self.layer_counts))
+
+    @cached_property
+    def kinds(self) -> frozenset[Kind]:
+        """The shape and dtype each tensor may have when stored as itself."""
+        return frozenset(kind_of(dtype, self.shape) for dtype in self.dtypes)
+
+    @cached_property
+    def scale_names(self) -> list[str]:
+        return _suffixed(self.names, FP8_SCALE_SUFFIX)
+
+    @property
+    def scale_kind(self) -> Kind:
+        assert self.fp8_scale is not None
+        return kind_of("F32", self.fp8_scale)
+
+
+def _suffixed(names: Iterable[str], suffix: str) -> list[str]:
+    return list(map(operator.add, names, repeat(suffix)))
 
 
 def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[ExpectedGroup]:
@@ -194,7 +220,7 @@ def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[Expe
     for owners in refs.values():
         component_id, ref = owners[0]
         module = components[component_id].module
-        layers, names = zip(*ref.layer_names())
+        names, layer_counts = _names(ref)
         groups.append(
             ExpectedGroup(
                 shape=ref.shape,
@@ -202,7 +228,7 @@ def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[Expe
                 module=module,
                 parts=tuple((owner, r.elements) for owner, r in owners),
                 names=names,
-                layers=layers if module != "vision" else (None,) * len(names),
+                layer_counts=layer_counts if module != "vision" else ((None, len(names)),),
                 dtypes=plain_dtypes(spec, ref.role),
                 fp8_scale=fp8_scale_shape(spec, ref.shape) if fp8_quantized(spec, ref.role) else None,
                 packable=packable(spec, ref.role) and module != "vision",
@@ -211,42 +237,68 @@ def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[Expe
     return groups
 
 
+def _names(ref: TensorRef) -> tuple[tuple[str, ...], tuple[tuple[int | None, int], ...]]:
+    """The names `ref.layer_names()` gives, in its order, and how many in each layer: the 69,120 expert
+    names of Kimi K2 joined in C (the layer filled once, then only the expert index)."""
+    layers = ref.layers or (None,)
+    if not ref.experts:
+        return tuple(ref.pattern.format(layer=layer) for layer in layers), tuple(
+            (layer, 1) for layer in layers
+        )
+    experts = [str(expert) for expert in range(ref.experts)]
+    names: list[str] = []
+    for layer in layers:
+        head, tail = ref.pattern.format(layer=layer, expert="\0").split("\0")
+        names += _suffixed(map(operator.add, repeat(head), experts), tail)
+    return tuple(names), tuple((layer, ref.experts) for layer in layers)
+
+
 @dataclass
 class _Findings:
     """What the checks gather as they go."""
 
     mismatches: list[Mismatch] = field(default_factory=list)
-    present: dict[str, list[TensorInfo]] = field(default_factory=lambda: defaultdict(list))
+    weights: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))  # stored as themselves
     packed: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))  # logical size, packed bytes
-    int4_metadata: list[TensorInfo] = field(default_factory=list)
-    claimed: set[str] = field(default_factory=set)  # packed-form names checked with their Linear
+    int4_metadata: Tally = field(default_factory=Tally)
+    claimed: list[list[str]] = field(default_factory=list)  # packed-form names checked with their Linear
     linears: Counter = field(default_factory=Counter)
 
 
 def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
-    """Check every tensor of the checkpoint against the anatomy; collect counts and mismatches."""
+    """Check every tensor of the checkpoint against the anatomy; collect counts and mismatches.
+
+    Group by group (one name pattern: the 69,120 up_proj weights of the routed experts are one): the
+    (dtype, shape) of every name in the group, as a set, must be among the group's; then the totals are
+    count × elements. Only a group that fails is checked again tensor by tensor, to name what is wrong."""
     spec = anatomy.spec
     require_modelled(spec)
-    components = _components(anatomy)
-    groups = expected_groups(anatomy, components)
-    found = checkpoint.tensors
-    findings = _Findings()
-    parts = _PartCounts(spec, components)
-    for group in groups:
-        verified = (_check_packable if group.packable else _check_stored)(spec, group, found, findings)
-        parts.add(group, Counter(zip(group.layers, verified)))
-    kinds = _classify_the_rest(groups, found, findings)
-
-    mismatches = findings.mismatches + _check_index(checkpoint)
-    tally = {module: Tally.of(findings.present[module]) + findings.packed[module] for module in MODULES}
-    by_dtype: dict[str, list[TensorInfo]] = defaultdict(list)
-    for tensor in (t for file in checkpoint.files for t in file.tensors):  # duplicates too, as stored
-        by_dtype[tensor.dtype].append(tensor)
+    with paused_gc():
+        components = _components(anatomy)
+        groups = expected_groups(anatomy, components)
+        findings = _Findings()
+        parts = _PartCounts(spec, components)
+        whole = []  # the groups verified whole (FP8 scales included)
+        for group in groups:
+            check = _check_packable if group.packable else _check_stored
+            verified = check(spec, group, checkpoint, findings)
+            whole.append(verified is None)
+            if verified is None:
+                parts.add_all(group)
+            else:
+                parts.add(group, Counter(zip(group.layers, verified)))
+        kinds = _classify_the_rest(groups, whole, checkpoint, findings)
+        mismatches = findings.mismatches + _check_index(checkpoint)
+        by_dtype: dict[str, Tally] = defaultdict(Tally)
+        for header in checkpoint.files:  # duplicates too, as stored
+            for kind, count in header.kind_counts.items():
+                by_dtype[kind_parts(kind)[0]] += _times(count, kind)
+    tally = {module: findings.weights[module] + findings.packed[module] for module in MODULES}
     linears = findings.linears
     return VerifyReport(
         source=checkpoint.source,
         model=spec.name,
-        tensors=len(found),
+        tensors=len(checkpoint.kinds),
         parameters_expected=anatomy.total,
         parameters_found=tally["model"].elements + kinds["unknown"].elements,
         weights=tally["model"],
@@ -255,10 +307,10 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
         vision_expected=anatomy.vision.params if anatomy.vision else 0,
         vision=tally["vision"],
         fp8_scales=kinds["fp8_scales"],
-        int4_metadata=Tally.of(findings.int4_metadata),
+        int4_metadata=findings.int4_metadata,
         rotary_buffers=kinds["rotary_buffers"],
         unknown=kinds["unknown"],
-        by_dtype={dtype: Tally.of(by_dtype[dtype]) for dtype in sorted(by_dtype)},
+        by_dtype={dtype: by_dtype[dtype] for dtype in sorted(by_dtype)},
         index_total_size=checkpoint.index.total_size if checkpoint.index else None,
         data_bytes=checkpoint.data_bytes,
         components=parts.component_checks(),
@@ -271,14 +323,43 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
     )
 
 
-def _check_stored(spec: ModelSpec, group: ExpectedGroup, found: dict[str, TensorInfo], findings: _Findings):
+def _times(count: int, kind: Kind) -> Tally:
+    """`count` tensors of one kind: count × elements, count × bytes."""
+    _, _, elements, nbytes = kind_parts(kind)
+    return Tally(count, count * elements, count * nbytes)
+
+
+def _tally(kinds: Iterable[Kind] | Counter) -> Tally:
+    """The tensors of these kinds (one entry per tensor, or a Counter of them), kind by kind."""
+    total = Tally()
+    for kind, count in (kinds if isinstance(kinds, Counter) else Counter(kinds)).items():
+        total += _times(count, kind)
+    return total
+
+
+def _check_stored(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint, findings: _Findings):
     """Tensors stored as themselves: present, of their shape and dtype, with their FP8 scale if any.
-    Column by column (a 1T checkpoint has 70,000 of them). Returns which names are verified."""
+    As a set of kinds; the tensors of a group that fails go to `_check_each_stored`. Returns None when
+    every tensor is verified, else which are."""
+    kinds = checkpoint.kinds
+    found = Counter(map(kinds.get, group.names))
+    if found.keys() <= group.kinds and (
+        group.fp8_scale is None or set(map(kinds.get, group.scale_names)) == {group.scale_kind}
+    ):
+        findings.weights[group.module] += _tally(found)
+        return None
+    return _check_each_stored(spec, group, checkpoint.tensors, findings)
+
+
+def _check_each_stored(
+    spec: ModelSpec, group: ExpectedGroup, found: dict[str, TensorInfo], findings: _Findings
+):
+    """`_check_stored` tensor by tensor, naming each mismatch. Returns which names are verified."""
     shape, dtypes = group.shape, group.dtypes
     tensors = [found.get(name) for name in group.names]
     verified = [t is not None and t.shape == shape and t.dtype in dtypes for t in tensors]
     present = tensors if all(verified) else [t for t in tensors if t is not None]
-    findings.present[group.module] += present
+    findings.weights[group.module] += Tally.of(present)
     if not all(verified):  # say what is wrong with each tensor that is not
         findings.mismatches += [
             Mismatch(name, "missing", f"{list(shape)} {' or '.join(dtypes)}", "absent")
@@ -311,17 +392,48 @@ def _check_scales(names: list[str], shape: tuple[int, int], found: dict[str, Ten
     ]
 
 
-def _check_packable(spec: ModelSpec, group: ExpectedGroup, found: dict[str, TensorInfo], findings: _Findings):
+def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint, findings: _Findings):
     """Linears of a pack-quantized checkpoint: each stored either as itself (`X.weight`) or as the packed
-    triple (`X.weight_packed`, `X.weight_scale`, `X.weight_shape`), never both, never half. The common
-    case, a complete triple and no `.weight`, is checked inline (K2.5 packs 69,120 Linears); the rest
-    goes to `_check_unusual`. Returns which names are verified."""
+    triple (`X.weight_packed`, `X.weight_scale`, `X.weight_shape`), never both, never half. A group
+    stored all one way is checked as sets of kinds (K2.5 packs 69,120 Linears in 180 groups and keeps
+    the rest as themselves); any other goes to `_check_each_packable`. Returns None when every Linear
+    is verified, else which are."""
+    kinds = checkpoint.kinds
+    stems = list(map(operator.getitem, group.names, repeat(slice(None, -7))))  # X.weight -> X
+    triples = [_suffixed(stems, f".{suffix}") for suffix in PACKED_SUFFIXES]
+    findings.claimed += triples
+    count = len(group.names)
+    plain = set() if kinds.keys().isdisjoint(group.names) else kinds.keys() & group.names
+    stored = [Counter(map(kinds.get, names)) for names in triples]
+    if not plain and all(found.keys() == {kind} for found, kind in zip(stored, _packed_kinds(spec, group))):
+        weights, *metadata = map(_tally, stored)
+        findings.packed[group.module] += Tally(count, count * group.elements, weights.bytes)
+        findings.int4_metadata += sum(metadata, Tally())
+        findings.linears["packed"] += count
+        findings.linears["packed_against_config"] += count - sum(map(config_packs, repeat(spec), group.names))
+        return None
+    if len(plain) == count and set(map(kinds.get, chain.from_iterable(triples))) == {None}:
+        found = Counter(map(kinds.get, group.names))
+        if found.keys() <= group.kinds:
+            findings.weights[group.module] += _tally(found)
+            findings.linears["plain"] += count
+            findings.linears["plain_against_config"] += sum(map(config_packs, repeat(spec), group.names))
+            return None
+    return _check_each_packable(spec, group, checkpoint.tensors, findings)
+
+
+def _packed_kinds(spec: ModelSpec, group: ExpectedGroup) -> tuple[Kind, ...]:
+    """The kinds of weight_packed, weight_scale and weight_shape for this group's Linears."""
+    return tuple(kind_of(dtype, shape) for shape, dtype in packed_layout(spec, group.shape).values())
+
+
+def _check_each_packable(spec, group: ExpectedGroup, found: dict[str, TensorInfo], findings: _Findings):
+    """`_check_packable` Linear by Linear: the complete triple and no `.weight` checked inline, the rest
+    by `_check_unusual`. Returns which names are verified."""
     layout = tuple(packed_layout(spec, group.shape).values())
-    companions = [[f"{name[:-7]}.{suffix}" for suffix in PACKED_SUFFIXES] for name in group.names]
-    findings.claimed.update(n for triple in companions for n in triple)
     verified, weights = [], []
-    for name, triple in zip(group.names, companions):
-        tensors = [found.get(n) for n in triple]
+    for name in group.names:
+        tensors = [found.get(f"{name[:-7]}.{suffix}") for suffix in PACKED_SUFFIXES]
         if None in tensors or name in found:
             verified.append(
                 _check_unusual(spec, group, name, dict(zip(PACKED_SUFFIXES, tensors)), found, findings)
@@ -335,12 +447,14 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, found: dict[str, Tens
         ]
         verified.append(not wrong)
         weights.append(tensors[0])
-        findings.int4_metadata += tensors[1:]
+        findings.int4_metadata += Tally.of(tensors[1:])
     findings.packed[group.module] += Tally(
         len(weights), len(weights) * group.elements, sum(map(_nbytes, weights))
     )
     findings.linears["packed"] += len(weights)
-    findings.linears["packed_against_config"] += sum(not config_packs(spec, t.name) for t in weights)
+    findings.linears["packed_against_config"] += sum(
+        not config_packs(spec, t.name[: -len(".weight_packed")] + ".weight") for t in weights
+    )
     return verified
 
 
@@ -366,7 +480,7 @@ def _check_unusual(spec, group, name, packed, found, findings: _Findings) -> boo
                 f"half-packed: no {', '.join(absent)}",
             )
         )
-        findings.int4_metadata += [t for suffix, t in parts.items() if suffix != "weight_packed"]
+        findings.int4_metadata += Tally.of([t for suffix, t in parts.items() if suffix != "weight_packed"])
         return False
     if plain is None:
         findings.mismatches.append(
@@ -375,37 +489,54 @@ def _check_unusual(spec, group, name, packed, found, findings: _Findings) -> boo
         return False
     findings.linears["plain"] += 1
     findings.linears["plain_against_config"] += config_packs(spec, name)
-    return _check_stored(
-        spec, replace(group, names=(name,), layers=(None,), fp8_scale=None), found, findings
+    return _check_each_stored(
+        spec, replace(group, names=(name,), layer_counts=((None, 1),), fp8_scale=None), found, findings
     )[0]
 
 
-def _classify_the_rest(groups: list[ExpectedGroup], found: dict[str, TensorInfo], findings: _Findings):
+def _classify_the_rest(
+    groups: list[ExpectedGroup], whole: list[bool], checkpoint: Checkpoint, findings: _Findings
+) -> dict[str, Tally]:
     """Every tensor no group claims: an FP8 scale (its weight's scale was checked with the weight; a
-    scale without a quantized weight is a mismatch), a rotary buffer, or unknown."""
-    expected = {name for group in groups for name in group.names}
-    others = found.keys() - expected - findings.claimed
-    scales = {name for name in others if name.endswith(FP8_SCALE_SUFFIX)}
-    rotary = {name for name in others if name.endswith(ROTARY_SUFFIX)}
-    unknown = sorted(others - scales - rotary)
-    with_scale = {name + FP8_SCALE_SUFFIX for group in groups if group.fp8_scale for name in group.names}
+    scale without a quantized weight is a mismatch), a rotary buffer, or unknown. The scales of a group
+    verified whole are all there, of one kind: counted as count × elements. (No name the trees expect
+    or a packed Linear claims is a scale's: those end in `_scale_inv`.)"""
+    kinds = checkpoint.kinds
+    rest = set(kinds)
+    for group in groups:
+        rest.difference_update(group.names)
+    for names in findings.claimed:
+        rest.difference_update(names)
+    scales = Tally()
+    for group, verified in zip(groups, whole):
+        if group.fp8_scale is None:
+            continue
+        if verified:
+            scales += _times(len(group.scale_names), group.scale_kind)
+            rest.difference_update(group.scale_names)
+        else:
+            present = rest.intersection(group.scale_names)
+            scales += _tally(map(kinds.__getitem__, present))
+            rest -= present
+    stray_scales = {name for name in rest if name.endswith(FP8_SCALE_SUFFIX)}
+    rotary = {name for name in rest if name.endswith(ROTARY_SUFFIX)}
+    unknown = sorted(rest - stray_scales - rotary)
     findings.mismatches += [
-        Mismatch(name, "scale", "no scale (no FP8-quantized weight of that name)", _describe(found[name]))
-        for name in sorted(scales - with_scale)
+        Mismatch(name, "scale", "no scale (no FP8-quantized weight of that name)", kinds[name])
+        for name in sorted(stray_scales)
     ]
     findings.mismatches += [
-        Mismatch(name, "unexpected", "no such tensor in the model", _describe(found[name]))
-        for name in unknown
+        Mismatch(name, "unexpected", "no such tensor in the model", kinds[name]) for name in unknown
     ]
     return {
-        "fp8_scales": Tally.of([found[name] for name in scales]),
-        "rotary_buffers": Tally.of([found[name] for name in rotary]),
-        "unknown": Tally.of([found[name] for name in unknown]),
+        "fp8_scales": scales + _tally(map(kinds.__getitem__, stray_scales)),
+        "rotary_buffers": _tally(map(kinds.__getitem__, rotary)),
+        "unknown": _tally(map(kinds.__getitem__, unknown)),
     }
 
 
 def _describe(tensor: TensorInfo) -> str:
-    return f"{list(tensor.shape)} {tensor.dtype}"
+    return kind_of(tensor.dtype, tensor.shape)
 
 
 def _check_index(checkpoint: Checkpoint) -> list[Mismatch]:
@@ -425,19 +556,30 @@ def _check_index(checkpoint: Checkpoint) -> list[Mismatch]:
                 f"{index.total_size:,}",
             )
         )
-    located = {name: tensor.file for name, tensor in checkpoint.tensors.items()}
-    if index.weight_map is None or index.weight_map == located:  # the common case, compared in C
+    weight_map = index.weight_map
+    if weight_map is None or _index_agrees(weight_map, checkpoint):
         return mismatches
-    for name, tensor in checkpoint.tensors.items():
-        listed = index.weight_map.get(name)
-        if listed != tensor.file:
+    located = checkpoint.located
+    for name, file in located.items():
+        listed = weight_map.get(name)
+        if listed != file:
             mismatches.append(
-                Mismatch(name, "index", f"listed in {INDEX_FILE}", f"in {tensor.file}, listed in {listed}")
+                Mismatch(name, "index", f"listed in {INDEX_FILE}", f"in {file}, listed in {listed}")
             )
-    for name, file in index.weight_map.items():
-        if name not in checkpoint.tensors:
+    for name, file in weight_map.items():
+        if name not in located:
             mismatches.append(Mismatch(name, "index", f"in {file}, as {INDEX_FILE} says", "in no file"))
     return mismatches
+
+
+def _index_agrees(weight_map: Mapping[str, str], checkpoint: Checkpoint) -> bool:
+    """The common case, in C: the index lists each file's tensors in that file, and nothing else (it
+    names as many tensors as the files hold, and the files hold no name twice)."""
+    return (
+        not checkpoint.duplicates
+        and len(weight_map) == len(checkpoint.kinds)
+        and all(set(map(weight_map.get, header.names)) <= {header.file} for header in checkpoint.files)
+    )
 
 
 class _PartCounts:
@@ -452,6 +594,13 @@ class _PartCounts:
         self.spec = spec
         self.components = components
         self.counts: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+
+    def add_all(self, group: ExpectedGroup) -> None:
+        """Count a group whose every tensor is verified."""
+        for layer, n in group.layer_counts:
+            count = self.counts[group.parts, layer, group.elements]
+            count[0] += n
+            count[1] += n
 
     def add(self, group: ExpectedGroup, tally: Counter) -> None:
         """Count a group's tensors from a Counter of (layer, verified) pairs."""
@@ -468,8 +617,8 @@ class _PartCounts:
             for ancestor in set(chains[0]).union(*chains[1:]):
                 tensors[ancestor] += expected_count
                 verified[ancestor] += verified_count
-            for chain, (_, elements) in zip(chains, parts):
-                for ancestor in chain:
+            for ancestry, (_, elements) in zip(chains, parts):
+                for ancestor in ancestry:
                     verified_elements[ancestor] += verified_count * elements
         return tuple(
             ComponentCheck(
