@@ -185,7 +185,7 @@ def test_a_refused_connection_fails_at_once(tmp_path):
 
 
 def test_a_refused_connection_falls_back_on_the_cached_config(hub):
-    fake, env = hub
+    _, env = hub
     assert run_kimicount("params", "--repo", REPO, "--json", env=env).returncode == 0  # caches config.json
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
