@@ -12,6 +12,11 @@ has not run on a GPU yet).
 
 `--smoke` runs the same script on the CPU at small sizes (T = 64, batch 1 and 2), to check it anywhere.
 The markdown table is printed as well; it is what README.md shows.
+
+It also sets each naive and latent decode step beside its floor (kimicount.speed.mla_decode_floor: one
+layer's weights and the cache read at the GPU's HBM bandwidth, or its FLOPs at the dense BF16 peak,
+whichever is longer) and prints measured ÷ floor. The floor is the table's GPU that the device name
+matches, or --floor-gpu; under --smoke it is an H200's, which says nothing about a CPU run.
 """
 
 from __future__ import annotations
@@ -24,13 +29,67 @@ from pathlib import Path
 from typing import Any
 
 from kimicount.errors import KimicountError
-from kimicount.measure import measure
+from kimicount.flow import Mla
+from kimicount.hardware import ACCELERATORS, Accelerator, find_accelerator
+from kimicount.kvcache import Layout, bytes_per_token_per_layer, element_bytes
+from kimicount.measure import COMPUTE_DTYPES, measure
 from kimicount.reports import measure_json
 from kimicount.source import load_spec
+from kimicount.spec import ModelSpec
+from kimicount.speed import mla_decode_floor
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FULL = {"device": "cuda", "tokens": 32_768, "batches": (1, 8)}
 SMOKE = {"device": "cpu", "tokens": 64, "batches": (1, 2)}
+#: The decode steps set beside a floor: the cache layout and the way it is attended.
+FLOOR_WAYS = {"naive": Mla.naive, "latent": Mla.absorbed}
+
+
+def floor_gpu(requested: str | None, device_name: str) -> Accelerator:
+    """The table's entry for the GPU the run was on (its name in the device's, longest name first, so an
+    H200 is not an H20), or --floor-gpu."""
+    if requested:
+        return find_accelerator(requested)
+    for name in sorted(ACCELERATORS, key=len, reverse=True):
+        if name.split("-")[0].upper() in device_name.upper():
+            return ACCELERATORS[name]
+    raise SystemExit(f"measure_gpu: no floor for '{device_name}'; name one with --floor-gpu (e.g. H200)")
+
+
+def floors(spec: ModelSpec, gpu: Accelerator, report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each naive and latent decode step of a measure report beside its floor on `gpu`: the attention
+    over the T cached positions and the new one, in every measured layer."""
+    rows = []
+    weight_bytes = element_bytes(COMPUTE_DTYPES[report["dtype"]])
+    for row in report["layouts"]:
+        way = FLOOR_WAYS.get(row["layout"])
+        if way is None:
+            continue
+        per_token = bytes_per_token_per_layer(spec, Layout(row["layout"]), element_bytes(report["dtype"]))
+        floor = mla_decode_floor(
+            spec,
+            gpu,
+            way,
+            batch=report["batch"],
+            context=report["tokens"] + 1,
+            cache_bytes_per_token=per_token,
+            element_bytes=weight_bytes,
+        )
+        floor_ms = floor.seconds * report["layers"] * 1000
+        rows.append(
+            {
+                "batch": report["batch"],
+                "layout": row["layout"],
+                "attention": way.value,
+                "measured_ms": row["decode_ms"],
+                "floor_ms": floor_ms,
+                "floor_bytes": floor.bytes * report["layers"],
+                "floor_flops": floor.flops * report["layers"],
+                "bound": floor.bound,
+                "measured_over_floor": row["decode_ms"] / floor_ms,
+            }
+        )
+    return rows
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -51,7 +110,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         reports.append(measure_json(measurement))
         print(f"batch {batch}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    return {"elapsed_s": round(time.perf_counter() - start, 1), "runs": reports}
+    gpu = floor_gpu(args.floor_gpu or ("H200" if args.smoke else None), reports[0]["device_name"])
+    return {
+        "elapsed_s": round(time.perf_counter() - start, 1),
+        "runs": reports,
+        "floor_gpu": gpu.name,
+        "floors": [row for report in reports for row in floors(spec, gpu, report)],
+    }
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -80,6 +145,22 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {report['batch']} | {row['layout']} | {row['predicted_bytes']:,} | {row['measured_bytes']:,} | "
                 f"{row['ratio']:.4f} | {peak} | {row['decode_ms']:.2f} | {agreement} | {row['note']} |"
             )
+    heading = (
+        f"Decode step against its floor on an {results['floor_gpu']} (max(bytes ÷ HBM bandwidth, FLOPs ÷ "
+        "dense BF16 peak); one layer's attention weights and cache):"
+    )
+    lines += [
+        "",
+        heading,
+        "",
+        "| batch | layout | attention | measured ms/step | floor ms/step | floor bound | measured ÷ floor |",
+        "|---:|---|---|---:|---:|---|---:|",
+    ]
+    for row in results["floors"]:
+        lines.append(
+            f"| {row['batch']} | {row['layout']} | {row['attention']} | {row['measured_ms']:.3f} | "
+            f"{row['floor_ms']:.4f} | {row['bound']} | {row['measured_over_floor']:,.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -92,6 +173,7 @@ def main() -> None:
     parser.add_argument("--dtype", help="cache dtype (default: the model's, bf16 for Kimi K2)")
     parser.add_argument("--decode-steps", type=int, default=20, help="decode steps timed (default 20)")
     parser.add_argument("--out", type=Path, help="results JSON; the markdown goes next to it as .md")
+    parser.add_argument("--floor-gpu", help="the table's GPU to compare with (default: the device's)")
     args = parser.parse_args()
     out = args.out or RESULTS / ("measure_smoke.json" if args.smoke else "measure_gpu.json")
 

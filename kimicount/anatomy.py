@@ -29,7 +29,7 @@ class Role(str, Enum):
     EMBEDDING = "embedding"
     NORM = "norm"  # RMSNorm / LayerNorm weight or bias
     ROUTER_BIAS = "router_bias"  # e_score_correction_bias, stored in F32
-    UNQUANTIZED = "unquantized"  # a weight or bias every checkpoint keeps in the model dtype
+    UNQUANTIZED = "unquantized"  # a weight or bias every checkpoint keeps in the model dtype (MTP eh_proj)
 
 
 @dataclass(frozen=True)
@@ -606,7 +606,9 @@ def multi_token_prediction(spec: ModelSpec) -> Node | None:
         return None
     n = len(layers)
     hidden = spec.hidden_size
-    eh_proj = _layer_tensor(spec, "eh_proj.weight", (hidden, 2 * hidden), Role.LINEAR, layers)
+    # DeepSeek's FP8 checkpoints (V3, R1, V3.1, V3.2) keep eh_proj in BF16 with no block scale, and
+    # engines load it as a plain Linear; the layer's attention and experts are FP8 like the main ones.
+    eh_proj = _layer_tensor(spec, "eh_proj.weight", (hidden, 2 * hidden), Role.UNQUANTIZED, layers)
     parts = [
         _embedding(spec, "Embedding copy", "model.layers.{layer}.embed_tokens.weight", layers, copy=True),
         leaf(

@@ -23,7 +23,7 @@ import typer
 from typer.core import TyperGroup
 
 from kimicount import __version__
-from kimicount.errors import KimicountError
+from kimicount.errors import KimicountError, UsageError
 from kimicount.render import Detail
 
 if TYPE_CHECKING:
@@ -659,6 +659,287 @@ def measure_command(
         render.render_measure(render.make_console(), result)
     if not result.ok:
         raise typer.Exit(1)
+
+
+@app.command("flops")
+def flops_command(
+    config: ConfigOption = None,
+    repo: RepoOption = None,
+    revision: RevisionOption = None,
+    token: TokenOption = None,
+    timeout: TimeoutOption = None,
+    tokens: Annotated[int, typer.Option("--tokens", help="Prompt length T of the prefill.")] = 4096,
+    context: Annotated[int, typer.Option("--context", help="Positions L a decode step attends to.")] = 4096,
+    depth: Annotated[
+        int | None,
+        typer.Option("--depth", min=0, help="Fold the tree below this depth (0 = the model only)."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """FLOPs per token of every component, and of the attention in each way engines run MLA.
+
+    A matmul of in × out is 2 × in × out FLOPs per token. The attention is shown for a naive cache,
+    the latent re-expanded through kv_b_proj every step, and the absorbed latent, in prefill and decode.
+    """
+    from kimicount.anatomy import build_anatomy
+    from kimicount.flow import flops_report
+    from kimicount.source import load_spec
+
+    with _activity(not as_json, repo, token, timeout) as activity:
+        spec = load_spec(config, repo, revision, activity.hub)
+    anatomy = build_anatomy(spec)
+    report = flops_report(anatomy.spec, anatomy.model, tokens=tokens, context=context)
+    if as_json:
+        from kimicount.reports_plan import flops_json
+
+        print_json(flops_json(report))
+        return
+    from kimicount import render
+    from kimicount.render_flow import render_flops
+
+    render_flops(render.make_console(), report, max_depth=depth)
+
+
+@app.command("plan")
+def plan_command(
+    gpus: Annotated[
+        str,
+        typer.Option(
+            "--gpus",
+            help="How many GPUs of which type: 8xH200, 8×H200, 16xH100 (types: A100-80GB, H100, H800, H20, "
+            "H200, B200, GB200, MI300X, MI325X), or a count alone with --gpu-memory.",
+            show_default=False,
+        ),
+    ],
+    config: ConfigOption = None,
+    repo: RepoOption = None,
+    revision: RevisionOption = None,
+    token: TokenOption = None,
+    timeout: TimeoutOption = None,
+    gpu_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu-memory", help="Memory per GPU (e.g. 141GiB), instead of the table's.", show_default=False
+        ),
+    ] = None,
+    hbm_bandwidth: Annotated[
+        str | None,
+        typer.Option("--hbm-bandwidth", help="HBM bandwidth per GPU (e.g. 4.8TB/s).", show_default=False),
+    ] = None,
+    peak_bf16: Annotated[
+        str | None,
+        typer.Option("--peak-bf16", help="Dense BF16 peak per GPU (e.g. 989.5TFLOPS).", show_default=False),
+    ] = None,
+    peak_fp8: Annotated[
+        str | None,
+        typer.Option("--peak-fp8", help="Dense FP8 peak per GPU (e.g. 1979TFLOPS).", show_default=False),
+    ] = None,
+    tp: Annotated[
+        int | None,
+        typer.Option(
+            "--tp",
+            help="Tensor-parallel GPUs per attention group. Default: what --pp and --dp leave.",
+            show_default=False,
+        ),
+    ] = None,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages.")] = 1,
+    dp: Annotated[
+        int, typer.Option("--dp", help="Data-parallel attention groups; each keeps its own sequences.")
+    ] = 1,
+    ep: Annotated[
+        int | None,
+        typer.Option(
+            "--ep",
+            help="Expert parallelism; engines size it TP × DP, the only value accepted.",
+            show_default=False,
+        ),
+    ] = None,
+    dcp: Annotated[
+        int,
+        typer.Option(
+            "--dcp", help="Decode-context parallelism: the latent split by token over DCP of the TP ranks."
+        ),
+    ] = 1,
+    mtp: Annotated[
+        bool, typer.Option("--mtp", help="Load the multi-token-prediction layer (speculative decoding).")
+    ] = False,
+    text_only: Annotated[
+        bool,
+        typer.Option(
+            "--text-only", help="Leave out the vision tower (a text-only server; Kimi-K2-Thinking has none)."
+        ),
+    ] = False,
+    gpu_memory_utilization: Annotated[
+        float, typer.Option("--gpu-memory-utilization", help="The share of memory the engine may use.")
+    ] = 0.9,
+    reserve: Annotated[
+        str | None,
+        typer.Option(
+            "--reserve",
+            help="What the engine keeps back for activations, CUDA graphs and buffers. Default: an estimate.",
+            show_default=False,
+        ),
+    ] = None,
+    max_batched_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-batched-tokens",
+            help="Tokens per forward pass, for the reserve estimate. Default: vLLM's (8,192 on large GPUs).",
+            show_default=False,
+        ),
+    ] = None,
+    max_num_seqs: Annotated[
+        int | None,
+        typer.Option(
+            "--max-num-seqs",
+            help="Sequences per step, for the reserve estimate. Default: vLLM's (1,024 on large GPUs).",
+            show_default=False,
+        ),
+    ] = None,
+    kv_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-memory",
+            help="The KV pool per GPU an engine printed (e.g. 46.80GiB): skips weights and reserve.",
+            show_default=False,
+        ),
+    ] = None,
+    kv_dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-dtype",
+            metavar="[bf16|fp16|fp32|fp8]",
+            help="KV cache dtype. Default: the model's. fp8 on DeepSeek-V3.2 is FlashMLA's 656-byte record.",
+            show_default=False,
+        ),
+    ] = None,
+    kv_layout: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-layout",
+            metavar="[latent|flashmla-fp8|naive|flash]",
+            help="KV cache layout. Default: the engines' (the latent).",
+            show_default=False,
+        ),
+    ] = None,
+    block_size: Annotated[
+        int, typer.Option("--block-size", help="KV page size in tokens (FlashMLA's 64).")
+    ] = 64,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(
+            "--max-model-len",
+            help="Longest sequence. Default: the config's max_position_embeddings.",
+            show_default=False,
+        ),
+    ] = None,
+    min_gpus: Annotated[
+        bool, typer.Option("--min-gpus", help="Also find the fewest GPUs of this type that hold it.")
+    ] = False,
+    batch: Annotated[
+        int | None,
+        typer.Option(
+            "--batch",
+            help="Sequences per replica in a decode step: adds the speed floor (default 1 with --context).",
+            show_default=False,
+        ),
+    ] = None,
+    context: Annotated[
+        int | None,
+        typer.Option(
+            "--context",
+            help="Positions a decode step attends to, and the prompt of the prefill floor (default 4,096 "
+            "with --batch).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Memory per GPU for a deployment: weights by component, the reserve, and the KV cache that is left.
+
+    Shards the model as vLLM and SGLang do (TP, PP, DP attention, EP, DCP), at the checkpoint's stored
+    bytes, and says how many tokens of context fit. The reserve is an estimate, labelled so.
+    """
+    from fractions import Fraction
+
+    from kimicount.anatomy import build_anatomy
+    from kimicount.hardware import (
+        custom_accelerator,
+        parse_bandwidth,
+        parse_flops,
+        parse_gpus,
+        with_overrides,
+    )
+    from kimicount.kvcache import parse_layout, parse_size
+    from kimicount.plan import plan
+    from kimicount.source import load_spec
+    from kimicount.storage import require_modelled
+
+    count, gpu = parse_gpus(gpus)
+    memory = None if gpu_memory is None else parse_size(gpu_memory, "--gpu-memory")
+    if gpu is None:
+        if memory is None:
+            raise UsageError(
+                f"--gpus {gpus}: name the GPU type (e.g. {count}xH200) or give --gpu-memory SIZE"
+            )
+        gpu = custom_accelerator(memory)
+    gpu = with_overrides(
+        gpu,
+        memory_bytes=memory,
+        hbm_bandwidth=None if hbm_bandwidth is None else parse_bandwidth(hbm_bandwidth),
+        bf16_flops=None if peak_bf16 is None else parse_flops(peak_bf16, "--peak-bf16"),
+        fp8_flops=None if peak_fp8 is None else parse_flops(peak_fp8, "--peak-fp8"),
+    )
+    with _activity(not as_json, repo, token, timeout) as activity:
+        spec = load_spec(config, repo, revision, activity.hub)
+    anatomy = build_anatomy(spec)
+    require_modelled(anatomy.spec)
+    report = plan(
+        anatomy,
+        gpu,
+        count,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        ep=ep,
+        dcp=dcp,
+        utilization=Fraction(str(gpu_memory_utilization)),
+        reserve=None if reserve is None else parse_size(reserve, "--reserve"),
+        max_batched_tokens=max_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        kv_memory=None if kv_memory is None else parse_size(kv_memory, "--kv-memory"),
+        kv_dtype=kv_dtype,
+        kv_layout=None if kv_layout is None else parse_layout(kv_layout, "--kv-layout"),
+        block_size=block_size,
+        max_model_len=max_model_len,
+        mtp=mtp,
+        vision=not text_only,
+        min_gpus=min_gpus,
+    )
+    speed = None
+    if batch is not None or context is not None:
+        from kimicount.speed import step_floor, sweep
+
+        batch = 1 if batch is None else batch
+        context = 4096 if context is None else context
+        speed = (
+            step_floor(report, batch=batch, context=context),
+            sweep(report, context, batch),
+            step_floor(report, batch=1, context=context, prefill=True),
+        )
+    if as_json:
+        from kimicount.reports_plan import plan_json, speed_json
+
+        print_json({**plan_json(report), **({} if speed is None else speed_json(report, *speed))})
+        return
+    from kimicount import render
+    from kimicount.render_plan import render_plan, render_speed
+
+    console = render.make_console()
+    render_plan(console, report)
+    if speed is not None:
+        render.show(console)
+        render_speed(console, report, *speed)
 
 
 def main() -> None:

@@ -48,13 +48,13 @@ def default_dtype(spec: ModelSpec) -> str:
     return _CONFIG_DTYPES[spec.torch_dtype]  # spec refuses any other torch_dtype
 
 
-def element_bytes(dtype: str) -> int:
-    """Bytes per cached element; a clear error for a dtype that is not a cache dtype."""
+def element_bytes(dtype: str, option: str = "--dtype") -> int:
+    """Bytes per cached element; a clear error naming `option` for a dtype that is not a cache dtype."""
     try:
         return DTYPE_BYTES[dtype]
     except KeyError:
         expected = ", ".join(DTYPE_BYTES)
-        raise UsageError(f"--dtype '{dtype}': unknown cache dtype (expected one of: {expected})") from None
+        raise UsageError(f"{option} '{dtype}': unknown cache dtype (expected one of: {expected})") from None
 
 
 # --- the formulas: what each layout stores, in config keys, in numbers and in bytes ----------------
@@ -453,13 +453,13 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
         )
 
 
-def parse_layout(name: str) -> Layout:
-    """A Layout from its name; a clear error naming the choices otherwise."""
+def parse_layout(name: str, option: str = "--layout") -> Layout:
+    """A Layout from its name; a clear error naming `option` and the choices otherwise."""
     try:
         return Layout(name)
     except ValueError:
         expected = ", ".join(layout.value for layout in Layout)
-        raise UsageError(f"--layout '{name}': unknown layout (expected one of: {expected})") from None
+        raise UsageError(f"{option} '{name}': unknown layout (expected one of: {expected})") from None
 
 
 #: Size suffixes: decimal (GB = 10⁹ bytes) and binary (GiB = 2³⁰ bytes), any case; none means bytes.
@@ -473,7 +473,7 @@ SIZE_UNITS = {
 _SIZE = re.compile(r"(?P<number>\d{1,100}(?:\.\d{0,100})?(?:e\d{1,2})?)\s*(?P<unit>[a-z]*)", re.IGNORECASE)
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, option: str = "--budget") -> int:
     """A memory size in bytes: a number (decimals and exponents allowed) with an optional unit B, KB,
     MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024); fractions of a byte are dropped.
 
@@ -484,10 +484,10 @@ def parse_size(text: str) -> int:
     unit = SIZE_UNITS.get(match["unit"].lower() or "b") if match else None
     if match is None or unit is None:
         raise UsageError(
-            f"--budget '{text}': expected a size such as 80GiB, 80GB, 512MiB or a number of bytes "
+            f"{option} '{text}': expected a size such as 80GiB, 80GB, 512MiB or a number of bytes "
             "(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
         )
     size = math.floor(Fraction(match["number"]) * unit)
     if size < 1:
-        raise UsageError(f"--budget '{text}': expected at least 1 byte")
+        raise UsageError(f"{option} '{text}': expected at least 1 byte")
     return size

@@ -18,6 +18,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 
 from kimicount.anatomy import Anatomy, Node, TensorRef
+from kimicount.conventions import Reconciliation, reconcile
 from kimicount.kvcache import KvCacheReport, Layout, LayoutCache
 from kimicount.storage import Memory, memory_map, model_dtype, quantization_summary
 
@@ -121,10 +122,15 @@ class Detail(str, Enum):
     calculation = "calculation"  # the arithmetic with numbers: 512 × 8,192
     formula = "formula"  # the same in config keys: kv_lora_rank × num_attention_heads·qk_nope_head_dim
     tensors = "tensors"  # the checkpoint tensors (or parts) the component owns
+    shapes = "shapes"  # the activations in and out, with named dimensions (kimicount.flow)
 
 
 def component_table(
-    root: Node, *, max_depth: int | None = None, detail: Detail = Detail.calculation
+    root: Node,
+    *,
+    max_depth: int | None = None,
+    detail: Detail = Detail.calculation,
+    shapes: dict[int, str] | None = None,
 ) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("Component", no_wrap=True)
@@ -138,6 +144,8 @@ def component_table(
             lines = [_tensor_label(t) for t in node.tensors]
             label = "\n".join([label] + [guides] * (len(lines) - 1))  # keep the tree's guides unbroken
             text = "\n".join(lines)
+        elif detail is Detail.shapes:
+            text = (shapes or {}).get(id(node), "")
         else:
             text = node.formula or node.calculation if detail is Detail.formula else node.calculation
         table.add_row(
@@ -167,14 +175,20 @@ def render_params(
 ) -> None:
     spec = anatomy.spec
     memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
+    shapes = None
+    if detail is Detail.shapes:
+        from kimicount.flow import flow_map
+
+        flows = flow_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
+        shapes = {key: flow.text for key, flow in flows.items()}
     show(console, f"[bold]{spec.name}[/] ({spec.model_type}): parameters per component")
-    show(console, component_table(anatomy.model, max_depth=max_depth, detail=detail))
+    show(console, component_table(anatomy.model, max_depth=max_depth, detail=detail, shapes=shapes))
     show(console)
     _totals(console, anatomy, memory)
     if anatomy.mtp is not None:
         show(console)
         show(console, "[bold]Multi-token prediction[/] (outside the total; dim rows are stored copies)")
-        show(console, component_table(anatomy.mtp, max_depth=max_depth, detail=detail))
+        show(console, component_table(anatomy.mtp, max_depth=max_depth, detail=detail, shapes=shapes))
         show(
             console,
             f"MTP: {anatomy.mtp_unique:,} parameters of its own ({human(anatomy.mtp_unique)}), "
@@ -188,7 +202,7 @@ def render_params(
             console,
             "[bold]Vision[/] (apart from the language model's total; it runs per image, not per token)",
         )
-        show(console, component_table(anatomy.vision, max_depth=max_depth, detail=detail))
+        show(console, component_table(anatomy.vision, max_depth=max_depth, detail=detail, shapes=shapes))
         show(
             console,
             f"Vision: {tower.params:,} in the tower + {projector.params:,} in the projector = "
@@ -197,6 +211,39 @@ def render_params(
                 f", {human_bytes(memory[id(anatomy.vision)].stored)} in {model_dtype(spec)}" if memory else ""
             ),
         )
+    show(console)
+    render_conventions(console, reconcile(anatomy))
+
+
+#: What a figure counts, in words.
+COUNTS_LABELS = {"total": "total", "activated": "activated", "mtp": "MTP", "mtp_activated": "MTP activated"}
+
+
+def render_conventions(console: Console, r: Reconciliation) -> None:
+    """The headline figures, narrow enough for 80 columns: each convention's exact number, rounded, and
+    the published figures it explains; then the figures none explains."""
+    known = f"the published {r.family} figures each gives" if r.family else "no published figures known"
+    show(console, f"[bold]Headline figures[/]: each way of counting, and {known}")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("Convention", no_wrap=True)
+    table.add_column("Exact", justify="right", no_wrap=True)
+    table.add_column("≈", justify="right", no_wrap=True)
+    table.add_column("Explains")
+    for convention, found in r.conventions:
+        explains = ", ".join(e.figure.text + (" (cut)" if e.reading == "truncated" else "") for e in found)
+        table.add_row(convention.name, f"{convention.value:,}", human(convention.value), explains)
+    show(console, table)
+    if r.family:
+        show(console, "Rounded half up to the figure's last digit; (cut): truncated there instead.")
+    if r.unexplained:
+        none = Table.grid(padding=(0, 2))
+        none.add_column(no_wrap=True)
+        none.add_column(no_wrap=True)
+        none.add_column()
+        for figure in r.unexplained:
+            none.add_row(figure.text, COUNTS_LABELS[figure.counts], figure.source)
+        show(console, "Explained by none of them:")
+        show(console, none)
 
 
 def _totals(console: Console, anatomy: Anatomy, memory: dict[int, Memory] | None) -> None:

@@ -9,6 +9,8 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from kimicount.anatomy import Anatomy, Node, TensorRef
+from kimicount.conventions import Figure, Reconciliation, reconcile
+from kimicount.flow import Flow, flow_map
 from kimicount.kvcache import CacheLine, KvCacheReport, LayoutCache, splits_across_ranks
 from kimicount.storage import Memory, memory_map, quantization_summary
 
@@ -28,7 +30,10 @@ def tensor_json(tensor: TensorRef) -> dict[str, Any]:
     }
 
 
-def node_json(node: Node, memory: dict[int, Memory] | None) -> dict[str, Any]:
+def node_json(
+    node: Node, memory: dict[int, Memory] | None, flows: dict[int, Flow] | None = None
+) -> dict[str, Any]:
+    flow = None if flows is None else flows.get(id(node))
     return {
         "name": node.name,
         "params_per_instance": node.params_per_instance,
@@ -40,20 +45,41 @@ def node_json(node: Node, memory: dict[int, Memory] | None) -> dict[str, Any]:
         "stored_bytes": memory[id(node)].stored if memory else None,
         "bf16_bytes": memory[id(node)].bf16 if memory else None,
         "tensors": [tensor_json(t) for t in node.tensors],
-        "children": [node_json(c, memory) for c in node.children],
+        "flow": None if flow is None else flow_json(flow),
+        "children": [node_json(c, memory, flows) for c in node.children],
+    }
+
+
+def flow_json(flow: Flow) -> dict[str, Any]:
+    """The activations in, through and out of a component, each with its shape and what each
+    dimension counts; symbols (B, T, L, P) are strings, sizes ints."""
+
+    def activations(group) -> list[dict[str, Any]]:
+        return [
+            {"name": a.name, "shape": [d.size for d in a.dims], "dims": [d.label for d in a.dims]}
+            for a in group
+        ]
+
+    return {
+        "text": flow.text,
+        "inputs": activations(flow.inputs),
+        "middle": activations(flow.middle),
+        "outputs": activations(flow.outputs),
+        "reads": activations(flow.reads),
     }
 
 
 def params_json(anatomy: Anatomy) -> dict[str, Any]:
     spec = anatomy.spec
     memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
+    flows = flow_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
     mtp = vision = None
     if anatomy.mtp is not None:
         mtp = {
             "total": anatomy.mtp.params,
             "unique": anatomy.mtp_unique,
             "activated": anatomy.mtp_activated,
-            "tree": node_json(anatomy.mtp, memory),
+            "tree": node_json(anatomy.mtp, memory, flows),
         }
     if anatomy.vision is not None:
         tower, projector = anatomy.vision.children
@@ -61,7 +87,7 @@ def params_json(anatomy: Anatomy) -> dict[str, Any]:
             "total": anatomy.vision.params,
             "tower": tower.params,
             "projector": projector.params,
-            "tree": node_json(anatomy.vision, memory),
+            "tree": node_json(anatomy.vision, memory, flows),
         }
     return {
         "model": spec.name,
@@ -73,13 +99,36 @@ def params_json(anatomy: Anatomy) -> dict[str, Any]:
             "bf16_bytes": memory[id(anatomy.model)].bf16 if memory else None,
             "storage": quantization_summary(spec),
         },
-        "tree": node_json(anatomy.model, memory),
+        "tree": node_json(anatomy.model, memory, flows),
         "layers": [
             {"index": row.index, "kind": row.kind, "params": row.params, "activated": row.activated}
             for row in anatomy.layers()
         ],
         "mtp": mtp,
         "vision": vision,
+        **conventions_json(reconcile(anatomy)),
+    }
+
+
+def _figure_json(figure: Figure, family: str | None) -> dict[str, Any]:
+    return {"figure": figure.text, "counts": figure.counts, "family": family, "source": figure.source}
+
+
+def conventions_json(r: Reconciliation) -> dict[str, Any]:
+    """`conventions`: each counting convention, its exact value and the published figures it explains
+    (how: rounded or truncated to the figure's last digit); `unexplained_figures`: those none explains."""
+    return {
+        "conventions": [
+            {
+                "name": c.name,
+                "description": c.description,
+                "counts": c.counts,
+                "value": c.value,
+                "explains": [{**_figure_json(e.figure, r.family), "reading": e.reading} for e in found],
+            }
+            for c, found in r.conventions
+        ],
+        "unexplained_figures": [_figure_json(f, r.family) for f in r.unexplained],
     }
 
 

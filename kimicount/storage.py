@@ -9,7 +9,11 @@
   decided by its tensor names (verification); the config's `targets` and `ignore` say what was meant,
   and are what `params` sizes from.
 - Everything else in the model dtype (`torch_dtype`); the router's `e_score_correction_bias` in F32;
-  norms may be F32 (DeepSeek-V3.2 keeps them so).
+  norms may be F32, and DeepSeek-V3.2 keeps every norm so.
+- The multi-token-prediction layer (DeepSeek-V3, R1, V3.1, V3.2: layer 61): its attention and experts
+  like the main layers', and its `eh_proj`, embedding copy, head copy and norms unquantized (BF16 with
+  no scale; V3.2's norms F32), as the real checkpoints store them (the anatomy gives eh_proj the
+  UNQUANTIZED role).
 
 Scales and packed shapes are quantization metadata, not parameters: counted apart, with their bytes.
 """
@@ -33,6 +37,9 @@ FP8_SCALE_SUFFIX = "_scale_inv"  # X.weight -> X.weight_scale_inv
 PACKED_SUFFIXES = ("weight_packed", "weight_scale", "weight_shape")  # X.weight -> X.weight_packed, …
 #: Roles that are nn.Linear modules, which compressed-tensors' "Linear" target matches
 _LINEAR_MODULES = (Role.LINEAR, Role.HEAD)
+#: Model types whose checkpoints keep every norm in F32: DeepSeek-V3.2's RMSNorm and LayerNorm
+#: weights (and LayerNorm biases) are float32 parameters in its reference inference code.
+_F32_NORM_MODEL_TYPES = ("deepseek_v32",)
 
 
 def model_dtype(spec: ModelSpec) -> str:
@@ -45,16 +52,21 @@ def model_dtype(spec: ModelSpec) -> str:
 
 
 def plain_dtypes(spec: ModelSpec, role: Role) -> tuple[str, ...]:
-    """The dtypes a tensor stored as itself (not packed) may have.
+    """The dtypes a tensor stored as itself (not packed) may have; the first is how the config's own
+    checkpoints store it (what byte counts assume).
 
     >>> plain_dtypes(k2, Role.LINEAR), plain_dtypes(k2, Role.NORM), plain_dtypes(k2, Role.ROUTER_BIAS)
     (('F8_E4M3',), ('BF16', 'F32'), ('F32',))
+    >>> plain_dtypes(k2, Role.UNQUANTIZED)  # e.g. DeepSeek-V3's eh_proj: never FP8, no scale
+    ('BF16',)
     """
     base = model_dtype(spec)
     if role is Role.ROUTER_BIAS:
         return ("F32",)
     if role is Role.NORM:
-        return (base,) if base == "F32" else (base, "F32")
+        if base == "F32":
+            return (base,)
+        return ("F32", base) if spec.model_type in _F32_NORM_MODEL_TYPES else (base, "F32")
     if role is Role.LINEAR and isinstance(spec.quantization, Fp8Quantization):
         return (_FP8_DTYPES.get(spec.quantization.fmt, "F8_E4M3"),)
     return (base,)
@@ -126,27 +138,56 @@ class Memory:
         return Memory(self.stored + other.stored, self.bf16 + other.bf16)
 
 
-def ref_memory(spec: ModelSpec, ref: TensorRef) -> Memory:
-    """The bytes of every copy of a tensor reference (only the rows it owns of a shared tensor).
+@dataclass(frozen=True)
+class StoredPart:
+    """One kind of tensor that a reference puts in the checkpoint, over every copy: the weight itself
+    (FP8, packed int32s or plain) or its quantization metadata (FP8 block scales; packed scales and
+    shapes)."""
+
+    kind: str  # weight | scale | shape
+    elements: int
+    dtype: str
+
+    @property
+    def bytes(self) -> int:
+        return self.elements * DTYPE_BYTES[self.dtype]
+
+
+def stored_parts(spec: ModelSpec, ref: TensorRef) -> tuple[StoredPart, ...]:
+    """What the checkpoint stores for every copy of a tensor reference: only the rows it owns of a
+    shared tensor, the FP8 scale rows of the blocks that start in them, and a packed tensor's
+    weight_shape with row 0. [elements]
 
     >>> from kimicount.anatomy import key_value_compression
     >>> latent_rows, norm = key_value_compression(k2, [0]).tensors
-    >>> ref_memory(k2, latent_rows)  # kv_a_proj rows 0–511 in FP8 + 4 of its 5 × 56 F32 scale rows
-    Memory(stored=3670912, bf16=7340032)
-    >>> 512 * 7168 + 4 * 56 * 4, ref_memory(k2, norm)
-    (3670912, Memory(stored=1024, bf16=1024))
+    >>> [(p.kind, p.elements, p.dtype) for p in stored_parts(k2, latent_rows)]  # kv_a_proj rows 0–511
+    [('weight', 3670016, 'F8_E4M3'), ('scale', 224, 'F32')]
     """
-    bf16 = ref.elements * 2 * ref.copies
+    copies = ref.copies
+    plain = plain_dtypes(spec, ref.role)[0]
     if fp8_quantized(spec, ref.role):
         scale_rows, scale_cols = fp8_scale_shape(spec, ref.shape)
         block = spec.quantization.block[0]
         owned_blocks = owned_scale_rows(ref.rows, scale_rows, block)
-        return Memory((ref.elements + owned_blocks * scale_cols * 4) * ref.copies, bf16)
-    plain = ref.elements * DTYPE_BYTES[plain_dtypes(spec, ref.role)[0]]
+        return (
+            StoredPart("weight", ref.elements * copies, plain),
+            StoredPart("scale", owned_blocks * scale_cols * copies, "F32"),
+        )
     if not packable(spec, ref.role):
-        return Memory(plain * ref.copies, bf16)
-    packed_copies = sum(config_packs(spec, name) for name in ref.names())
-    return Memory(plain * (ref.copies - packed_copies) + _packed_bytes(spec, ref) * packed_copies, bf16)
+        return (StoredPart("weight", ref.elements * copies, plain),)
+    packed = sum(config_packs(spec, name) for name in ref.names())
+    layout = packed_layout(spec, ref.shape)
+    (_, packed_cols), packed_dtype = layout["weight_packed"]
+    (_, groups), scale_dtype = layout["weight_scale"]
+    (shape_elements,), shape_dtype = layout["weight_shape"]
+    owns_row_0 = ref.rows is None or ref.rows.owns(0)
+    parts = (
+        StoredPart("weight", ref.elements * (copies - packed), plain),
+        StoredPart("weight", ref.owned_rows * packed_cols * packed, packed_dtype),
+        StoredPart("scale", ref.owned_rows * groups * packed, scale_dtype),
+        StoredPart("shape", shape_elements * packed if owns_row_0 else 0, shape_dtype),
+    )
+    return tuple(part for part in parts if part.elements)
 
 
 def owned_scale_rows(rows: RowPart | None, scale_rows: int, block: int) -> int:
@@ -192,16 +233,37 @@ def _floor_sum(n: int, a: int, b: int, m: int) -> int:
         m, a = a, m
 
 
-def _packed_bytes(spec: ModelSpec, ref: TensorRef) -> int:
-    """One packed copy: the owned rows of weight_packed and weight_scale, and weight_shape with row 0."""
-    layout = packed_layout(spec, ref.shape)
-    per_row = sum(
-        math.prod(shape[1:]) * DTYPE_BYTES[dtype]
-        for suffix, (shape, dtype) in layout.items()
-        if suffix != "weight_shape"
-    )
-    owns_row_0 = ref.rows is None or ref.rows.owns(0)
-    return ref.owned_rows * per_row + (2 * DTYPE_BYTES["I32"] if owns_row_0 else 0)
+def ref_memory(spec: ModelSpec, ref: TensorRef) -> Memory:
+    """The bytes of every copy of a tensor reference (only the rows it owns of a shared tensor).
+
+    >>> from kimicount.anatomy import key_value_compression
+    >>> latent_rows, norm = key_value_compression(k2, [0]).tensors
+    >>> ref_memory(k2, latent_rows)  # kv_a_proj rows 0–511 in FP8 + 4 of its 5 × 56 F32 scale rows
+    Memory(stored=3670912, bf16=7340032)
+    >>> 512 * 7168 + 4 * 56 * 4, ref_memory(k2, norm)
+    (3670912, Memory(stored=1024, bf16=1024))
+    """
+    stored = sum(part.bytes for part in stored_parts(spec, ref))
+    return Memory(stored, ref.elements * 2 * ref.copies)
+
+
+#: The kinds of StoredPart: the weights themselves, then their quantization metadata.
+ALL_PARTS = ("weight", "scale", "shape")
+METADATA_PARTS = ("scale", "shape")
+
+
+def stored_elements(spec: ModelSpec, node: Node, kinds: tuple[str, ...] = ALL_PARTS) -> int:
+    """The elements a component's tensors take in the checkpoint's headers, as a tool that reads them
+    counts: weights as stored (one element per FP8 value, one I32 per eight packed INT4 values), their
+    scales and packed shapes; `kinds` picks some of these. [elements]
+
+    >>> from kimicount.anatomy import build_anatomy
+    >>> model = build_anatomy(k2).model  # the checkpoint's 1,026,470,731,056, less 61 rotary buffers of 56
+    >>> stored_elements(k2, model), stored_elements(k2, model, METADATA_PARTS)
+    (1026470727640, 62495192)
+    """
+    own = sum(part.elements for ref in node.tensors for part in stored_parts(spec, ref) if part.kind in kinds)
+    return own + sum(stored_elements(spec, child, kinds) for child in node.children)
 
 
 def node_memory(spec: ModelSpec, node: Node) -> Memory:

@@ -226,7 +226,7 @@ def tiny_tensors(config: dict, store_linear=store_fp8) -> dict:
     bf16(f"{mtp}.embed_tokens.weight", c["vocab_size"], hidden)
     bf16(f"{mtp}.enorm.weight", hidden)
     bf16(f"{mtp}.hnorm.weight", hidden)
-    linear(f"{mtp}.eh_proj", hidden, 2 * hidden)
+    bf16(f"{mtp}.eh_proj.weight", hidden, 2 * hidden)  # never quantized: BF16, no scale, as DeepSeek's
     bf16(f"{mtp}.shared_head.norm.weight", hidden)
     bf16(f"{mtp}.shared_head.head.weight", c["vocab_size"], hidden)
     return tensors
@@ -249,6 +249,106 @@ def write_tiny_fp8_checkpoint(folder: Path, shards: int = 2) -> Path:
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     (folder / "config.json").write_text(json.dumps(TINY_FP8_CONFIG))
+    return folder
+
+
+# --- DeepSeek-V3 / V3.2 as their real FP8 checkpoints store them, header-only ------------------------
+
+
+def deepseek_fp8_listing(config: dict) -> Listing:
+    """Every tensor of a DeepSeek FP8 checkpoint (V3, R1, V3.1; V3.2 with its lightning indexer) for
+    `config`, named, shaped and typed as the real ones are, from these facts:
+
+    - every Linear of attention, dense MLP and experts, the MTP layer's included: F8_E4M3 with a
+      `weight_scale_inv` F32 [ceil(out/128), ceil(in/128)]; V3.2's indexer weights_proj: BF16;
+    - the embedding, lm_head and router gate: BF16; `e_score_correction_bias`: F32;
+    - norms: BF16; V3.2 keeps every norm (the indexer's LayerNorm bias too) in F32;
+    - the MTP layer (61): `embed_tokens`, `shared_head.head` and `eh_proj` BF16 with no scale,
+      `enorm`, `hnorm` and `shared_head.norm` as the other norms;
+    - no rotary buffers.
+    """
+    c = config
+    hidden, heads = c["hidden_size"], c["num_attention_heads"]
+    norm_dtype = "F32" if c["model_type"] == "deepseek_v32" else "BF16"
+    listing: Listing = {}
+
+    def fp8(name, out_features, in_features):
+        listing[f"{name}.weight"] = ((out_features, in_features), "F8_E4M3")
+        listing[f"{name}.weight_scale_inv"] = ((-(-out_features // 128), -(-in_features // 128)), "F32")
+
+    def norm(name, width):
+        listing[name] = ((width,), norm_dtype)
+
+    def block(p, moe):
+        norm(f"{p}.input_layernorm.weight", hidden)
+        norm(f"{p}.post_attention_layernorm.weight", hidden)
+        fp8(f"{p}.self_attn.q_a_proj", c["q_lora_rank"], hidden)
+        norm(f"{p}.self_attn.q_a_layernorm.weight", c["q_lora_rank"])
+        qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+        fp8(f"{p}.self_attn.q_b_proj", heads * qk, c["q_lora_rank"])
+        fp8(f"{p}.self_attn.kv_a_proj_with_mqa", c["kv_lora_rank"] + c["qk_rope_head_dim"], hidden)
+        norm(f"{p}.self_attn.kv_a_layernorm.weight", c["kv_lora_rank"])
+        fp8(f"{p}.self_attn.kv_b_proj", heads * (c["qk_nope_head_dim"] + c["v_head_dim"]), c["kv_lora_rank"])
+        fp8(f"{p}.self_attn.o_proj", hidden, heads * c["v_head_dim"])
+        if "index_n_heads" in c:
+            n, d = c["index_n_heads"], c["index_head_dim"]
+            fp8(f"{p}.self_attn.indexer.wq_b", n * d, c["q_lora_rank"])
+            fp8(f"{p}.self_attn.indexer.wk", d, hidden)
+            listing[f"{p}.self_attn.indexer.weights_proj.weight"] = ((n, hidden), "BF16")
+            norm(f"{p}.self_attn.indexer.k_norm.weight", d)
+            norm(f"{p}.self_attn.indexer.k_norm.bias", d)
+        mlps = [(f"{p}.mlp", c["intermediate_size"])]
+        if moe:
+            listing[f"{p}.mlp.gate.weight"] = ((c["n_routed_experts"], hidden), "BF16")
+            listing[f"{p}.mlp.gate.e_score_correction_bias"] = ((c["n_routed_experts"],), "F32")
+            experts = range(c["n_routed_experts"])
+            mlps = [(f"{p}.mlp.experts.{e}", c["moe_intermediate_size"]) for e in experts]
+            mlps.append((f"{p}.mlp.shared_experts", c["n_shared_experts"] * c["moe_intermediate_size"]))
+        for module, width in mlps:
+            fp8(f"{module}.gate_proj", width, hidden)
+            fp8(f"{module}.up_proj", width, hidden)
+            fp8(f"{module}.down_proj", hidden, width)
+
+    vocab = (c["vocab_size"], hidden)
+    listing["model.embed_tokens.weight"] = (vocab, "BF16")
+    for layer in range(c["num_hidden_layers"]):
+        block(f"model.layers.{layer}", moe=layer >= c["first_k_dense_replace"])
+    norm("model.norm.weight", hidden)
+    listing["lm_head.weight"] = (vocab, "BF16")
+    for layer in range(c["num_hidden_layers"], c["num_hidden_layers"] + c["num_nextn_predict_layers"]):
+        mtp = f"model.layers.{layer}"
+        block(mtp, moe=True)
+        listing[f"{mtp}.embed_tokens.weight"] = (vocab, "BF16")
+        norm(f"{mtp}.enorm.weight", hidden)
+        norm(f"{mtp}.hnorm.weight", hidden)
+        listing[f"{mtp}.eh_proj.weight"] = ((hidden, 2 * hidden), "BF16")
+        norm(f"{mtp}.shared_head.norm.weight", hidden)
+        listing[f"{mtp}.shared_head.head.weight"] = (vocab, "BF16")
+    return listing
+
+
+def layer_shards(listing: Listing, layers: int) -> dict[str, Listing]:
+    """One shard per layer (the MTP layers included), the embedding with layer 0, norm and head last."""
+    shards: dict[str, Listing] = {}
+    for name, entry in sorted(listing.items()):
+        if name.startswith("model.layers."):
+            shard = int(name.split(".")[2]) + 1
+        else:
+            shard = 1 if name.startswith("model.embed_tokens") else layers
+        shards.setdefault(f"model-{shard:05d}-of-{layers:05d}.safetensors", {})[name] = entry
+    return dict(sorted(shards.items()))
+
+
+def deepseek_fp8_layout(folder: Path, config_file: Path, listing: Listing | None = None) -> Path:
+    """A full-size, header-only DeepSeek FP8 checkpoint: `deepseek_fp8_listing` of the config (or the
+    given listing) in one shard per layer, an index and the config."""
+    config = json.loads(config_file.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    listing = deepseek_fp8_listing(config) if listing is None else listing
+    shards = layer_shards(listing, config["num_hidden_layers"] + config["num_nextn_predict_layers"])
+    total = sum(write_header_only(folder / file, tensors) for file, tensors in shards.items())
+    write_index(folder, shards, total)
+    (folder / "config.json").write_bytes(config_file.read_bytes())
     return folder
 
 

@@ -183,7 +183,7 @@ def test_tiny_real_fp8_checkpoint(tmp_path):
     # scales: one F32 per 128×128 block of each Linear, e.g. kv_a_proj_with_mqa [160, 256] -> [2, 2]
     per_attention = 4 + 4 + 4 + 2 + 2  # q_a, q_b, kv_a, kv_b, o_proj
     per_expert_mlp = 4 + 4 + 4  # gate [160,256] -> 2×2, up 2×2, down [256,160] -> 2×2
-    scales = (per_attention + 6 + 6 + 6) + 2 * (per_attention + 5 * per_expert_mlp) + 8  # + eh_proj [256,512]
+    scales = (per_attention + 6 + 6 + 6) + 2 * (per_attention + 5 * per_expert_mlp)  # eh_proj: BF16, no scale
     assert report["fp8_scales"]["elements"] == scales
     mtp_unique = 2 * 256 + 256 * 512 + moe + 256
     assert report["mtp"]["expected"] == report["mtp"]["found"] == mtp_unique + 2 * 300 * 256

@@ -1,0 +1,266 @@
+"""Accelerators: memory as the device reports it, HBM bandwidth and dense peak FLOP/s, with sources.
+
+`plan` needs three numbers per GPU: the memory an engine sizes itself against (what nvidia-smi or
+rocm-smi report as total, not the marketing figure: an H200 "141 GB" reports 143,771 MiB), the HBM
+bandwidth that bounds a memory-bound decode step, and the dense (not 2:4-sparse) tensor-core peak of
+the dtypes the weights compute in. Each entry says where its numbers come from; `--gpu-memory`,
+`--hbm-bandwidth`, `--peak-bf16` and `--peak-fp8` override any of them.
+
+    >>> count, gpu = parse_gpus("8xH200")
+    >>> count, gpu.name, gpu.memory_bytes // 2**20, gpu.hbm_bandwidth
+    (8, 'H200', 143771, 4800000000000)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from kimicount.errors import MAX_COUNT, UsageError
+
+MIB = 2**20
+TERA = 10**12
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator type. Sizes in bytes, rates in bytes/s and FLOP/s (Python ints).
+
+    `fp8_flops` is None where the chip has no FP8 tensor cores (A100): FP8 weights then compute in BF16.
+    `overridden` names the figures the user replaced (they are no longer the table's).
+    """
+
+    name: str
+    description: str
+    memory_bytes: int
+    hbm_bandwidth: int
+    bf16_flops: int
+    fp8_flops: int | None
+    source: str
+    overridden: tuple[str, ...] = ()
+
+    def peak_flops(self, compute: str) -> int:
+        """Dense peak for a compute dtype ('bf16' or 'fp8'); fp8 falls back to bf16 without FP8 units.
+        [FLOP/s]
+
+        >>> ACCELERATORS["A100-80GB"].peak_flops("fp8") == ACCELERATORS["A100-80GB"].bf16_flops
+        True
+        """
+        if compute == "fp8" and self.fp8_flops is not None:
+            return self.fp8_flops
+        return self.bf16_flops
+
+
+def _tflops(sparse_or_dense: str) -> int:
+    """TFLOPS text from a datasheet as FLOP/s, exactly ('989.5' -> 989,500,000,000,000)."""
+    return int(Fraction(sparse_or_dense) * TERA)
+
+
+#: The table. Memory: the total the device reports (nvidia-smi / rocm-smi), as public logs of each show
+#: it. Peaks: dense tensor-core FLOP/s, half the datasheets' "with sparsity" figures where they give those.
+ACCELERATORS: dict[str, Accelerator] = {
+    gpu.name: gpu
+    for gpu in (
+        Accelerator(
+            "A100-80GB",
+            "NVIDIA A100 SXM4 80GB",
+            81_920 * MIB,
+            2_039 * 10**9,
+            _tflops("312"),
+            None,
+            "NVIDIA A100 datasheet: 2,039 GB/s, BF16 312 TFLOPS dense (624 sparse), no FP8; "
+            "nvidia-smi: 81,920 MiB",
+        ),
+        Accelerator(
+            "H100",
+            "NVIDIA H100 SXM5 80GB",
+            81_559 * MIB,
+            3_350 * 10**9,
+            _tflops("989.5"),
+            _tflops("1979"),
+            "NVIDIA H100 datasheet (SXM): 3.35 TB/s, BF16 1,979 and FP8 3,958 TFLOPS with sparsity, "
+            "half dense; nvidia-smi: 81,559 MiB",
+        ),
+        Accelerator(
+            "H800",
+            "NVIDIA H800 SXM5 80GB",
+            81_559 * MIB,
+            3_350 * 10**9,
+            _tflops("989.5"),
+            _tflops("1979"),
+            "NVIDIA H800 SXM5: H100 SXM5's memory, bandwidth and tensor cores (NVLink cut to 400 GB/s); "
+            "nvidia-smi: 81,559 MiB",
+        ),
+        Accelerator(
+            "H20",
+            "NVIDIA H20 96GB",
+            97_871 * MIB,
+            4_000 * 10**9,
+            _tflops("148"),
+            _tflops("296"),
+            "NVIDIA H20 product brief: 4.0 TB/s, BF16 148 and FP8 296 TFLOPS dense; nvidia-smi: 97,871 MiB",
+        ),
+        Accelerator(
+            "H200",
+            "NVIDIA H200 SXM 141GB",
+            143_771 * MIB,
+            4_800 * 10**9,
+            _tflops("989.5"),
+            _tflops("1979"),
+            "NVIDIA H200 datasheet (SXM): 4.8 TB/s, BF16 1,979 and FP8 3,958 TFLOPS with sparsity, "
+            "half dense; nvidia-smi: 143,771 MiB",
+        ),
+        Accelerator(
+            "B200",
+            "NVIDIA B200 (HGX, 1,000 W)",
+            183_359 * MIB,
+            7_700 * 10**9,
+            _tflops("2250"),
+            _tflops("4500"),
+            "NVIDIA HGX B200 datasheet, per GPU: 7.7 TB/s, BF16 4.5 and FP8 9 PFLOPS with sparsity, "
+            "half dense; nvidia-smi: 183,359 MiB",
+        ),
+        Accelerator(
+            "GB200",
+            "NVIDIA GB200 NVL72, one Blackwell GPU (1,200 W)",
+            189_471 * MIB,
+            8_000 * 10**9,
+            _tflops("2500"),
+            _tflops("5000"),
+            "NVIDIA GB200 NVL72 datasheet, per GPU: 8 TB/s, BF16 5 and FP8 10 PFLOPS with sparsity, "
+            "half dense; nvidia-smi: 189,471 MiB",
+        ),
+        Accelerator(
+            "MI300X",
+            "AMD Instinct MI300X 192GB",
+            196_592 * MIB,
+            5_300 * 10**9,
+            _tflops("1307.4"),
+            _tflops("2614.9"),
+            "AMD MI300X datasheet: 5.3 TB/s, BF16 1,307.4 and FP8 2,614.9 TFLOPS dense; "
+            "rocm-smi: 206,141,652,992 B",
+        ),
+        Accelerator(
+            "MI325X",
+            "AMD Instinct MI325X 256GB",
+            256 * 1024 * MIB,
+            6_000 * 10**9,
+            _tflops("1307.4"),
+            _tflops("2614.9"),
+            "AMD MI325X datasheet: 256 GB HBM3E at 6 TB/s, BF16 1,307.4 and FP8 2,614.9 TFLOPS dense; "
+            "memory: the nominal 256 GiB (no device report found; an MI300X reports 16 MiB under its 192 GiB)",
+        ),
+    )
+}
+
+#: Other spellings people type for the same parts.
+_ALIASES = {
+    "A100": "A100-80GB",
+    "A100-SXM4-80GB": "A100-80GB",
+    "A100-SXM": "A100-80GB",
+    "A10080GB": "A100-80GB",
+    "H100-SXM": "H100",
+    "H100-SXM5": "H100",
+    "H800-SXM": "H800",
+    "H200-SXM": "H200",
+}
+
+_GPUS = re.compile(r"\s*(?P<count>\d{1,19})\s*(?:[x×*]\s*(?P<kind>[A-Za-z0-9_.-]+))?\s*", re.IGNORECASE)
+
+
+def find_accelerator(name: str) -> Accelerator:
+    """A table entry by name, case-insensitively ('h200', 'H100-SXM', 'A100')."""
+    key = name.strip().upper()
+    by_upper = {n.upper(): n for n in ACCELERATORS}
+    canonical = by_upper.get(key) or _ALIASES.get(key)
+    if canonical is None:
+        raise UsageError(
+            f"--gpus: unknown accelerator '{name}' (known: {', '.join(ACCELERATORS)}; "
+            "for another one give --gpus N with --gpu-memory SIZE)"
+        )
+    return ACCELERATORS[canonical]
+
+
+def parse_gpus(text: str) -> tuple[int, Accelerator | None]:
+    """`N×TYPE` (8xH200, 8×H200, 16xH100) -> (N, the table's entry); a bare `N` -> (N, None), for a
+    GPU described by --gpu-memory and the other overrides."""
+    match = _GPUS.fullmatch(text)
+    if match is None:
+        raise UsageError(
+            f"--gpus '{text}': expected a count and a type such as 8xH200, 8×H200 or 16xH100 "
+            f"(types: {', '.join(ACCELERATORS)})"
+        )
+    count = int(match["count"])
+    if not 1 <= count <= MAX_COUNT:
+        raise UsageError(f"--gpus '{text}': expected at least 1 GPU")
+    return count, None if match["kind"] is None else find_accelerator(match["kind"])
+
+
+def custom_accelerator(memory_bytes: int) -> Accelerator:
+    """A GPU known only by its memory (--gpus N --gpu-memory SIZE): no bandwidth or FLOP/s until given."""
+    return Accelerator(
+        "GPU", "a GPU given by --gpu-memory", memory_bytes, 0, 0, None, "--gpu-memory", ("memory",)
+    )
+
+
+def with_overrides(
+    gpu: Accelerator,
+    *,
+    memory_bytes: int | None = None,
+    hbm_bandwidth: int | None = None,
+    bf16_flops: int | None = None,
+    fp8_flops: int | None = None,
+) -> Accelerator:
+    """The entry with the user's figures in place of the table's; `overridden` says which."""
+    changes = {
+        key: value
+        for key, value in (
+            ("memory_bytes", memory_bytes),
+            ("hbm_bandwidth", hbm_bandwidth),
+            ("bf16_flops", bf16_flops),
+            ("fp8_flops", fp8_flops),
+        )
+        if value is not None
+    }
+    if not changes:
+        return gpu
+    named = tuple(dict.fromkeys(gpu.overridden + tuple(k.split("_")[0] for k in changes)))
+    return replace(gpu, **changes, overridden=named)
+
+
+# --- rates typed by the user -----------------------------------------------------------------------
+
+_RATE = re.compile(r"(?P<number>\d{1,100}(?:\.\d{0,100})?(?:e\d{1,2})?)\s*(?P<unit>[a-z/]*)", re.IGNORECASE)
+_BANDWIDTH_UNITS = {"b/s": 1, "kb/s": 10**3, "mb/s": 10**6, "gb/s": 10**9, "tb/s": 10**12, "": 1}
+_FLOPS_UNITS = {"flops": 1, "gflops": 10**9, "tflops": 10**12, "pflops": 10**15, "": 1}
+
+
+def _parse_rate(option: str, text: str, units: dict[str, int], example: str) -> int:
+    match = _RATE.fullmatch(text.strip())
+    unit = units.get(match["unit"].lower()) if match else None
+    if match is None or unit is None:
+        raise UsageError(f"{option} '{text}': expected a rate such as {example}")
+    value = math.floor(Fraction(match["number"]) * unit)
+    if value < 1:
+        raise UsageError(f"{option} '{text}': expected a positive rate")
+    return value
+
+
+def parse_bandwidth(text: str, option: str = "--hbm-bandwidth") -> int:
+    """Bytes per second from '4.8TB/s', '3350 GB/s' or a plain number. [bytes/s]
+
+    >>> parse_bandwidth("4.8TB/s"), parse_bandwidth("3350 GB/s")
+    (4800000000000, 3350000000000)
+    """
+    return _parse_rate(option, text, _BANDWIDTH_UNITS, "4.8TB/s, 3350GB/s or a number of bytes per second")
+
+
+def parse_flops(text: str, option: str) -> int:
+    """FLOP/s from '989.5TFLOPS', '2.25PFLOPS' or a plain number. [FLOP/s]
+
+    >>> parse_flops("989.5TFLOPS", "--peak-bf16"), parse_flops("2.25 PFLOPS", "--peak-fp8")
+    (989500000000000, 2250000000000000)
+    """
+    return _parse_rate(option, text, _FLOPS_UNITS, "989.5TFLOPS, 2.25PFLOPS or a number of FLOP/s")

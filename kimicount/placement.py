@@ -1,0 +1,413 @@
+"""Where each weight lives: the parallel layout, and the bytes of every component on one GPU.
+
+Engines shard DeepSeek-V3-style models the same way (vLLM's deepseek_v2.py, SGLang's deepseek_v2.py);
+the rule follows from the module a tensor belongs to:
+
+| module | rule under tensor parallelism (TP ranks) |
+|---|---|
+| q_a_proj, kv_a_proj_with_mqa, every norm, the router and its bias, the V3.2 indexer, eh_proj | replicated |
+| q_b_proj (q_proj), kv_b_proj | split by heads: each rank its H / TP heads' rows |
+| o_proj | split by heads on its input side: each rank its heads' columns |
+| dense MLP, shared experts | gate/up rows and down columns split along the intermediate dimension |
+| routed experts | without EP: every expert split along its intermediate dimension over TP × DP ranks; with EP (size TP × DP): whole experts, ceil(E / EP) on the fullest rank |
+| embedding, output head | split by vocabulary, the vocabulary padded to a multiple of 64 first |
+
+Data-parallel attention (`dp` > 1) gives each DP rank its own copy of everything the TP rule covers,
+over its own TP group (TP1: the whole attention, dense MLP, shared expert, embedding and head); only
+the routed experts span all TP × DP ranks. Pipeline parallelism gives each stage its layers (vLLM's
+partition: the remainder goes to the stages before the last), the embedding to the first and the
+final norm and head to the last.
+
+A rank's bytes are the storage bytes of its shard, computed by the storage model (`ref_memory`) on the
+shard's shape, so FP8 block scales and INT4 group scales are split exactly as the weights are. Shapes
+an engine cannot split (heads not divisible by TP, a split that cuts an FP8 block or an INT4 group)
+are refused with one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from functools import lru_cache
+
+from kimicount.anatomy import Anatomy, Node, Role, TensorRef
+from kimicount.errors import UsageError, require_positive
+from kimicount.kvcache import check_tp
+from kimicount.spec import ModelSpec
+from kimicount.storage import fp8_quantized, packable, ref_memory
+
+#: vLLM and SGLang pad the vocabulary to a multiple of this before splitting it (DEFAULT_VOCAB_PADDING_SIZE).
+VOCAB_PADDING = 64
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """A parallel layout: `tp` tensor-parallel ranks per attention group, `pp` pipeline stages, `dp`
+    data-parallel attention groups, expert parallelism over all TP × DP ranks (`ep`), and `dcp` ranks of
+    decode-context parallelism inside each TP group (the latent cache split by token)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: bool = False
+    dcp: int = 1
+
+    @property
+    def gpus(self) -> int:
+        """tp × pp × dp. [GPUs]"""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def moe_ranks(self) -> int:
+        """The ranks one MoE layer spreads over (within a stage): tp × dp, the EP size when EP is on."""
+        return self.tp * self.dp
+
+    @property
+    def label(self) -> str:
+        """'TP8', 'DP8 + EP8', 'TP4 × PP2', 'TP8 + DCP8'.
+
+        >>> Parallel(tp=8).label, Parallel(dp=8, ep=True).label, Parallel(tp=4, pp=2, dcp=4).label
+        ('TP8', 'DP8 + EP8', 'TP4 × PP2 + DCP4')
+        """
+        parts = [f"TP{self.tp}"] if self.tp > 1 or self.dp == 1 else []
+        if self.dp > 1:
+            parts.append(f"DP{self.dp}")
+        text = " × ".join(parts + ([f"PP{self.pp}"] if self.pp > 1 else []))
+        if self.ep:
+            text += f" + EP{self.moe_ranks}"
+        if self.dcp > 1:
+            text += f" + DCP{self.dcp}"
+        return text
+
+
+def parallel_layout(
+    spec: ModelSpec,
+    gpus: int,
+    *,
+    tp: int | None = None,
+    pp: int = 1,
+    dp: int = 1,
+    ep: int | None = None,
+    dcp: int = 1,
+) -> Parallel:
+    """The layout the options describe, checked against the model; TP takes whatever pp and dp leave.
+
+    `ep` is the EP size the user typed: engines size expert parallelism as TP × DP (vLLM's
+    --enable-expert-parallel, SGLang's --ep-size), so any other value is refused.
+
+    >>> parallel_layout(k2, 8), parallel_layout(k2, 8, dp=8, ep=8).label
+    (Parallel(tp=8, pp=1, dp=1, ep=False, dcp=1), 'DP8 + EP8')
+    """
+    for option, value in (("--gpus", gpus), ("--pp", pp), ("--dp", dp), ("--dcp", dcp)):
+        require_positive(option, value)
+    if tp is None:
+        if gpus % (pp * dp):
+            raise UsageError(f"--gpus {gpus}: does not divide into --pp {pp} × --dp {dp} groups")
+        tp = gpus // (pp * dp)
+    require_positive("--tp", tp)
+    if tp * pp * dp != gpus:
+        raise UsageError(f"--tp {tp} × --pp {pp} × --dp {dp} = {tp * pp * dp} GPUs, but --gpus says {gpus}")
+    check_tp(spec, tp)
+    if pp > spec.num_hidden_layers:
+        raise UsageError(f"--pp {pp}: more stages than the {spec.num_hidden_layers} layers of {spec.name}")
+    if tp % dcp:
+        raise UsageError(f"--dcp {dcp}: must divide --tp {tp} (decode-context parallelism splits a TP group)")
+    if ep is not None and ep not in (0, 1, tp * dp):
+        raise UsageError(
+            f"--ep {ep}: engines make expert parallelism span all TP × DP ranks, {tp} × {dp} = {tp * dp} here "
+            f"(vLLM --enable-expert-parallel, SGLang --ep-size); use --ep {tp * dp} or leave it out"
+        )
+    return Parallel(tp=tp, pp=pp, dp=dp, ep=bool(ep) and tp * dp > 1, dcp=dcp)
+
+
+def pipeline_stages(num_layers: int, pp: int) -> list[tuple[int, ...]]:
+    """The main layers of each stage, as vLLM partitions them: num_layers // pp each, the remainder
+    one more each to the stages before the last, counting back from it.
+
+    >>> [len(s) for s in pipeline_stages(61, 2)], [len(s) for s in pipeline_stages(61, 4)]
+    ([31, 30], [15, 15, 16, 15])
+    """
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    starts = [sum(sizes[:i]) for i in range(pp)]
+    return [tuple(range(start, start + size)) for start, size in zip(starts, sizes)]
+
+
+# --- the rule of each tensor ----------------------------------------------------------------------
+
+
+class Rule(str, Enum):
+    """How a tensor is divided among ranks."""
+
+    replicated = "replicated"
+    heads = "split by heads"  # output rows
+    heads_input = "split by heads, input side"  # o_proj's columns
+    intermediate = "split along the intermediate dimension"
+    experts = "routed experts"  # split or whole, depending on EP
+    vocabulary = "split by vocabulary"
+
+
+_HEAD_SPLIT = (".q_b_proj.", ".q_proj.", ".kv_b_proj.")
+_INTERMEDIATE_ROWS = (
+    ".mlp.gate_proj.",
+    ".mlp.up_proj.",
+    ".shared_experts.gate_proj.",
+    ".shared_experts.up_proj.",
+)
+_INTERMEDIATE_COLUMNS = (".mlp.down_proj.", ".shared_experts.down_proj.")
+
+
+def tensor_rule(ref: TensorRef) -> Rule:
+    """The rule for a tensor, from the module it belongs to (as engines decide it).
+
+    >>> from kimicount.anatomy import attention_output, query_heads, router
+    >>> tensor_rule(query_heads(k2, [0]).tensors[0]), tensor_rule(attention_output(k2, [0]).tensors[0])
+    (<Rule.heads: 'split by heads'>, <Rule.heads_input: 'split by heads, input side'>)
+    >>> tensor_rule(router(k2, [1]).tensors[0])
+    <Rule.replicated: 'replicated'>
+    """
+    pattern = ref.pattern
+    if ref.role in (Role.EMBEDDING, Role.HEAD):
+        return Rule.vocabulary
+    if ref.experts:
+        return Rule.experts
+    if ".indexer." in pattern:  # vLLM: "no tensor parallel, just replicated"
+        return Rule.replicated
+    if any(module in pattern for module in _HEAD_SPLIT):
+        return Rule.heads
+    if ".o_proj." in pattern:
+        return Rule.heads_input
+    if any(module in pattern for module in _INTERMEDIATE_ROWS + _INTERMEDIATE_COLUMNS):
+        return Rule.intermediate
+    return Rule.replicated
+
+
+def padded_vocabulary(spec: ModelSpec) -> int:
+    """vocab_size rounded up to a multiple of 64, as engines allocate it. [rows]
+
+    >>> padded_vocabulary(k2)
+    163840
+    """
+    return -(-spec.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+
+
+@dataclass(frozen=True)
+class Shard:
+    """What one rank holds of a tensor reference: the shard (a TensorRef the storage model sizes), how
+    many equal parts the split dimension was cut into, and which dimension (0 rows, 1 columns, None
+    whole). `parts` for whole experts is the EP size."""
+
+    ref: TensorRef
+    rule: Rule
+    parts: int = 1
+    axis: int | None = None
+
+
+def shard(
+    spec: ModelSpec, ref: TensorRef, parallel: Parallel, layers: Sequence[int] | None = None
+) -> Shard | None:
+    """The part of `ref` on the fullest rank of a stage holding `layers` (None: every layer); None
+    when the stage holds none of it. Refuses splits engines refuse."""
+    if ref.layers and layers is not None:
+        held = set(layers)
+        kept = tuple(i for i in ref.layers if i in held)
+        if not kept:
+            return None
+        ref = replace(ref, layers=kept)
+    rule = tensor_rule(ref)
+    if rule is Rule.replicated:
+        return Shard(ref, rule)
+    if rule is Rule.vocabulary:
+        padded = padded_vocabulary(spec)
+        if padded % parallel.tp:
+            raise UsageError(
+                f"--tp {parallel.tp}: {spec.name}'s vocabulary padded to a multiple of {VOCAB_PADDING} "
+                f"({padded:,} rows) does not split evenly over {parallel.tp} GPUs, which vLLM and SGLang require"
+            )
+        return Shard(replace(ref, shape=(padded // parallel.tp, *ref.shape[1:])), rule, parallel.tp, 0)
+    if rule is Rule.experts:
+        if parallel.ep:
+            local = -(-spec.n_routed_experts // parallel.moe_ranks)
+            return Shard(replace(ref, experts=local), rule, parallel.moe_ranks)
+        parts = parallel.moe_ranks
+        option = f"--tp {parallel.tp} × --dp {parallel.dp}" if parallel.dp > 1 else f"--tp {parallel.tp}"
+    else:
+        parts, option = parallel.tp, f"--tp {parallel.tp}"
+    axis = 1 if rule is Rule.heads_input or ".down_proj." in ref.pattern else 0
+    return Shard(_split(spec, ref, axis, parts, option), rule, parts, axis)
+
+
+def _split(spec: ModelSpec, ref: TensorRef, axis: int, parts: int, option: str) -> TensorRef:
+    """`ref` with dimension `axis` cut into `parts`, checked as vLLM's linear layers check it."""
+    size = ref.shape[axis]
+    what = f"{option}: {ref.display_name}"
+    if size % parts:
+        raise UsageError(f"{what}: its {size:,} {_dimension(axis)} do not split evenly over {parts} GPUs")
+    local = size // parts
+    if parts > 1 and fp8_quantized(spec, ref.role):
+        rows, columns = spec.quantization.block  # type: ignore[union-attr]  # FP8, checked just above
+        if local % (rows, columns)[axis]:
+            raise UsageError(
+                f"{what}: {local:,} {_dimension(axis)} per GPU ({size:,} over {parts}) would cut its "
+                f"{rows} × {columns} FP8 blocks; vLLM and SGLang need whole blocks on each GPU"
+            )
+    if parts > 1 and axis == 1 and packable(spec, ref.role):
+        group = spec.quantization.group_size  # type: ignore[union-attr]
+        if group and local % group:
+            raise UsageError(
+                f"{what}: {local:,} inputs per GPU ({size:,} over {parts}) would cut its INT4 groups of {group}"
+            )
+    shape = list(ref.shape)
+    shape[axis] = local
+    return replace(ref, shape=tuple(shape))
+
+
+def _dimension(axis: int) -> str:
+    return "rows" if axis == 0 else "columns"
+
+
+@lru_cache(maxsize=4096)
+def shard_bytes(spec: ModelSpec, ref: TensorRef) -> int:
+    """Storage bytes of a shard (its FP8 or INT4 scales included), from the storage model. [bytes]"""
+    return ref_memory(spec, ref).stored
+
+
+# --- one GPU's weights, per component ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlacedComponent:
+    """A component (all its layers) under a layout: its rule in words, its bytes in the whole model, and
+    its bytes on the fullest GPU of each pipeline stage."""
+
+    name: str
+    rule: str
+    model_bytes: int
+    bytes_per_gpu: tuple[int, ...]  # one per stage
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Every component's bytes per GPU under one layout, stage by stage."""
+
+    parallel: Parallel
+    stages: tuple[tuple[int, ...], ...]  # the main layers of each stage
+    components: tuple[PlacedComponent, ...]
+    mtp_layers: int = 0  # MTP layers loaded (on the last stage)
+
+    def weight_bytes(self, stage: int) -> int:
+        """Σ bytes on the fullest GPU of `stage`. [bytes]"""
+        return sum(c.bytes_per_gpu[stage] for c in self.components)
+
+    def kv_layers(self, stage: int) -> int:
+        """Layers whose KV cache the stage holds: its main layers, and the MTP layers on the last."""
+        return len(self.stages[stage]) + (self.mtp_layers if stage == len(self.stages) - 1 else 0)
+
+
+@dataclass
+class _Row:
+    """A component row being summed over its tensors."""
+
+    model_bytes: int = 0
+    per_stage: list[int] = field(default_factory=list)
+    shards: list[Shard] = field(default_factory=list)
+
+
+def _leaves(node: Node) -> Iterator[Node]:
+    for n in node.walk():
+        if n.tensors and not n.copy:  # the MTP layer's embedding and head copies: engines use the main ones
+            yield n
+
+
+def place(anatomy: Anatomy, parallel: Parallel, *, mtp: bool = False, vision: bool = True) -> Placement:
+    """Each component's bytes on the fullest GPU of every stage.
+
+    The language model's leaves are one row each (the same component of the dense and MoE blocks
+    summed). With `mtp` (speculative decoding) the MTP module's own layer is one row, on the last stage;
+    its embedding and head are the main model's, which engines share with it. With `vision` the vision
+    tower and projector are one row on the first stage (the image encoder runs before layer 0),
+    replicated.
+
+    >>> from kimicount.anatomy import build_anatomy
+    >>> placement = place(build_anatomy(k2), Parallel(tp=8))
+    >>> [(c.name, c.bytes_per_gpu) for c in placement.components][:2]
+    [('Token embedding', (293601280,)), ('Attention RMSNorm', (874496,))]
+    """
+    spec = anatomy.spec
+    stages = pipeline_stages(spec.num_hidden_layers, parallel.pp)
+    count = len(stages)
+    rows: dict[str, _Row] = {}
+
+    def add(name: str, ref: TensorRef, stage_layers: dict[int, Sequence[int] | None]) -> None:
+        row = rows.setdefault(name, _Row(per_stage=[0] * count))
+        row.model_bytes += shard_bytes(spec, ref)
+        for stage, kept in stage_layers.items():
+            placed = shard(spec, ref, parallel, kept)
+            if placed is not None:
+                row.per_stage[stage] += shard_bytes(spec, placed.ref)
+                row.shards.append(placed)
+
+    for node in _leaves(anatomy.model):
+        for ref in node.tensors:
+            if ref.layers:
+                add(node.name, ref, dict(enumerate(stages)))
+            else:  # the embedding goes to the first stage; the final norm and the head to the last
+                add(node.name, ref, {0 if ref.role is Role.EMBEDDING else count - 1: None})
+    if mtp and anatomy.mtp is not None:
+        for node in _leaves(anatomy.mtp):
+            for ref in node.tensors:
+                add("Multi-token prediction", ref, {count - 1: spec.mtp_layers})
+    if vision and anatomy.vision is not None:
+        for node in _leaves(anatomy.vision):
+            for ref in node.tensors:
+                row = rows.setdefault("Vision tower and projector", _Row(per_stage=[0] * count))
+                row.model_bytes += shard_bytes(spec, ref)
+                row.per_stage[0] += shard_bytes(spec, ref)
+                row.shards.append(Shard(ref, Rule.replicated))
+    components = tuple(
+        PlacedComponent(name, rules_text(spec, parallel, row.shards), row.model_bytes, tuple(row.per_stage))
+        for name, row in rows.items()
+    )
+    mtp_layers = len(spec.mtp_layers) if mtp and anatomy.mtp is not None else 0
+    return Placement(parallel, tuple(stages), components, mtp_layers)
+
+
+def rules_text(spec: ModelSpec, parallel: Parallel, shards: Sequence[Shard]) -> str:
+    """The rule of a component with this layout's numbers ('split by heads: 8 of 64 per GPU'); a
+    component whose tensors follow different rules names each (the shared rotary key is replicated,
+    the MTP layer mixes them all)."""
+    by_rule: dict[Rule, list[Shard]] = {}
+    for s in shards:
+        by_rule.setdefault(s.rule, []).append(s)
+    if len(by_rule) > 2:
+        return "as the main layers' components"
+    return "; ".join(rule_text(spec, parallel, rule, group) for rule, group in by_rule.items())
+
+
+def rule_text(spec: ModelSpec, parallel: Parallel, rule: Rule, shards: Sequence[Shard]) -> str:
+    """One rule with this layout's numbers: 'by heads: 8 of 64', 'whole experts: 48 of 384'."""
+    if rule is Rule.replicated:
+        return "replicated"
+    if rule is not Rule.experts and parallel.tp == 1:
+        return "whole on every GPU" if parallel.dp > 1 else "whole"
+    first = shards[0]
+    if rule in (Rule.heads, Rule.heads_input):
+        side = ", input side" if rule is Rule.heads_input else ""
+        return f"by heads{side}: {spec.num_attention_heads // parallel.tp} of {spec.num_attention_heads}"
+    if rule is Rule.vocabulary:
+        padded = padded_vocabulary(spec)
+        pad = f", padded from {spec.vocab_size:,}" if padded != spec.vocab_size else ""
+        return f"by vocabulary: {padded // parallel.tp:,} of {padded:,} rows{pad}"
+    if rule is Rule.intermediate:
+        local = first.ref.shape[first.axis or 0]
+        return f"by width: {local:,} of {local * first.parts:,}"
+    experts = spec.n_routed_experts
+    if parallel.ep:
+        fullest = "" if experts % parallel.moe_ranks == 0 else " (the fullest GPU)"
+        return f"whole experts: {first.ref.experts} of {experts}{fullest}"
+    if parallel.moe_ranks == 1:
+        return "whole"
+    width = spec.moe_intermediate_size
+    return f"each expert by width: {width // parallel.moe_ranks:,} of {width:,}"

@@ -1,0 +1,190 @@
+"""The JSON of `kimicount plan`: plain dictionaries of ints and strings, in the style of reports.py.
+
+Keys: `model`, `model_type`, `gpus` (the accelerator and its figures), `parallel`, `weights` (the
+components per GPU), `stages` (each stage's memory), `reserve`, `kv_cache`, `fits`, `short_by_bytes`
+and `min_gpus`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimicount.anatomy import Node
+from kimicount.flow import FlopsReport, Mla, node_calculation, node_compute
+from kimicount.hardware import Accelerator
+from kimicount.placement import Parallel
+from kimicount.plan import PlanReport
+
+
+def accelerator_json(gpu: Accelerator, count: int) -> dict[str, Any]:
+    return {
+        "count": count,
+        "type": gpu.name,
+        "description": gpu.description,
+        "memory_bytes": gpu.memory_bytes,
+        "hbm_bandwidth_bytes_per_s": gpu.hbm_bandwidth,
+        "bf16_flops": gpu.bf16_flops,
+        "fp8_flops": gpu.fp8_flops,
+        "source": gpu.source,
+        "overridden": list(gpu.overridden),
+    }
+
+
+def parallel_json(parallel: Parallel) -> dict[str, Any]:
+    return {
+        "label": parallel.label,
+        "tp": parallel.tp,
+        "pp": parallel.pp,
+        "dp": parallel.dp,
+        "ep": parallel.moe_ranks if parallel.ep else 1,
+        "dcp": parallel.dcp,
+        "gpus": parallel.gpus,
+    }
+
+
+def plan_json(report: PlanReport) -> dict[str, Any]:
+    spec, placement = report.spec, report.placement
+    reserve = report.reserve
+    fullest = report.fullest
+    line = fullest.cache.attention
+    return {
+        "model": spec.name,
+        "model_type": spec.model_type,
+        "gpus": accelerator_json(report.gpu, report.count),
+        "parallel": parallel_json(report.parallel),
+        "gpu_memory_utilization": float(report.utilization),
+        "usable_bytes": report.usable,
+        "weights": [
+            {
+                "name": c.name,
+                "rule": c.rule,
+                "model_bytes": c.model_bytes,
+                "bytes_per_gpu": list(c.bytes_per_gpu),
+            }
+            for c in placement.components
+        ],
+        "stages": [
+            {
+                "stage": s.stage,
+                "layers": list(s.layers),
+                "kv_layers": s.kv_layers,
+                "weights_bytes": s.weights,
+                "reserve_bytes": s.reserve,
+                "kv_pool_bytes": s.pool,
+                "kv_bytes_per_token": s.bytes_per_token,
+                "kv_tokens": s.tokens,
+                "kv_bytes": s.kv_bytes,
+            }
+            for s in report.stages
+        ],
+        "reserve": None
+        if reserve is None
+        else {
+            "bytes": reserve.bytes,
+            "estimate": reserve.estimate,
+            "formula": reserve.formula,
+            "terms": [{"name": n, "calculation": c, "bytes": b} for n, c, b in reserve.terms],
+            "assumes": reserve.assumes,
+        },
+        "kv_memory_bytes": report.kv_memory,
+        "kv_cache": {
+            "layout": report.layout.value,
+            "dtype": report.dtype,
+            "bytes_per_token_per_layer": fullest.cache.bytes_per_token_per_layer,
+            "attention_calculation": line.calculation,
+            "layers": fullest.kv_layers,
+            "bytes_per_token_per_gpu": fullest.bytes_per_token,
+            "block_size": report.block_size,
+            "tokens_per_gpu": report.tokens_per_gpu,
+            "tokens_per_replica": report.tokens_per_replica,
+            "tokens_total": report.tokens_total,
+            "max_model_len": report.max_model_len,
+            "max_concurrency": report.max_concurrency,
+            "sequences_per_replica": report.sequences_per_replica,
+        },
+        "fits": report.fits,
+        "short_by_bytes": report.short_by,
+        "min_gpus": None
+        if report.min_gpus is None
+        else {"count": report.min_gpus[0], "parallel": parallel_json(report.min_gpus[1])},
+    }
+
+
+def flops_json(report: FlopsReport) -> dict[str, Any]:
+    """`kimicount flops --json`: the tree with each node's matmul FLOPs per token, the attention per way,
+    and the totals."""
+    spec = report.spec
+
+    def node(n: Node) -> dict[str, Any]:
+        return {
+            "name": n.name,
+            "instances": n.instances,
+            "calculation": node_calculation(spec, n),
+            "flops_per_token": report.flops[id(n)],
+            "compute": node_compute(spec, n),
+            "children": [node(c) for c in n.children],
+        }
+
+    return {
+        "model": spec.name,
+        "model_type": spec.model_type,
+        "tokens": report.tokens,
+        "context": report.context,
+        "layers": report.layers,
+        "matmul_flops_per_token": report.matmul_flops,
+        "tree": node(report.model),
+        "attention": [
+            {
+                "way": way.name,
+                "formula": report.decode(way).formula,
+                "decode_calculation": report.decode(way).calculation,
+                "decode_flops_per_token_per_layer": report.decode(way).flops,
+                "prefill_flops_per_token_per_layer": float(report.prefill(way)),
+                "decode_flops_per_token": report.decode_total(way),
+                "prefill_flops_per_token": float(report.prefill_total(way)),
+            }
+            for way in Mla
+        ],
+        "absorbed_cheaper_than_reexpanded_from": report.crossover,
+    }
+
+
+def step_json(step) -> dict[str, Any]:
+    """One step's floor: per stage what one GPU reads and computes, and the times that bounds."""
+    return {
+        "batch": step.batch,
+        "context": step.context,
+        "attention": step.way.name,
+        "kv_fits": step.fits,
+        "stages": [
+            {
+                "stage": s.stage,
+                "weight_bytes": s.weight_bytes,
+                "expert_bytes": float(s.expert_bytes),
+                "kv_bytes": float(s.kv_bytes),
+                "bytes": float(s.bytes),
+                "flops": {dtype: float(f) for dtype, f in sorted(s.flops.items())},
+                "memory_time_s": s.memory_time,
+                "compute_time_s": s.compute_time,
+                "bound": s.bound,
+            }
+            for s in step.stages
+        ],
+        "floor_s": step.time,
+        "bound": step.bound,
+        "tokens_per_s": step.tokens_per_s,
+        "tokens_per_s_per_gpu": step.tokens_per_s_per_gpu,
+        "tokens_per_s_per_sequence": step.tokens_per_s_per_sequence,
+    }
+
+
+def speed_json(report: PlanReport, step, steps, prefill) -> dict[str, Any]:
+    """`plan --batch --context`: the decode floor, the sweep over batch sizes, the prefill floor."""
+    from kimicount.speed import compute_bound_from
+
+    return {
+        "decode": step_json(step),
+        "sweep": [step_json(s) for s in steps],
+        "compute_bound_from_batch": compute_bound_from(steps),
+        "prefill": step_json(prefill),
+    }

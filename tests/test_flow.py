@@ -1,0 +1,389 @@
+"""The forward pass: shapes, FLOPs per component, the three ways of running MLA, and the speed floor.
+
+Independent figures: FLOPs written out by hand (a matmul of in × out is 2 × in × out per token) from
+Kimi K2's config; the absorbed decode 2 × H × (576 + 512) × L plus its two absorption matmuls; the
+expected distinct experts E × (1 − (1 − k/E)^B) at B = 1 is exactly k; DeepSeek's inference-system
+overview (Open Source Week, day 6, 2025): decode on H800 with routed experts EP144 and attention DP144,
+2 routed experts per GPU (with 32 redundant ones), about 14.8k output tokens/s per H800 node at an
+average KV length of 4,989.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from fractions import Fraction
+
+import pytest
+
+from kimicount.flow import Mla, absorbed_crossover, attention_flops, expected_experts, prefill_attention_flops
+from kimicount.spec import bundled_spec
+
+from .helpers import FIXTURES, ROOT, invoke
+from .test_params_cli import _fails_cleanly
+from .test_plan import K2_THINKING_TP8
+
+K25 = str(FIXTURES / "kimi-k2.5")
+V3 = str(FIXTURES / "deepseek-v3")
+H, L = 64, 4096  # Kimi K2's heads; a context
+
+
+def cli_json(*args: str) -> dict:
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def find(node: dict, *path: str) -> dict:
+    for name in path:
+        node = next(c for c in node["children"] if c["name"] == name)
+    return node
+
+
+# --- shapes -----------------------------------------------------------------------------------------
+
+
+def test_shapes_view_names_the_dimensions():
+    out = invoke("params", "--detail", "shapes").stdout
+    assert "Shapes" in out.splitlines()[1]
+    for text in (
+        "x [B, T, 7,168] → c_Q [B, T, 1,536]",
+        "c_Q [B, T, 1,536] → q [B, T, 64 × 192]",
+        "c_KV [B, T, 512] → k_C [B, T, 64 × 128]",
+        "x [B, T, 7,168] → k_R [B, T, 64]",
+        "c_KV [B, T, 512] → v [B, T, 64 × 128]",
+        "o [B, T, 64 × 128] → h [B, T, 7,168]",
+        "x [B, T, 7,168] → g·u [B, T, 18,432] → y [B, T, 7,168]",
+        "x [B, T, 7,168] → g·u, top 8 of 384 [B·T·8, 2,048] → y [B, T, 7,168]",
+        "x [B, T, 7,168] → logits [B, T, 163,840]",
+        "x [B, T, 7,168] → h [B, T, 7,168]; reads c_KV [B, L, 512], k_R [B, L, 64]",
+    ):
+        assert text in out, text
+
+
+def test_shapes_in_json():
+    tree = cli_json("params")["tree"]
+    attention = find(tree, "61 transformer blocks", "60 MoE blocks (layers 1–60)", "Latent attention")
+    key = find(attention, "Key heads", "Key content up-projection")["flow"]
+    assert key["inputs"] == [
+        {"name": "c_KV", "shape": ["B", "T", 512], "dims": ["batch", "positions", "key–value latent"]}
+    ]
+    assert key["outputs"][0]["shape"] == ["B", "T", 64 * 128]
+    assert key["outputs"][0]["dims"][2] == "64 heads × 128"
+    assert attention["flow"]["reads"][0]["shape"] == ["B", "L", 512]
+    assert tree["flow"] is None  # groups of blocks have no one flow
+
+
+def test_shapes_without_query_compression():
+    out = invoke("params", "--detail", "shapes", "--config", str(FIXTURES / "deepseek-v2-lite")).stdout
+    assert "h [B, T, 2,048] → q [B, T, 16 × 192]" in out  # q_proj straight from the hidden state
+
+
+# --- FLOPs per component, by hand ---------------------------------------------------------------------
+
+# Per token, one MoE layer of Kimi K2: 2 × in × out for every matmul
+MOE_LAYER = {
+    "Query compression": 2 * 7_168 * 1_536,
+    "Key–value compression": 2 * 7_168 * 512,
+    "Query heads": 2 * 1_536 * 64 * 192,
+    "Key content up-projection": 2 * 512 * 64 * 128,
+    "Shared rotary key": 2 * 7_168 * 64,
+    "Value heads": 2 * 512 * 64 * 128,
+    "Causal attention": 2 * 64 * 128 * 7_168,
+    "Router": 2 * 7_168 * 384,
+    "Routed experts": 8 * 3 * 2 * 7_168 * 2_048,  # 8 of 384 experts, each gate, up and down
+    "Shared expert": 3 * 2 * 7_168 * 2_048,
+}
+DENSE_MLP = 3 * 2 * 7_168 * 18_432
+HEAD = 2 * 7_168 * 163_840
+
+
+def test_flops_per_token_of_every_kimi_k2_component():
+    report = cli_json("flops")
+    tree = report["tree"]
+    moe = find(tree, "61 transformer blocks", "60 MoE blocks (layers 1–60)")
+    attention = find(moe, "Latent attention")
+    for name in (
+        "Query compression",
+        "Key–value compression",
+        "Query heads",
+        "Value heads",
+        "Causal attention",
+    ):
+        assert find(attention, name)["flops_per_token"] == 60 * MOE_LAYER[name], name
+    for name in ("Key content up-projection", "Shared rotary key"):
+        assert find(attention, "Key heads", name)["flops_per_token"] == 60 * MOE_LAYER[name], name
+    for name in ("Router", "Routed experts", "Shared expert"):
+        assert find(moe, "Mixture of experts", name)["flops_per_token"] == 60 * MOE_LAYER[name], name
+    dense = find(tree, "61 transformer blocks", "1 dense block (layer 0)")
+    assert find(dense, "Dense MLP")["flops_per_token"] == DENSE_MLP
+    assert find(tree, "Output head")["flops_per_token"] == HEAD
+    assert find(tree, "Token embedding")["flops_per_token"] == 0  # a lookup
+    assert find(moe, "Attention RMSNorm")["flops_per_token"] == 0  # not a matmul
+    attention_layer = sum(
+        v for k, v in MOE_LAYER.items() if k not in ("Router", "Routed experts", "Shared expert")
+    )
+    total = (
+        61 * attention_layer
+        + DENSE_MLP
+        + 60 * (MOE_LAYER["Router"] + MOE_LAYER["Routed experts"] + MOE_LAYER["Shared expert"])
+        + HEAD
+    )
+    assert report["matmul_flops_per_token"] == tree["flops_per_token"] == total
+    assert (
+        find(moe, "Mixture of experts", "Routed experts")["calculation"] == "2 × 3 × 7,168 × 2,048 × 8 of 384"
+    )
+    assert find(attention, "Query heads")["compute"] == "fp8"
+    assert find(tree, "Output head")["compute"] == "bf16"
+
+
+def test_the_three_ways_of_running_mla_in_decode():
+    report = cli_json("flops", "--context", str(L))
+    ways = {entry["way"]: entry for entry in report["attention"]}
+    naive = 2 * H * (128 + 64 + 128) * L
+    absorbed = 2 * H * (576 + 512) * L  # scores over the 576-wide latent, values over its 512
+    reexpanded = naive + 2 * 512 * H * (128 + 128) * (L - 1)  # kv_b_proj over the L − 1 cached latents
+    assert ways["naive"]["decode_flops_per_token_per_layer"] == naive
+    assert ways["absorbed"]["decode_flops_per_token_per_layer"] == absorbed
+    assert ways["reexpanded"]["decode_flops_per_token_per_layer"] == reexpanded
+    # the absorbed way's two absorption matmuls, W_UK (128 -> 512 per head) on the query and W_UV
+    # (512 -> 128) on the output, are kv_b_proj's own FLOPs, counted in its rows
+    moe = find(report["tree"], "61 transformer blocks", "60 MoE blocks (layers 1–60)", "Latent attention")
+    assert find(moe, "Key heads", "Key content up-projection")["flops_per_token"] == 60 * 2 * H * 128 * 512
+    assert find(moe, "Value heads")["flops_per_token"] == 60 * 2 * H * 512 * 128
+    matmuls = report["matmul_flops_per_token"]
+    assert ways["absorbed"]["decode_flops_per_token"] == matmuls + 61 * absorbed
+
+
+def test_prefill_attention_is_the_causal_average():
+    # token t of T attends to t positions: Σ 2·H·320·t over t = 1 … T, per token
+    for tokens in (1, 7, 4096):
+        assert prefill_attention_flops(bundled_spec(), Mla.naive, tokens) == Fraction(
+            sum(2 * H * 320 * t for t in range(1, tokens + 1)), tokens
+        )
+    ways = {e["way"]: e for e in cli_json("flops", "--tokens", "4096")["attention"]}
+    assert ways["naive"]["prefill_flops_per_token_per_layer"] == H * 320 * 4097
+    assert (
+        ways["reexpanded"]["prefill_flops_per_token_per_layer"] == H * 320 * 4097
+    )  # expanded once in prefill
+    assert ways["absorbed"]["prefill_flops_per_token_per_layer"] == H * 1_088 * 4097
+
+
+def test_absorbed_beats_reexpanding_from_two_positions():
+    # absorbed 2·64·1,088·L against 2·64·320·L + 2·512·64·256·(L − 1): cheaper once L > 1.006
+    e, n, a = 2 * 512 * 64 * 256, 2 * 64 * 320, 2 * 64 * 1_088
+    assert e / (n + e - a) == pytest.approx(1.0059, abs=1e-4)
+    spec = bundled_spec()
+    assert absorbed_crossover(spec) == 2
+    assert attention_flops(spec, Mla.absorbed, 1).flops > attention_flops(spec, Mla.reexpanded, 1).flops
+    assert attention_flops(spec, Mla.absorbed, 2).flops < attention_flops(spec, Mla.reexpanded, 2).flops
+    assert cli_json("flops")["absorbed_cheaper_than_reexpanded_from"] == 2
+    out = invoke("flops").stdout
+    assert "Absorbed takes fewer FLOPs than re-expanding the latent from L = 2 on" in out
+    assert "= 2 × 64 × (512 + 64 + 512) × 4,096 = 570,425,344" in out
+
+
+def test_expected_distinct_experts():
+    assert expected_experts(384, 8, 1) == 8  # one token: exactly its k experts
+    assert expected_experts(384, 8, 0) == 0
+    assert expected_experts(384, 8, 2) == 384 * (1 - Fraction(376, 384) ** 2) == 8 + 8 - Fraction(64, 384)
+    previous = 0
+    for tokens in (1, 2, 8, 64, 512, 4096):
+        value = expected_experts(384, 8, tokens)
+        assert previous < value < 384
+        previous = value
+    assert 384 - expected_experts(384, 8, 4096) < Fraction(1, 10**30)
+
+
+# --- the speed floor, by hand -----------------------------------------------------------------------
+
+
+def test_decode_floor_of_k2_thinking_at_batch_1_by_hand():
+    report = cli_json(
+        "plan", "--config", K25, "--text-only", "--gpus", "8xH200", "--batch", "1", "--context", str(L)
+    )
+    step = report["decode"]
+    stage = step["stages"][0]
+    routed = K2_THINKING_TP8["Routed experts"]
+    whole = sum(K2_THINKING_TP8.values()) - K2_THINKING_TP8["Token embedding"] - routed
+    assert stage["weight_bytes"] == whole
+    assert stage["expert_bytes"] == pytest.approx(routed * 8 / 384, rel=1e-12)  # one token's 8 of 384
+    assert stage["kv_bytes"] == L * 70_272
+    replicated = 61 * (2 * 7_168 * 1_536 + 2 * 7_168 * 576) + 60 * 2 * 7_168 * 384  # q_a, kv_a, router
+    split = (  # over 8 GPUs: q_b, kv_b, o_proj, dense MLP, shared expert, head
+        61 * (2 * 1_536 * 12_288 + 2 * 512 * 16_384 + 2 * 8_192 * 7_168)
+        + DENSE_MLP
+        + 60 * 3 * 2 * 7_168 * 2_048
+        + HEAD
+    )
+    experts = 60 * 8 * 3 * 2 * 7_168 * 2_048  # one token's experts, an eighth of each on this GPU
+    attention = 61 * 2 * H * (576 + 512) * L
+    flops = replicated + Fraction(split + experts + attention, 8)
+    assert stage["flops"] == {"bf16": pytest.approx(float(flops), rel=1e-12)}  # INT4 and BF16 weights: bf16
+    memory = (whole + routed * 8 / 384 + L * 70_272) / 4.8e12
+    compute = float(flops) / 989.5e12
+    assert stage["memory_time_s"] == pytest.approx(memory, rel=1e-12)
+    assert stage["compute_time_s"] == pytest.approx(compute, rel=1e-12)
+    assert step["floor_s"] == pytest.approx(max(memory, compute), rel=1e-12)
+    assert step["bound"] == "memory"
+    assert step["tokens_per_s_per_gpu"] == pytest.approx(1 / max(memory, compute) / 8, rel=1e-12)
+
+
+def test_fp8_weights_compute_at_the_fp8_peak():
+    step = cli_json("plan", "--gpus", "16xH200", "--batch", "1", "--context", str(L))["decode"]
+    flops = step["stages"][0]["flops"]
+    # bf16: the router (replicated), the head (split) and the attention itself; the rest FP8
+    bf16 = 60 * 2 * 7_168 * 384 + Fraction(HEAD + 61 * 2 * H * 1_088 * L, 16)
+    assert flops["bf16"] == pytest.approx(float(bf16), rel=1e-12)
+    assert step["stages"][0]["compute_time_s"] == pytest.approx(
+        flops["bf16"] / 989.5e12 + flops["fp8"] / 1979e12
+    )
+
+
+def test_prefill_floor_by_hand():
+    prefill = cli_json("plan", "--config", K25, "--text-only", "--gpus", "8xH200", "--context", "1024")[
+        "prefill"
+    ]
+    tokens = 1_024
+    replicated = 61 * (2 * 7_168 * 1_536 + 2 * 7_168 * 576) + 60 * 2 * 7_168 * 384
+    split = (
+        61 * (2 * 1_536 * 12_288 + 2 * 512 * 16_384 + 2 * 8_192 * 7_168)
+        + DENSE_MLP
+        + 60 * 6 * 7_168 * 2_048
+        + HEAD
+    )
+    experts = 60 * 8 * 3 * 2 * 7_168 * 2_048
+    attention = 61 * H * 320 * (tokens + 1)  # expanded, averaged over the causal pass
+    flops = tokens * (replicated + Fraction(split + experts + attention, 8))
+    stage = prefill["stages"][0]
+    assert stage["flops"]["bf16"] == pytest.approx(float(flops), rel=1e-12)
+    # it still reads every weight on the GPU, all 384 experts' slices: 1,024 tokens touch them all
+    assert stage["weight_bytes"] + stage["expert_bytes"] == pytest.approx(
+        sum(K2_THINKING_TP8.values()) - K2_THINKING_TP8["Token embedding"], rel=1e-9
+    )
+    assert prefill["floor_s"] == pytest.approx(
+        max(stage["memory_time_s"], float(flops) / 989.5e12), rel=1e-12
+    )
+
+
+def test_sweep_marks_what_fits_and_where_decode_turns_compute_bound():
+    report = cli_json(
+        "plan", "--config", V3, "--gpus", "144xH800", "--dp", "144", "--ep", "144", "--context", "4989"
+    )
+    sweep = report["sweep"]
+    assert [s["batch"] for s in sweep] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    capacity = report["kv_cache"]["tokens_per_gpu"]
+    per_sequence = -(-4_989 // 64) * 64
+    for s in sweep:
+        assert s["kv_fits"] == (s["batch"] * per_sequence <= capacity)
+        assert s["bound"] == (
+            "compute" if s["stages"][0]["compute_time_s"] > s["stages"][0]["memory_time_s"] else "memory"
+        )
+    turn = report["compute_bound_from_batch"]
+    assert turn == next((s["batch"] for s in sweep if s["bound"] == "compute"), None)
+
+
+def test_deepseeks_published_decode_throughput_is_under_the_ceiling():
+    # DeepSeek-V3 on H800, routed experts EP144, attention DP144: "each GPU manages 2 routed experts"
+    report = cli_json(
+        "plan", "--config", V3, "--gpus", "144xH800", "--dp", "144", "--ep", "144", "--context", "4989"
+    )
+    rules = {w["name"]: w["rule"] for w in report["weights"]}
+    assert rules["Routed experts"].startswith("whole experts: 2 of 256")
+    ceiling = max(s["tokens_per_s_per_gpu"] for s in report["sweep"] if s["kv_fits"])
+    published = 14_800 / 8  # about 14.8k output tokens/s per 8-GPU node
+    assert ceiling > published
+    assert 3 < ceiling / published < 4  # README: "3.4 times"
+    # the figures README quotes: batch 128, the largest whose KV fits
+    best = next(s for s in report["sweep"] if s["batch"] == 128)
+    assert (
+        best["kv_fits"],
+        round(best["tokens_per_s_per_gpu"]),
+        round(8 * best["tokens_per_s_per_gpu"]),
+    ) == (
+        True,
+        6_380,
+        51_037,
+    )
+    assert f"{best['tokens_per_s_per_sequence']:.1f}" == "49.8"
+
+
+def test_speed_text_output():
+    out = invoke(
+        "plan", "--config", K25, "--text-only", "--gpus", "8xH200", "--batch", "64", "--context", "4096"
+    ).stdout
+    assert (
+        "Decode floor: 64 sequences per replica at context 4,096, latent cache, attention absorbed latent"
+        in out
+    )
+    assert "These are floors: time ≥ max(bytes ÷ HBM bandwidth, Σ FLOPs ÷ dense peak of their dtype)" in out
+    assert "Decode floor against batch, context 4,096" in out
+    assert "▒" in out  # the chart
+    assert "Prefill floor (time to first token) for a prompt of 4,096 tokens" in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["plan", "--gpus", "8xH200", "--batch", "0"], ["--batch 0", "positive"]),
+        (["plan", "--gpus", "8xH200", "--context", "0"], ["--context 0", "positive"]),
+        (
+            ["plan", "--gpus", "8", "--gpu-memory", "96GB", "--config", K25, "--batch", "1"],
+            ["--hbm-bandwidth", "--peak-bf16"],
+        ),
+        (["flops", "--tokens", "0"], ["--tokens 0", "positive"]),
+    ],
+)
+def test_bad_speed_options_fail_in_one_line(args, needles):
+    _fails_cleanly(invoke(*args), *needles)
+
+
+# --- benchmarks/measure_gpu.py: measured ÷ floor -------------------------------------------------------
+
+
+def _measure_gpu():
+    spec = importlib.util.spec_from_file_location("measure_gpu", ROOT / "benchmarks" / "measure_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_measure_gpu_sets_each_decode_step_beside_its_floor():
+    bench = _measure_gpu()
+    assert bench.floor_gpu(None, "NVIDIA H200").name == "H200"  # not the H20
+    assert bench.floor_gpu(None, "NVIDIA H20").name == "H20"
+    assert bench.floor_gpu(None, "NVIDIA H100 80GB HBM3").name == "H100"
+    report = {  # the shape of measure_json, at T = 32,768 and batch 8
+        "dtype": "bf16",
+        "tokens": 32_768,
+        "batch": 8,
+        "layers": 1,
+        "layouts": [{"layout": "naive", "decode_ms": 2.0}, {"layout": "latent", "decode_ms": 1.0}],
+    }
+    rows = {row["layout"]: row for row in bench.floors(bundled_spec(), bench.ACCELERATORS["H200"], report)}
+    weights = 2 * (7_168 * 1_536 + 1_536 * 12_288 + 7_168 * 576 + 512 * 16_384 + 8_192 * 7_168)
+    context = 32_769  # the cached positions and the new token
+    latent_bytes = weights + 8 * context * 1_152
+    naive_bytes = weights + 8 * context * 40_960
+    assert (rows["latent"]["floor_bytes"], rows["naive"]["floor_bytes"]) == (latent_bytes, naive_bytes)
+    matmuls = weights // 2
+    assert rows["latent"]["floor_flops"] == 8 * (2 * matmuls + 2 * 64 * 1_088 * context)
+    assert rows["naive"]["floor_flops"] == 8 * (2 * matmuls + 2 * 64 * 320 * context)
+    assert rows["latent"]["floor_ms"] == pytest.approx(latent_bytes / 4.8e12 * 1e3)  # memory-bound
+    assert rows["latent"]["measured_over_floor"] == pytest.approx(1.0 / rows["latent"]["floor_ms"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["flops"],
+        ["plan", "--gpus", "8xH200", "--config", K25, "--text-only", "--batch", "64"],
+        ["plan", "--gpus", "8xH200", "--config", K25, "--tp", "4", "--pp", "2", "--min-gpus", "--dp", "1"],
+        ["plan", "--gpus", "8xH200", "--dp", "8", "--ep", "8", "--context", "4096"],
+    ],
+)
+def test_80_columns_cut_no_number(args):
+    out = invoke(*args, env={"COLUMNS": "80"}).stdout
+    assert "…" not in out  # rich's mark of a cut cell
+    assert max(len(line) for line in out.splitlines()) <= 80

@@ -1,0 +1,453 @@
+"""`kimicount plan`: memory per GPU for a deployment, against figures from outside the code.
+
+- vLLM's published Kimi-K2-Thinking runs on 8 × H200 (vllm-project/recipes, moonshotai/Kimi-K2-Think.md,
+  startup logs of 2025-11-06): TP8 "Available KV cache memory: 46.80 GiB", "GPU KV cache size: 715,072
+  tokens"; TP8 + DCP8 "GPU KV cache size: 5,721,088 tokens"; vLLM's own "Maximum concurrency for
+  262,144 tokens per request" is tokens ÷ 262,144 = 2.73×.
+- Moonshot's deploy guidance for Kimi-K2-Instruct: "The smallest deployment unit for Kimi-K2 FP8
+  weights with 128k seqlen on mainstream H200 or H20 platform is a cluster with 16 GPUs".
+- The weights on one GPU, component by component, written out by hand below from the shapes of the
+  real checkpoints (Kimi-K2-Instruct: FP8 with F32 scales per 128 × 128 block; K2-Thinking / K2.5:
+  INT4 routed experts packed 8 per int32 with a BF16 scale per 32 inputs and an I32[2] shape).
+- nvidia-smi on an H200 reports 143,771 MiB.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from kimicount.hardware import ACCELERATORS, parse_gpus
+from kimicount.placement import pipeline_stages
+
+from .helpers import FIXTURES, invoke, run_kimicount
+from .test_params_cli import _fails_cleanly
+
+K25 = str(FIXTURES / "kimi-k2.5")  # K2-Thinking's language model and quantization (+ a vision tower)
+V3 = str(FIXTURES / "deepseek-v3")
+V32 = str(FIXTURES / "deepseek-v3.2-exp")
+GIB = 2**30
+H200_MEMORY = 143_771 * 2**20  # nvidia-smi's total on an H200
+
+
+def plan_json(*args: str) -> dict:
+    result = invoke("plan", "--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def per_gpu(report: dict) -> dict[str, int]:
+    """Component name -> bytes on one GPU (single stage)."""
+    return {c["name"]: c["bytes_per_gpu"][0] for c in report["weights"]}
+
+
+# --- vLLM's published Kimi-K2-Thinking run ---------------------------------------------------------
+
+
+def test_vllms_kimi_k2_thinking_kv_cache_on_8_h200_tp8():
+    report = plan_json("--config", K25, "--gpus", "8xH200", "--kv-memory", "46.80GiB")
+    kv = report["kv_cache"]
+    # 46.80 GiB over 64-token pages of 70,272 B per token: 11,173 pages
+    assert kv["bytes_per_token_per_gpu"] == 70_272
+    assert kv["tokens_per_gpu"] == 715_072 == 11_173 * 64
+    assert math.floor(46.80 * GIB / 70_272) == 715_094  # unrounded; pages round it down
+    assert kv["max_model_len"] == 262_144
+    assert f"{kv['max_concurrency']:.2f}" == "2.73"
+    out = invoke("plan", "--config", K25, "--gpus", "8xH200", "--kv-memory", "46.80GiB").stdout
+    assert "Pages of 64 tokens: floor(50,251,117,363 B ÷ (64 × 70,272 B)) = 11,173" in out
+    assert "Tokens: 11,173 × 64 = 715,072 per GPU" in out
+    assert "Maximum concurrency for 262,144 tokens per request: 2.73×" in out
+
+
+def test_vllms_kimi_k2_thinking_kv_cache_with_decode_context_parallel():
+    # vLLM printed 46.80 GiB again and 5,721,088 = 8 × 715,136 tokens: one page more per GPU than the
+    # TP8 run, so that run's pool was a little larger, still printing as 46.80 GiB.
+    assert 5_721_088 == 8 * 715_136 == 8 * 11_174 * 64
+    pool = 11_174 * 64 * 70_272  # the smallest pool that holds 11,174 pages
+    assert f"{pool / GIB:.2f}" == "46.80"
+    report = plan_json("--config", K25, "--gpus", "8xH200", "--dcp", "8", "--kv-memory", str(pool))
+    assert report["kv_cache"]["tokens_per_replica"] == 5_721_088
+    assert report["parallel"]["label"] == "TP8 + DCP8"
+    # and the TP8 run's pool gives 8 × its 715,072
+    report = plan_json("--config", K25, "--gpus", "8xH200", "--dcp", "8", "--kv-memory", "46.80GiB")
+    assert report["kv_cache"]["tokens_per_replica"] == 8 * 715_072
+
+
+def test_latent_bytes_per_token_of_every_deepseek_v3_shaped_model():
+    for config in (None, K25, V3):
+        args = ("--config", config) if config else ()
+        bf16 = plan_json(*args, "--gpus", "8xH200", "--kv-memory", "40GiB")["kv_cache"]
+        fp8 = plan_json(*args, "--gpus", "8xH200", "--kv-memory", "40GiB", "--kv-dtype", "fp8")["kv_cache"]
+        assert (
+            (bf16["layout"], bf16["bytes_per_token_per_gpu"])
+            == ("latent", (512 + 64) * 2 * 61)
+            == ("latent", 70_272)
+        )
+        assert (fp8["layout"], fp8["bytes_per_token_per_gpu"]) == ("latent", 35_136)
+
+
+def test_fp8_on_deepseek_v32_is_flashmlas_656_byte_record_plus_the_indexer_keys():
+    # vLLM turns an fp8 cache into fp8_ds_mla (512 fp8 + 4 F32 scales + 64 bf16) for DeepSeek-V3.2 only
+    kv = plan_json("--config", V32, "--gpus", "8xH200", "--kv-memory", "40GiB", "--kv-dtype", "fp8")[
+        "kv_cache"
+    ]
+    assert kv["layout"] == "flashmla-fp8"
+    assert kv["bytes_per_token_per_layer"] == 656 + (128 + 4) == 788
+    assert kv["bytes_per_token_per_gpu"] == 788 * 61
+    forced = plan_json("--gpus", "8xH200", "--kv-memory", "40GiB", "--kv-layout", "flashmla-fp8")["kv_cache"]
+    assert forced["bytes_per_token_per_gpu"] == 656 * 61
+
+
+# --- the accelerator table -----------------------------------------------------------------------
+
+
+def test_h200_is_what_the_device_reports():
+    gpus = plan_json("--gpus", "8xH200", "--kv-memory", "1GiB")["gpus"]
+    assert gpus["memory_bytes"] == H200_MEMORY
+    assert (gpus["hbm_bandwidth_bytes_per_s"], gpus["bf16_flops"], gpus["fp8_flops"]) == (
+        4_800 * 10**9,
+        989_500 * 10**9,  # dense: half the datasheet's 1,979 TFLOPS with sparsity
+        1_979_000 * 10**9,
+    )
+    assert "143,771 MiB" in gpus["source"]
+
+
+def test_the_table_has_every_accelerator_with_a_source():
+    names = {"A100-80GB", "H100", "H800", "H20", "H200", "B200", "GB200", "MI300X", "MI325X"}
+    assert names <= ACCELERATORS.keys()
+    for gpu in ACCELERATORS.values():
+        assert gpu.source and "\n" not in gpu.source
+        assert gpu.memory_bytes > 0 and gpu.hbm_bandwidth > 0 and gpu.bf16_flops > 0
+        # dense FP8 is twice BF16 on every part with FP8 (AMD's datasheet rounds: 2,614.9 = 2 × 1,307.45)
+        assert gpu.fp8_flops is None or abs(gpu.fp8_flops - 2 * gpu.bf16_flops) <= gpu.fp8_flops // 10_000
+    assert ACCELERATORS["A100-80GB"].fp8_flops is None
+    assert ACCELERATORS["MI300X"].memory_bytes == 206_141_652_992  # rocm-smi's VRAM total
+
+
+@pytest.mark.parametrize(
+    "text, count, name",
+    [
+        ("8xH200", 8, "H200"),
+        ("8×H200", 8, "H200"),
+        ("16xh100", 16, "H100"),
+        ("2 x MI300X", 2, "MI300X"),
+        ("4xA100", 4, "A100-80GB"),
+    ],
+)
+def test_gpus_option(text, count, name):
+    parsed_count, gpu = parse_gpus(text)
+    assert (parsed_count, gpu.name) == (count, name)
+
+
+def test_overrides_replace_the_tables_figures():
+    report = plan_json(
+        "--gpus", "8xH200", "--gpu-memory", "141GiB", "--hbm-bandwidth", "5TB/s", "--kv-memory", "1GiB"
+    )
+    gpus = report["gpus"]
+    assert (gpus["memory_bytes"], gpus["hbm_bandwidth_bytes_per_s"]) == (141 * GIB, 5 * 10**12)
+    assert gpus["overridden"] == ["memory", "hbm"]
+    custom = plan_json(
+        "--gpus", "4", "--gpu-memory", "96GB", "--config", K25, "--text-only", "--kv-memory", "1GiB"
+    )
+    assert (custom["gpus"]["count"], custom["gpus"]["memory_bytes"]) == (4, 96 * 10**9)
+
+
+# --- weights on one GPU, by hand -----------------------------------------------------------------
+
+# Kimi-K2-Instruct (FP8): a Linear [out, in] is out × in bytes + ceil(out/128) × ceil(in/128) × 4 of
+# scales; embedding, head, norms and router weight BF16; the router's bias F32. 61 layers, layer 0 dense.
+K2_TP8 = {
+    "Token embedding": 163_840 // 8 * 7_168 * 2,
+    "Attention RMSNorm": 61 * 7_168 * 2,
+    "Query compression": 61 * (1_536 * 7_168 + 12 * 56 * 4 + 1_536 * 2),  # q_a_proj + q_a_layernorm
+    "Key–value compression": 61 * (512 * 7_168 + 4 * 56 * 4 + 512 * 2),  # rows 0–511 + 4 scale rows
+    "Query heads": 61 * (1_536 * 1_536 + 12 * 12 * 4),  # 8 of 64 heads × 192 rows of q_b_proj
+    "Key content up-projection": 61 * (8 * 128 * 512 + 8 * 4 * 4),  # 8 heads' rows 0–127 of 256
+    "Shared rotary key": 61 * (64 * 7_168 + 1 * 56 * 4),
+    "Value heads": 61 * (8 * 128 * 512 + 8 * 4 * 4),
+    "Causal attention": 61 * (7_168 * 1_024 + 56 * 8 * 4),  # o_proj: 8 heads × 128 input columns
+    "MLP RMSNorm": 61 * 7_168 * 2,
+    "Dense MLP": 3 * (2_304 * 7_168 + 18 * 56 * 4),  # 18,432 / 8 wide
+    "Router": 60 * (384 * 7_168 * 2 + 384 * 4),
+    "Routed experts": 60 * 384 * 3 * (256 * 7_168 + 2 * 56 * 4),  # each expert 2,048 / 8 wide
+    "Shared expert": 60 * 3 * (256 * 7_168 + 2 * 56 * 4),
+    "Final RMSNorm": 7_168 * 2,
+    "Output head": 163_840 // 8 * 7_168 * 2,
+}
+K2_DP8_EP8 = {
+    **K2_TP8,
+    "Token embedding": 163_840 * 7_168 * 2,
+    "Query heads": 61 * (12_288 * 1_536 + 96 * 12 * 4),
+    "Key content up-projection": 61 * (64 * 128 * 512 + 64 * 4 * 4),
+    "Value heads": 61 * (64 * 128 * 512 + 64 * 4 * 4),
+    "Causal attention": 61 * (7_168 * 8_192 + 56 * 64 * 4),
+    "Dense MLP": 3 * (18_432 * 7_168 + 144 * 56 * 4),
+    "Routed experts": 60 * 48 * 3 * (2_048 * 7_168 + 16 * 56 * 4),  # 384 / 8 whole experts
+    "Shared expert": 60 * 3 * (2_048 * 7_168 + 16 * 56 * 4),
+    "Output head": 163_840 * 7_168 * 2,
+}
+
+# Kimi-K2-Thinking / K2.5 (INT4 routed experts; attention, dense MLP, shared expert, head in BF16).
+# A packed [out, in] is out × in/8 int32 + out × in/32 BF16 scales + an I32[2] shape: 8 bytes.
+K2_THINKING_TP8 = {
+    "Token embedding": 163_840 // 8 * 7_168 * 2,
+    "Attention RMSNorm": 61 * 7_168 * 2,
+    "Query compression": 61 * (1_536 * 7_168 + 1_536) * 2,
+    "Key–value compression": 61 * (512 * 7_168 + 512) * 2,
+    "Query heads": 61 * 1_536 * 1_536 * 2,
+    "Key content up-projection": 61 * 8 * 128 * 512 * 2,
+    "Shared rotary key": 61 * 64 * 7_168 * 2,
+    "Value heads": 61 * 8 * 128 * 512 * 2,
+    "Causal attention": 61 * 7_168 * 1_024 * 2,
+    "MLP RMSNorm": 61 * 7_168 * 2,
+    "Dense MLP": 3 * 2_304 * 7_168 * 2,
+    "Router": 60 * (384 * 7_168 * 2 + 384 * 4),
+    "Routed experts": 60
+    * 384
+    * (
+        2 * (256 * 7_168 // 8 * 4 + 256 * 7_168 // 32 * 2 + 8)  # gate_proj, up_proj [256, 7,168]
+        + (7_168 * 256 // 8 * 4 + 7_168 * 256 // 32 * 2 + 8)  # down_proj [7,168, 256]
+    ),
+    "Shared expert": 60 * 3 * 256 * 7_168 * 2,
+    "Final RMSNorm": 7_168 * 2,
+    "Output head": 163_840 // 8 * 7_168 * 2,
+}
+K2_THINKING_DP8_EP8 = {
+    **K2_THINKING_TP8,
+    "Token embedding": 163_840 * 7_168 * 2,
+    "Query heads": 61 * 12_288 * 1_536 * 2,
+    "Key content up-projection": 61 * 64 * 128 * 512 * 2,
+    "Value heads": 61 * 64 * 128 * 512 * 2,
+    "Causal attention": 61 * 7_168 * 8_192 * 2,
+    "Dense MLP": 3 * 18_432 * 7_168 * 2,
+    "Routed experts": 60 * 48 * 3 * (2_048 * 7_168 // 8 * 4 + 2_048 * 7_168 // 32 * 2 + 8),
+    "Shared expert": 60 * 3 * 2_048 * 7_168 * 2,
+    "Output head": 163_840 * 7_168 * 2,
+}
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        ((), K2_TP8),
+        (("--dp", "8", "--ep", "8"), K2_DP8_EP8),
+        (("--config", K25, "--text-only"), K2_THINKING_TP8),
+        (("--config", K25, "--text-only", "--dp", "8", "--ep", "8"), K2_THINKING_DP8_EP8),
+    ],
+    ids=["kimi-k2-tp8", "kimi-k2-dp8-ep8", "k2-thinking-tp8", "k2-thinking-dp8-ep8"],
+)
+def test_weights_per_gpu_component_by_component(args, expected):
+    report = plan_json("--gpus", "8xH200", *args)
+    assert per_gpu(report) == expected
+    assert report["stages"][0]["weights_bytes"] == sum(expected.values())
+
+
+def test_the_whole_model_column_adds_up_to_the_checkpoint():
+    report = plan_json("--gpus", "8xH200")
+    # Kimi-K2-Instruct's tensor data less its 61 rotary buffers (README, `params --by memory`)
+    assert sum(c["model_bytes"] for c in report["weights"]) == 1_029_173_249_888
+
+
+def test_k25_vision_tower_is_replicated_and_text_only_drops_it():
+    with_vision = per_gpu(plan_json("--gpus", "8xH200", "--config", K25))
+    assert with_vision["Vision tower and projector"] == (416_866_032 + 54_277_888) * 2  # BF16
+    assert "Vision tower and projector" not in per_gpu(
+        plan_json("--gpus", "8xH200", "--config", K25, "--text-only")
+    )
+
+
+def test_rules_are_stated_per_component():
+    rules = {c["name"]: c["rule"] for c in plan_json("--gpus", "8xH200")["weights"]}
+    assert rules["Query compression"] == "replicated"
+    assert rules["Query heads"] == "by heads: 8 of 64"
+    assert rules["Causal attention"] == "by heads, input side: 8 of 64"
+    assert rules["Dense MLP"] == "by width: 2,304 of 18,432"
+    assert rules["Routed experts"] == "each expert by width: 256 of 2,048"
+    assert rules["Token embedding"] == "by vocabulary: 20,480 of 163,840 rows"
+    ep = {c["name"]: c["rule"] for c in plan_json("--gpus", "8xH200", "--dp", "8", "--ep", "8")["weights"]}
+    assert ep["Routed experts"] == "whole experts: 48 of 384"
+    assert ep["Query heads"] == "whole on every GPU"
+    uneven = {c["name"]: c for c in plan_json("--gpus", "10xH200", "--dp", "10", "--ep", "10")["weights"]}
+    assert uneven["Routed experts"]["rule"] == "whole experts: 39 of 384 (the fullest GPU)"  # ceil(384 / 10)
+
+
+def test_pipeline_stages_split_layers_as_vllm_does():
+    # vLLM's get_pp_indices: 61 // pp per stage, the remainder to the stages before the last
+    assert [len(s) for s in pipeline_stages(61, 2)] == [31, 30]
+    assert [len(s) for s in pipeline_stages(61, 4)] == [15, 15, 16, 15]
+    assert [len(s) for s in pipeline_stages(61, 3)] == [20, 21, 20]
+    report = plan_json("--gpus", "8xH200", "--config", K25, "--text-only", "--tp", "4", "--pp", "2")
+    first, last = report["stages"]
+    assert (first["layers"][0], first["layers"][-1], last["layers"][0], last["layers"][-1]) == (0, 30, 31, 60)
+    weights = {c["name"]: c["bytes_per_gpu"] for c in report["weights"]}
+    assert weights["Token embedding"] == [163_840 // 4 * 7_168 * 2, 0]
+    assert weights["Output head"] == [0, 163_840 // 4 * 7_168 * 2]
+    assert weights["Dense MLP"] == [3 * 4_608 * 7_168 * 2, 0]  # layer 0 is on the first stage
+    assert (first["kv_layers"], last["kv_layers"]) == (31, 30)
+    assert report["kv_cache"]["tokens_per_gpu"] == min(first["kv_tokens"], last["kv_tokens"])
+
+
+# --- the pool, the reserve and the verdict -----------------------------------------------------------
+
+
+def test_pool_is_usable_memory_less_weights_and_the_given_reserve():
+    report = plan_json("--gpus", "8xH200", "--config", K25, "--text-only", "--reserve", "8GiB")
+    stage = report["stages"][0]
+    usable = H200_MEMORY * 9 // 10
+    assert report["usable_bytes"] == usable
+    assert stage["kv_pool_bytes"] == usable - sum(K2_THINKING_TP8.values()) - 8 * GIB
+    assert stage["kv_tokens"] == stage["kv_pool_bytes"] // (64 * 70_272) * 64
+    assert report["reserve"] == {
+        "bytes": 8 * GIB,
+        "estimate": False,
+        "formula": "",
+        "terms": [],
+        "assumes": "",
+    }
+
+
+def test_reserve_estimate_is_labelled_and_shows_its_formula():
+    report = plan_json("--gpus", "8xH200")
+    reserve = report["reserve"]
+    assert reserve["estimate"] is True
+    terms = {t["name"]: t["bytes"] for t in reserve["terms"]}
+    # 8,192 tokens × (8 top-k copies × max(2 × 256, 7,168) + 8 × 256 + 4 × 7,168) bf16 elements
+    assert terms["activations"] == 8_192 * (8 * 7_168 + 8 * 256 + 4 * 7_168) * 2 == 1_442_840_576
+    assert terms["sampler"] == 1_024 * 163_840 * 4 * 4  # fp32 logits of 1,024 rows, four copies
+    assert terms["runtime"] == 2 * GIB
+    assert reserve["bytes"] == sum(terms.values())
+    out = invoke("plan", "--gpus", "8xH200").stdout
+    assert "− reserve (an estimate, below)" in out
+    assert "Reserve, an estimate of vLLM V1's start-up profile" in out
+    assert reserve["assumes"].startswith("vLLM V1's start-up profile: one pass of max_batched_tokens tokens")
+    assert "8,192 × (8 × max(2 × 256, 7,168) + 8 × 256 + 4 × 7,168) × 2 B" in out
+    smaller = plan_json("--gpus", "8xH200", "--max-batched-tokens", "2048", "--max-num-seqs", "256")
+    assert {t["name"]: t["bytes"] for t in smaller["reserve"]["terms"]}["sampler"] == 256 * 163_840 * 16
+
+
+def test_kimi_k2_fp8_does_not_fit_8_h200_and_fits_16():
+    # Moonshot: the smallest unit for K2 FP8 at 128K on H200 is 16 GPUs (TP or DP + EP)
+    for args in ((), ("--dp", "8", "--ep", "8")):
+        report = plan_json("--gpus", "8xH200", *args)
+        assert report["fits"] is False and report["short_by_bytes"] > 0
+        assert report["kv_cache"]["tokens_per_gpu"] == 0
+    for args in ((), ("--dp", "16", "--ep", "16")):
+        report = plan_json("--gpus", "16xH200", *args)
+        assert report["fits"] is True and report["short_by_bytes"] == 0
+    out = invoke("plan", "--gpus", "8xH200").stdout
+    assert "on 8 × H200, TP8: does not fit: short by" in out.splitlines()[0]
+
+
+def test_short_by_is_what_one_sequence_lacks():
+    # with the pool given, one GPU lacks a 131,072-token sequence's latent less the pool
+    report = plan_json("--gpus", "8xH200", "--kv-memory", "1GiB")
+    assert report["fits"] is False
+    assert report["short_by_bytes"] == 131_072 * 70_272 - GIB
+
+
+def test_k2_thinking_fits_8_h200_at_tp8_and_dp8_ep8():
+    for args in ((), ("--dp", "8", "--ep", "8")):
+        report = plan_json("--gpus", "8xH200", "--config", K25, "--text-only", *args)
+        assert report["fits"] is True
+        kv = report["kv_cache"]
+        assert kv["tokens_total"] == kv["tokens_per_gpu"] * report["parallel"]["dp"]
+
+
+def test_min_gpus_finds_a_layout_that_holds_it():
+    report = plan_json("--gpus", "8xH200", "--config", K25, "--text-only", "--min-gpus")
+    count, parallel = report["min_gpus"]["count"], report["min_gpus"]["parallel"]
+    whole = sum(c["model_bytes"] for c in report["weights"])
+    assert count >= -(-whole // report["usable_bytes"])  # at least the weights' share of usable memory
+    args = ["--tp", str(parallel["tp"]), "--pp", str(parallel["pp"]), "--dp", str(parallel["dp"])]
+    if parallel["ep"] > 1:
+        args += ["--ep", str(parallel["ep"])]
+    assert plan_json("--gpus", f"{count}xH200", "--config", K25, "--text-only", *args)["fits"] is True
+    out = invoke("plan", "--gpus", "8xH200", "--config", K25, "--text-only", "--min-gpus").stdout
+    assert f"--min-gpus: {count} × H200 ({parallel['label']})" in out
+
+
+def test_mtp_layer_is_loaded_only_when_asked():
+    without = plan_json("--gpus", "8xH200", "--config", V3, "--kv-memory", "10GiB")
+    with_mtp = plan_json("--gpus", "8xH200", "--config", V3, "--kv-memory", "10GiB", "--mtp")
+    assert "Multi-token prediction" not in per_gpu(without)
+    assert per_gpu(with_mtp)["Multi-token prediction"] > 0
+    assert with_mtp["kv_cache"]["layers"] == 62  # its own attention layer caches too
+    assert with_mtp["kv_cache"]["bytes_per_token_per_gpu"] == 62 * 1_152
+
+
+def test_text_output_has_the_tables_and_the_bar():
+    out = invoke("plan", "--gpus", "8xH200", "--config", K25, "--text-only").stdout
+    assert "on 8 × H200, TP8: fits" in out.splitlines()[0]
+    assert "H200: NVIDIA H200 SXM 141GB, 143,771 MiB as the device reports it" in out
+    assert "Routed experts" in out and "each expert by width: 256 of 2,048" in out
+    assert "█" in out and "▓ reserve" in out and "▒ KV cache" in out
+    assert "each of the 8 TP ranks holds all of it (the latent belongs to no head)" in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_plan_imports_neither_torch_nor_the_hub():
+    result = run_kimicount("plan", "--gpus", "8xH200", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == 0, result.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "kimicount.plan" in imported
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "huggingface_hub")}
+
+
+def test_the_deployment_modules_import_neither_rich_nor_torch_nor_the_hub():
+    code = (
+        "import sys, kimicount.hardware, kimicount.placement, kimicount.plan, kimicount.reports_plan; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'rich', 'torch', 'huggingface_hub', 'typer'}))"
+    )
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+# --- what no engine can run: one line, exit 2 ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        ([], ["Missing option '--gpus'"]),
+        (["--gpus", "8xH300"], ["unknown accelerator 'H300'", "H200"]),
+        (["--gpus", "eight"], ["--gpus 'eight'", "8xH200"]),
+        (["--gpus", "8"], ["name the GPU type", "--gpu-memory"]),
+        (["--gpus", "6xH200"], ["--tp 6", "64 attention heads"]),
+        (["--gpus", "8xH200", "--dp", "8", "--ep", "4"], ["--ep 4", "TP × DP", "--ep 8"]),
+        (["--gpus", "8xH200", "--dp", "3"], ["--gpus 8", "--dp 3"]),
+        (["--gpus", "8xH200", "--tp", "4"], ["--tp 4 × --pp 1 × --dp 1 = 4 GPUs", "--gpus says 8"]),
+        (["--gpus", "64xH200", "--pp", "64"], ["--pp 64", "more stages than the 61 layers"]),
+        (["--gpus", "8xH200", "--dcp", "3"], ["--dcp 3", "must divide --tp 8"]),
+        (
+            ["--gpus", "32xH200"],
+            ["--tp 32", "mlp.gate_proj", "576 rows per GPU (18,432 over 32)", "FP8 blocks"],
+        ),
+        (
+            ["--gpus", "32xH200", "--tp", "16", "--dp", "2"],
+            ["--tp 16 × --dp 2", "experts", "64 rows", "FP8 blocks"],
+        ),
+        (["--gpus", "64xH200", "--tp", "64"], ["q_b_proj", "192 rows", "FP8 blocks"]),
+        (["--gpus", "8xH200", "--mtp"], ["--mtp", "no multi-token-prediction layer"]),
+        (["--gpus", "8xH200", "--kv-dtype", "int4"], ["--kv-dtype 'int4'", "bf16"]),
+        (["--gpus", "8xH200", "--kv-layout", "paged"], ["--kv-layout 'paged'", "latent"]),
+        (["--gpus", "8xH200", "--kv-memory", "lots"], ["--kv-memory 'lots'", "GiB"]),
+        (["--gpus", "8xH200", "--reserve", "0"], ["--reserve '0'", "at least 1 byte"]),
+        (["--gpus", "8xH200", "--gpu-memory-utilization", "1.5"], ["--gpu-memory-utilization 1.5", "(0, 1]"]),
+        (["--gpus", "8xH200", "--block-size", "0"], ["--block-size 0", "positive"]),
+        (["--gpus", "8xH200", "--hbm-bandwidth", "fast"], ["--hbm-bandwidth 'fast'", "TB/s"]),
+    ],
+)
+def test_bad_layouts_fail_in_one_line(args, needles):
+    _fails_cleanly(invoke("plan", *args), *needles)
+
+
+def test_int4_groups_are_not_cut():
+    # K2-Thinking's expert down_proj has 2,048 inputs in groups of 32: 128 GPUs would leave 16 each
+    _fails_cleanly(
+        invoke("plan", "--config", K25, "--gpus", "128xH200", "--tp", "8", "--dp", "16"), "INT4 groups of 32"
+    )
