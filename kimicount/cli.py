@@ -1,8 +1,17 @@
 """The command line: parse options, call the library, render with rich or print --json. Nothing else.
 
-Exit codes: 0 ok, 1 a check failed (a mismatch), 2 bad input, an unreachable source or unwritable
-output, 3 an internal error (a bug), 130 Ctrl-C, 141 the reader closed the pipe; every error is one
-line on stderr (KIMICOUNT_DEBUG=1 shows the traceback instead).
+Every command has the same shape, so that a new one slots in the same way:
+- its options are the shared annotated types below: the model (a positional ORG/NAME, --repo, --config,
+  --revision), and counts, sizes and dtypes as text that kimicount.options reads the same everywhere;
+- its body calls the library, then prints --json or hands the result to its view (render*.py);
+- an option the chosen view does not use is named on stderr (`_ignored`), never silently dropped.
+Modules are imported inside the commands, so that --help, --version and errors import neither rich
+nor the anatomy (a test checks this with -X importtime).
+
+Exit codes: 0 ok, 1 a check failed (verify found a mismatch, measure a cache off its prediction), 2 bad
+input, an unreachable source or unwritable output, 3 an internal error (a bug), 130 interrupted, 141
+the reader closed the pipe; every error is one line on stderr (KIMICOUNT_DEBUG=1 shows the traceback
+instead).
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from typer.core import TyperGroup
 
 from kimicount import __version__
 from kimicount.errors import KimicountError, UsageError
-from kimicount.render import Detail
+from kimicount.options import DTYPE_METAVAR, Detail, parse_count, parse_depth, parse_dtype
 
 if TYPE_CHECKING:
     from kimicount.source import HubOptions
@@ -206,36 +215,75 @@ def degrade_unencodable_output() -> None:
             stream.reconfigure(errors="kimicount-ascii")
 
 
+EXIT_CODES = (
+    "Exit codes: 0 ok; 1 a check failed (verify: a mismatch; measure: a cache off its prediction); "
+    "2 bad input, an unreachable source or unwritable output; 3 an internal error (a bug); "
+    "130 interrupted; 141 the reader closed the pipe."
+)
+
 app = typer.Typer(
     cls=OneLineErrors,
     name="kimicount",
     help="Exact parameter and KV-cache accounting for Kimi K2 and the DeepSeek-V3 family (MLA + MoE).\n\n"
     "With no model named, every command reads the bundled moonshotai/Kimi-K2-Instruct config.",
+    epilog=EXIT_CODES,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # click's plain help: --help imports no rich, wraps to the terminal, and shows no <bool> metavars
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},  # commands inherit it
 )
 
+
+def choices(enum: type[Enum]) -> str:
+    """How --help shows an option's choices: [a|b|c], the style of every choice option."""
+    return f"[{'|'.join(member.value for member in enum)}]"
+
+
+ModelArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[ORG/NAME]",
+        help="A Hub repo id, as hf download takes it (the same as --repo).",
+        show_default=False,
+    ),
+]
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", help="A config.json file, or a folder holding one.", show_default=False),
+    typer.Option(
+        "--config", metavar="PATH", help="A config.json file, or a folder holding one.", show_default=False
+    ),
 ]
 RepoOption = Annotated[
     str | None,
     typer.Option(
         "--repo",
-        help="A Hub repo id (ORG/NAME); only config.json is downloaded. Honours HF_ENDPOINT, HF_TOKEN, "
-        "HF_HUB_OFFLINE and the Hub cache.",
+        metavar="ORG/NAME",
+        help="A Hub repo id; only config.json is downloaded. Honours HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE "
+        "and the Hub cache.",
         show_default=False,
     ),
 ]
 RevisionOption = Annotated[
-    str | None, typer.Option("--revision", help="Branch, tag or commit of --repo.", show_default=False)
+    str | None,
+    typer.Option("--revision", metavar="REV", help="Branch, tag or commit of the repo.", show_default=False),
+]
+DtypeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        metavar=DTYPE_METAVAR,
+        help="Cache dtype, also as config.json (bfloat16) or safetensors (BF16) spell it. Default: the model's "
+        "torch_dtype.",
+        show_default=False,
+    ),
 ]
 TokenOption = Annotated[
     str | None,
     typer.Option(
         "--token",
+        metavar="TOKEN",
         help="A Hugging Face token for --repo (default: HF_TOKEN, or the one `hf auth login` saved).",
         show_default=False,
     ),
@@ -251,6 +299,35 @@ TimeoutOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the stable JSON report instead of tables.")]
+
+#: How --help describes the forms a count takes (--tokens, --batch, ...).
+COUNTS = "128k = 128,000, 128Ki = 131,072, 1e6"
+
+
+def _repo(model: str | None, repo: str | None) -> str | None:
+    """The repo named positionally (as `hf download ORG/NAME`) or with --repo."""
+    if model is not None and repo is not None and model != repo:
+        raise UsageError(f"name the repo once: {model} or --repo {repo}, not both")
+    return model if model is not None else repo
+
+
+def _warn(message: str) -> None:
+    typer.echo(f"kimicount: warning: {message}", err=True)
+
+
+def _ignored(ctx: typer.Context, why: str, *names: str) -> None:
+    """One line on stderr naming the options among `names` (parameter names) that the user gave and the
+    chosen view does not use: `why` says which view."""
+    given = [
+        "/".join(param.opts + param.secondary_opts)
+        for param in ctx.command.params
+        if param.name in names
+        and (source := ctx.get_parameter_source(param.name)) is not None
+        and source.name in ("COMMANDLINE", "ENVIRONMENT")
+    ]
+    if given:
+        options = " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 1 else given)
+        _warn(f"{options} {'has' if len(given) == 1 else 'have'} no effect {why}")
 
 
 def print_json(report: dict[str, Any]) -> None:
@@ -288,8 +365,10 @@ class Breakdown(str, Enum):
     memory = "memory"
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES, short_help="Parameters per component and layer, in total and activated.")
 def params(
+    ctx: typer.Context,
+    model: ModelArgument = None,
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
@@ -299,21 +378,29 @@ def params(
         Breakdown,
         typer.Option(
             "--by",
-            help="component: the component tree; layer: one row per layer; memory: weight bytes per component, "
-            "as stored (FP8, INT4) and in BF16.",
+            metavar=choices(Breakdown),
+            help="component: the component tree; layer: one row per layer (identical layers share a row); "
+            "memory: weight bytes per component, as stored (FP8, INT4) and in BF16.",
         ),
     ] = Breakdown.component,
     depth: Annotated[
-        int | None,
-        typer.Option("--depth", min=0, help="Fold the tree below this depth (0 = the model only)."),
-    ] = None,
+        str,
+        typer.Option(
+            "--depth",
+            metavar="N",
+            help="Tree rows down to depth N: 0 = the model alone, all = every component.",
+        ),
+    ] = "3",
     detail: Annotated[
-        Detail,
+        Detail | None,
         typer.Option(
             "--detail",
-            help="Last column: calculation (numbers), formula (config keys) or tensors (checkpoint names).",
+            metavar=choices(Detail),
+            help="Last column: calculation (numbers; the default, left out when the terminal is too narrow "
+            "for it), formula (config keys) or tensors (checkpoint names).",
+            show_default=False,
         ),
-    ] = Detail.calculation,
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Parameters per component, per layer, in total and activated per token.
@@ -321,11 +408,12 @@ def params(
     Counts come from config.json alone. FP8 scales and rotary buffers are not parameters; the
     multi-token-prediction module (DeepSeek-V3) is reported apart, outside the total.
     """
+    max_depth = parse_depth(depth)  # option text is read first: a typo costs no imports
     from kimicount.anatomy import build_anatomy
     from kimicount.source import load_spec
 
-    with _activity(not as_json, repo, token, timeout) as activity:
-        spec = load_spec(config, repo, revision, activity.hub)
+    with _activity(not as_json, _repo(model, repo), token, timeout) as activity:
+        spec = load_spec(config, _repo(model, repo), revision, activity.hub)
     anatomy = build_anatomy(spec)
     if by is Breakdown.memory:
         from kimicount.storage import require_modelled
@@ -334,25 +422,33 @@ def params(
     if as_json:
         from kimicount.reports import params_json
 
+        shaped = ("depth", "detail") if by is Breakdown.memory else ("by", "depth", "detail")
+        _ignored(ctx, "with --json (it holds the whole tree and every layer)", *shaped)
         print_json(params_json(anatomy))
         return
-    from kimicount import render
+    from kimicount.render import make_console
+    from kimicount.render_params import render_layers, render_memory, render_params
 
-    console = render.make_console()
+    console = make_console()
     if by is Breakdown.layer:
-        render.render_layers(console, anatomy)
+        _ignored(ctx, "with --by layer (one row per layer)", "depth", "detail")
+        render_layers(console, anatomy)
     elif by is Breakdown.memory:
-        render.render_memory(console, anatomy, max_depth=depth)
+        _ignored(ctx, "with --by memory (it shows bytes, not calculations)", "detail")
+        render_memory(console, anatomy, max_depth=max_depth)
     else:
-        render.render_params(console, anatomy, max_depth=depth, detail=detail)
+        render_params(console, anatomy, max_depth=max_depth, detail=detail)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES, short_help="Check a checkpoint against the anatomy, from its headers alone.")
 def verify(
+    ctx: typer.Context,
+    model: ModelArgument = None,
     path: Annotated[
         Path | None,
         typer.Option(
             "--path",
+            metavar="DIR",
             help="A local checkpoint folder (model.safetensors.index.json, model.safetensors or shards).",
             show_default=False,
         ),
@@ -361,7 +457,8 @@ def verify(
         str | None,
         typer.Option(
             "--repo",
-            help="A Hub repo id (ORG/NAME): its config.json and safetensors headers, never the tensor data.",
+            metavar="ORG/NAME",
+            help="A Hub repo id: its config.json and safetensors headers, never the tensor data.",
             show_default=False,
         ),
     ] = None,
@@ -372,11 +469,14 @@ def verify(
         Path | None,
         typer.Option(
             "--config",
+            metavar="PATH",
             help="config.json to check against (default: the checkpoint's own).",
             show_default=False,
         ),
     ] = None,
-    depth: Annotated[int, typer.Option("--depth", min=0, help="Component rows down to this tree depth.")] = 3,
+    depth: Annotated[
+        str, typer.Option("--depth", metavar="N", help="Component rows down to depth N (all: every one).")
+    ] = "3",
     as_json: JsonOption = False,
 ) -> None:
     """Check every tensor of a checkpoint against the computed anatomy, reading only the headers.
@@ -384,21 +484,25 @@ def verify(
     Names, shapes and dtypes are compared; FP8 block scales are checked against their weights and,
     like rotary buffers, counted apart. Exit 0 when everything matches, 1 on any mismatch.
     """
+    max_depth = parse_depth(depth)
     from kimicount.anatomy import build_anatomy
     from kimicount.source import load_checkpoint
     from kimicount.verify import verify as verify_checkpoint
 
+    repo = _repo(model, repo)
     with _activity(not as_json, repo, token, timeout, local_files=True) as activity, _gc_paused():
         spec, checkpoint = load_checkpoint(path, repo, revision, config, activity.on_file, activity.hub)
         report = verify_checkpoint(build_anatomy(spec), checkpoint)
     if as_json:
         from kimicount.reports import verify_json
 
+        _ignored(ctx, "with --json (it holds every component)", "depth")
         print_json(verify_json(report))
     else:
-        from kimicount import render
+        from kimicount.render import make_console
+        from kimicount.render_verify import render_verify
 
-        render.render_verify(render.make_console(), report, max_depth=depth)
+        render_verify(make_console(), report, max_depth=max_depth)
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -471,22 +575,29 @@ def _activity(
         yield _Activity(hub(status, note), on_file)
 
 
-@app.command("kv-cache")
+@app.command(
+    "kv-cache",
+    epilog=EXIT_CODES,
+    short_help="KV-cache bytes per layout, for any context, batch and GPU split.",
+)
 def kv_cache(
+    ctx: typer.Context,
+    model: ModelArgument = None,
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
     token: TokenOption = None,
     timeout: TimeoutOption = None,
     tokens: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--tokens",
-            help="Tokens per sequence (context length). Default: the model's max_position_embeddings.",
+            metavar="N",
+            help=f"Tokens per sequence (context length; {COUNTS}). Default: the model's max_position_embeddings.",
             show_default=False,
         ),
     ] = None,
-    batch: Annotated[int, typer.Option("--batch", help="Sequences cached at once.")] = 1,
+    batch: Annotated[str, typer.Option("--batch", metavar="N", help="Sequences cached at once.")] = "1",
     layout: Annotated[
         list[str] | None,
         typer.Option(
@@ -498,31 +609,25 @@ def kv_cache(
             show_default=False,
         ),
     ] = None,
-    dtype: Annotated[
-        str | None,
-        typer.Option(
-            "--dtype",
-            metavar="[bf16|fp16|fp32|fp8]",
-            help="Cache element type. Default: the config's torch_dtype.",
-            show_default=False,
-        ),
-    ] = None,
+    dtype: DtypeOption = None,
     block_size: Annotated[
-        int,
+        str,
         typer.Option(
             "--block-size",
+            metavar="N",
             help="Page size in tokens: engines allocate whole pages, so each sequence is rounded up "
-            "(vLLM and SGLang use 16 to 64; FlashMLA 64). Default 1: no rounding.",
+            "(vLLM and SGLang use 16 to 64; FlashMLA 64). 1: no rounding.",
         ),
-    ] = 1,
+    ] = "1",
     tp: Annotated[
-        int,
+        str,
         typer.Option(
             "--tp",
-            help="Tensor-parallel GPUs: naive and flash split their heads across them (tp must divide "
+            metavar="N",
+            help="Tensor-parallel GPUs: naive and flash split their heads across them (N must divide "
             "num_attention_heads); the latent is replicated on every GPU.",
         ),
-    ] = 1,
+    ] = "1",
     include_mtp: Annotated[
         bool,
         typer.Option(
@@ -533,6 +638,7 @@ def kv_cache(
         str | None,
         typer.Option(
             "--budget",
+            metavar="SIZE",
             help="Memory for the cache on each GPU, e.g. 80GiB, 80GB, 512MiB or bytes: prints the most "
             "tokens, and the most sequences of --tokens, that fit in each layout.",
             show_default=False,
@@ -545,7 +651,9 @@ def kv_cache(
         Path | None,
         typer.Option(
             "--plot",
-            help="Also write that chart as an SVG file (log-log: bytes against context length).",
+            metavar="FILE.svg",
+            help="Also write that chart as an SVG file (log-log: bytes against context length; per-GPU "
+            "lines with --tp, the budget with --budget).",
             show_default=False,
         ),
     ] = None,
@@ -556,19 +664,20 @@ def kv_cache(
     Multi-head latent attention caches one small latent per token for all heads; engines that expand
     it into per-head keys and values pay for every head (35.6× the latent for Kimi K2).
     """
-    from kimicount.kvcache import context_sweep, kv_cache_report, parse_layout, parse_size
+    from kimicount.kvcache import context_sweep, kv_cache_report, parse_layout
+    from kimicount.options import parse_size
     from kimicount.source import load_spec
 
-    with _activity(not as_json, repo, token, timeout) as activity:
-        spec = load_spec(config, repo, revision, activity.hub)
+    with _activity(not as_json, _repo(model, repo), token, timeout) as activity:
+        spec = load_spec(config, _repo(model, repo), revision, activity.hub)
     report = kv_cache_report(
         spec,
-        tokens=tokens,
-        batch=batch,
-        dtype=dtype,
+        tokens=None if tokens is None else parse_count(tokens, "--tokens"),
+        batch=parse_count(batch, "--batch"),
+        dtype=None if dtype is None else parse_dtype(dtype),
         layouts=[parse_layout(name) for name in layout or ()],
-        block_size=block_size,
-        tp=tp,
+        block_size=parse_count(block_size, "--block-size"),
+        tp=parse_count(tp, "--tp"),
         include_mtp=include_mtp,
         budget=None if budget is None else parse_size(budget),
     )
@@ -576,18 +685,26 @@ def kv_cache(
         from kimicount.chart import write_svg
 
         write_svg(plot, report, context_sweep(report))
+    longest = report.spec.max_position_embeddings
+    if report.workload.tokens > longest:
+        _warn(
+            f"--tokens {report.workload.tokens:,} is past the model's context, {longest:,} tokens "
+            "(max_position_embeddings); the sizes are exact all the same"
+        )
     if as_json:
         from kimicount.reports import kv_cache_json
 
+        _ignored(ctx, "with --json", "chart")
         print_json(kv_cache_json(report))
         return
-    from kimicount import render
+    from kimicount.render import make_console, show
+    from kimicount.render_kv_cache import render_cache_chart, render_kv_cache
 
-    console = render.make_console()
-    render.render_kv_cache(console, report)
+    console = make_console()
+    render_kv_cache(console, report)
     if chart:
-        render.show(console)
-        render.render_cache_chart(console, context_sweep(report))
+        show(console)
+        render_cache_chart(console, context_sweep(report))
 
 
 class MeasureDevice(str, Enum):
@@ -596,8 +713,11 @@ class MeasureDevice(str, Enum):
     cpu = "cpu"
 
 
-@app.command("measure")
+@app.command(
+    "measure", epilog=EXIT_CODES, short_help="Build each KV-cache layout in torch and measure its bytes."
+)
 def measure_command(
+    model: ModelArgument = None,
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
@@ -606,25 +726,26 @@ def measure_command(
     device: Annotated[
         MeasureDevice,
         typer.Option(
-            "--device", help="auto: the CUDA GPU when torch sees one, else the CPU; cuda: fail without one."
+            "--device",
+            metavar=choices(MeasureDevice),
+            help="auto: the CUDA GPU when torch sees one, else the CPU; cuda: fail without one.",
         ),
     ] = MeasureDevice.auto,
-    tokens: Annotated[int, typer.Option("--tokens", help="Tokens prefilled into each cache (T).")] = 4096,
-    batch: Annotated[int, typer.Option("--batch", help="Sequences in the batch (B).")] = 1,
+    tokens: Annotated[
+        str, typer.Option("--tokens", metavar="N", help=f"Tokens prefilled into each cache (T; {COUNTS}).")
+    ] = "4096",
+    batch: Annotated[str, typer.Option("--batch", metavar="N", help="Sequences in the batch (B).")] = "1",
     layers: Annotated[
-        int, typer.Option("--layers", help="Layers whose caches are filled (caches grow linearly with it).")
-    ] = 1,
-    dtype: Annotated[
-        str | None,
+        str,
         typer.Option(
-            "--dtype",
-            help="Cache dtype: bf16, fp16, fp32 or fp8 (default: the model's torch_dtype).",
-            show_default=False,
+            "--layers", metavar="N", help="Layers whose caches are filled (caches grow linearly with it)."
         ),
-    ] = None,
+    ] = "1",
+    dtype: DtypeOption = None,
     decode_steps: Annotated[
-        int, typer.Option("--decode-steps", help="Decode steps timed after a warm-up one (median).")
-    ] = 5,
+        str,
+        typer.Option("--decode-steps", metavar="N", help="Decode steps timed after a warm-up one (median)."),
+    ] = "5",
     as_json: JsonOption = False,
 ) -> None:
     """Build each KV-cache layout for real in torch and measure the bytes it holds.
@@ -632,48 +753,63 @@ def measure_command(
     Runs one MLA attention layer at the model's true dimensions with seeded random weights, fills the
     naive, flash, latent and FlashMLA-fp8 caches by a real prefill, compares their bytes with the
     kv-cache prediction, and decodes one more token over each to check that they hold the same thing.
-    Needs torch, an optional extra: pip install "kimicount\\[measure]". Exits 1 when a cache holds other
-    bytes than predicted or decodes differently from the naive cache.
+    Exits 1 when a cache holds other bytes than predicted or decodes differently from the naive cache.
+
+    Needs torch, an optional extra: from a kimicount checkout, pip install "torch==2.13.0+cpu" -e
+    ".[measure]" --extra-index-url https://download.pytorch.org/whl/cpu (with a CUDA GPU: pip install
+    torch==2.13.0 -e ".[measure]").
     """
     from kimicount.measure import measure
     from kimicount.source import load_spec
 
-    with _activity(not as_json, repo, token, timeout) as activity:
-        spec = load_spec(config, repo, revision, activity.hub)
+    with _activity(not as_json, _repo(model, repo), token, timeout) as activity:
+        spec = load_spec(config, _repo(model, repo), revision, activity.hub)
     result = measure(
         spec,
         device=device.value,
-        tokens=tokens,
-        batch=batch,
-        layers=layers,
-        dtype=dtype,
-        decode_steps=decode_steps,
+        tokens=parse_count(tokens, "--tokens"),
+        batch=parse_count(batch, "--batch"),
+        layers=parse_count(layers, "--layers"),
+        dtype=None if dtype is None else parse_dtype(dtype),
+        decode_steps=parse_count(decode_steps, "--decode-steps"),
     )
     if as_json:
         from kimicount.reports import measure_json
 
         print_json(measure_json(result))
     else:
-        from kimicount import render
+        from kimicount.render import make_console
+        from kimicount.render_measure import render_measure
 
-        render.render_measure(render.make_console(), result)
+        render_measure(make_console(), result)
     if not result.ok:
         raise typer.Exit(1)
 
 
-@app.command("flops")
+@app.command(
+    "flops", epilog=EXIT_CODES, short_help="FLOPs per token of every component, and of MLA run three ways."
+)
 def flops_command(
+    model: ModelArgument = None,
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
     token: TokenOption = None,
     timeout: TimeoutOption = None,
-    tokens: Annotated[int, typer.Option("--tokens", help="Prompt length T of the prefill.")] = 4096,
-    context: Annotated[int, typer.Option("--context", help="Positions L a decode step attends to.")] = 4096,
+    tokens: Annotated[
+        str, typer.Option("--tokens", metavar="N", help=f"Prompt length T of the prefill ({COUNTS}).")
+    ] = "4096",
+    context: Annotated[
+        str, typer.Option("--context", metavar="N", help="Positions L a decode step attends to.")
+    ] = "4096",
     depth: Annotated[
-        int | None,
-        typer.Option("--depth", min=0, help="Fold the tree below this depth (0 = the model only)."),
-    ] = None,
+        str,
+        typer.Option(
+            "--depth",
+            metavar="N",
+            help="Tree rows down to depth N: 0 = the model alone, all = every component.",
+        ),
+    ] = "all",
     as_json: JsonOption = False,
 ) -> None:
     """FLOPs per token of every component, and of the attention in each way engines run MLA.
@@ -681,36 +817,46 @@ def flops_command(
     A matmul of in × out is 2 × in × out FLOPs per token. The attention is shown for a naive cache,
     the latent re-expanded through kv_b_proj every step, and the absorbed latent, in prefill and decode.
     """
+    max_depth = parse_depth(depth)
+    prompt, positions = parse_count(tokens, "--tokens"), parse_count(context, "--context")
     from kimicount.anatomy import build_anatomy
     from kimicount.flow import flops_report
     from kimicount.source import load_spec
 
-    with _activity(not as_json, repo, token, timeout) as activity:
-        spec = load_spec(config, repo, revision, activity.hub)
+    with _activity(not as_json, _repo(model, repo), token, timeout) as activity:
+        spec = load_spec(config, _repo(model, repo), revision, activity.hub)
     anatomy = build_anatomy(spec)
-    report = flops_report(anatomy.spec, anatomy.model, tokens=tokens, context=context)
+    report = flops_report(anatomy.spec, anatomy.model, tokens=prompt, context=positions)
     if as_json:
         from kimicount.reports_plan import flops_json
 
         print_json(flops_json(report))
         return
-    from kimicount import render
+    from kimicount.render import make_console
     from kimicount.render_flow import render_flops
 
-    render_flops(render.make_console(), report, max_depth=depth)
+    render_flops(make_console(), report, max_depth=max_depth)
 
 
-@app.command("plan")
+def _count_or_none(text: str | None, option: str) -> int | None:
+    return None if text is None else parse_count(text, option)
+
+
+@app.command(
+    "plan", epilog=EXIT_CODES, short_help="Memory per GPU for a deployment, and what KV cache is left."
+)
 def plan_command(
     gpus: Annotated[
         str,
         typer.Option(
             "--gpus",
+            metavar="NxTYPE",
             help="How many GPUs of which type: 8xH200, 8×H200, 16xH100 (types: A100-80GB, H100, H800, H20, "
             "H200, B200, GB200, MI300X, MI325X), or a count alone with --gpu-memory.",
             show_default=False,
         ),
     ],
+    model: ModelArgument = None,
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
@@ -719,47 +865,72 @@ def plan_command(
     gpu_memory: Annotated[
         str | None,
         typer.Option(
-            "--gpu-memory", help="Memory per GPU (e.g. 141GiB), instead of the table's.", show_default=False
+            "--gpu-memory",
+            metavar="SIZE",
+            help="Memory per GPU (e.g. 141GiB), instead of the table's.",
+            show_default=False,
         ),
     ] = None,
     hbm_bandwidth: Annotated[
         str | None,
-        typer.Option("--hbm-bandwidth", help="HBM bandwidth per GPU (e.g. 4.8TB/s).", show_default=False),
+        typer.Option(
+            "--hbm-bandwidth",
+            metavar="RATE",
+            help="HBM bandwidth per GPU (e.g. 4.8TB/s).",
+            show_default=False,
+        ),
     ] = None,
     peak_bf16: Annotated[
         str | None,
-        typer.Option("--peak-bf16", help="Dense BF16 peak per GPU (e.g. 989.5TFLOPS).", show_default=False),
+        typer.Option(
+            "--peak-bf16",
+            metavar="FLOPS",
+            help="Dense BF16 peak per GPU (e.g. 989.5TFLOPS).",
+            show_default=False,
+        ),
     ] = None,
     peak_fp8: Annotated[
         str | None,
-        typer.Option("--peak-fp8", help="Dense FP8 peak per GPU (e.g. 1979TFLOPS).", show_default=False),
+        typer.Option(
+            "--peak-fp8",
+            metavar="FLOPS",
+            help="Dense FP8 peak per GPU (e.g. 1979TFLOPS).",
+            show_default=False,
+        ),
     ] = None,
     tp: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--tp",
+            metavar="N",
             help="Tensor-parallel GPUs per attention group. Default: what --pp and --dp leave.",
             show_default=False,
         ),
     ] = None,
-    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages.")] = 1,
+    pp: Annotated[str, typer.Option("--pp", metavar="N", help="Pipeline stages.")] = "1",
     dp: Annotated[
-        int, typer.Option("--dp", help="Data-parallel attention groups; each keeps its own sequences.")
-    ] = 1,
+        str,
+        typer.Option(
+            "--dp", metavar="N", help="Data-parallel attention groups; each keeps its own sequences."
+        ),
+    ] = "1",
     ep: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--ep",
+            metavar="N",
             help="Expert parallelism; engines size it TP × DP, the only value accepted.",
             show_default=False,
         ),
     ] = None,
     dcp: Annotated[
-        int,
+        str,
         typer.Option(
-            "--dcp", help="Decode-context parallelism: the latent split by token over DCP of the TP ranks."
+            "--dcp",
+            metavar="N",
+            help="Decode-context parallelism: the latent split by token over DCP of the TP ranks.",
         ),
-    ] = 1,
+    ] = "1",
     mtp: Annotated[
         bool, typer.Option("--mtp", help="Load the multi-token-prediction layer (speculative decoding).")
     ] = False,
@@ -770,28 +941,34 @@ def plan_command(
         ),
     ] = False,
     gpu_memory_utilization: Annotated[
-        float, typer.Option("--gpu-memory-utilization", help="The share of memory the engine may use.")
+        float,
+        typer.Option(
+            "--gpu-memory-utilization", metavar="FRACTION", help="The share of memory the engine may use."
+        ),
     ] = 0.9,
     reserve: Annotated[
         str | None,
         typer.Option(
             "--reserve",
+            metavar="SIZE",
             help="What the engine keeps back for activations, CUDA graphs and buffers. Default: an estimate.",
             show_default=False,
         ),
     ] = None,
     max_batched_tokens: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--max-batched-tokens",
+            metavar="N",
             help="Tokens per forward pass, for the reserve estimate. Default: vLLM's (8,192 on large GPUs).",
             show_default=False,
         ),
     ] = None,
     max_num_seqs: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--max-num-seqs",
+            metavar="N",
             help="Sequences per step, for the reserve estimate. Default: vLLM's (1,024 on large GPUs).",
             show_default=False,
         ),
@@ -800,6 +977,7 @@ def plan_command(
         str | None,
         typer.Option(
             "--kv-memory",
+            metavar="SIZE",
             help="The KV pool per GPU an engine printed (e.g. 46.80GiB): skips weights and reserve.",
             show_default=False,
         ),
@@ -808,7 +986,7 @@ def plan_command(
         str | None,
         typer.Option(
             "--kv-dtype",
-            metavar="[bf16|fp16|fp32|fp8]",
+            metavar=DTYPE_METAVAR,
             help="KV cache dtype. Default: the model's. fp8 on DeepSeek-V3.2 is FlashMLA's 656-byte record.",
             show_default=False,
         ),
@@ -823,13 +1001,14 @@ def plan_command(
         ),
     ] = None,
     block_size: Annotated[
-        int, typer.Option("--block-size", help="KV page size in tokens (FlashMLA's 64).")
-    ] = 64,
+        str, typer.Option("--block-size", metavar="N", help="KV page size in tokens (FlashMLA's 64).")
+    ] = "64",
     max_model_len: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--max-model-len",
-            help="Longest sequence. Default: the config's max_position_embeddings.",
+            metavar="N",
+            help=f"Longest sequence ({COUNTS}). Default: the config's max_position_embeddings.",
             show_default=False,
         ),
     ] = None,
@@ -837,17 +1016,19 @@ def plan_command(
         bool, typer.Option("--min-gpus", help="Also find the fewest GPUs of this type that hold it.")
     ] = False,
     batch: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--batch",
+            metavar="N",
             help="Sequences per replica in a decode step: adds the speed floor (default 1 with --context).",
             show_default=False,
         ),
     ] = None,
     context: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--context",
+            metavar="N",
             help="Positions a decode step attends to, and the prompt of the prefill floor (default 4,096 "
             "with --batch).",
             show_default=False,
@@ -862,7 +1043,6 @@ def plan_command(
     """
     from fractions import Fraction
 
-    from kimicount.anatomy import build_anatomy
     from kimicount.hardware import (
         custom_accelerator,
         parse_bandwidth,
@@ -870,10 +1050,8 @@ def plan_command(
         parse_gpus,
         with_overrides,
     )
-    from kimicount.kvcache import parse_layout, parse_size
-    from kimicount.plan import plan
-    from kimicount.source import load_spec
-    from kimicount.storage import require_modelled
+    from kimicount.kvcache import parse_layout
+    from kimicount.options import parse_size
 
     count, gpu = parse_gpus(gpus)
     memory = None if gpu_memory is None else parse_size(gpu_memory, "--gpu-memory")
@@ -890,55 +1068,56 @@ def plan_command(
         bf16_flops=None if peak_bf16 is None else parse_flops(peak_bf16, "--peak-bf16"),
         fp8_flops=None if peak_fp8 is None else parse_flops(peak_fp8, "--peak-fp8"),
     )
-    with _activity(not as_json, repo, token, timeout) as activity:
-        spec = load_spec(config, repo, revision, activity.hub)
+    layout = {
+        "tp": _count_or_none(tp, "--tp"),
+        "pp": parse_count(pp, "--pp"),
+        "dp": parse_count(dp, "--dp"),
+        "ep": _count_or_none(ep, "--ep"),
+        "dcp": parse_count(dcp, "--dcp"),
+        "utilization": Fraction(str(gpu_memory_utilization)),
+        "reserve": None if reserve is None else parse_size(reserve, "--reserve"),
+        "max_batched_tokens": _count_or_none(max_batched_tokens, "--max-batched-tokens"),
+        "max_num_seqs": _count_or_none(max_num_seqs, "--max-num-seqs"),
+        "kv_memory": None if kv_memory is None else parse_size(kv_memory, "--kv-memory"),
+        "kv_dtype": None if kv_dtype is None else parse_dtype(kv_dtype, "--kv-dtype"),
+        "kv_layout": None if kv_layout is None else parse_layout(kv_layout, "--kv-layout"),
+        "block_size": parse_count(block_size, "--block-size"),
+        "max_model_len": _count_or_none(max_model_len, "--max-model-len"),
+    }
+    step = (_count_or_none(batch, "--batch"), _count_or_none(context, "--context"))
+    from kimicount.anatomy import build_anatomy
+    from kimicount.plan import plan
+    from kimicount.source import load_spec
+    from kimicount.storage import require_modelled
+
+    with _activity(not as_json, _repo(model, repo), token, timeout) as activity:
+        spec = load_spec(config, _repo(model, repo), revision, activity.hub)
     anatomy = build_anatomy(spec)
     require_modelled(anatomy.spec)
-    report = plan(
-        anatomy,
-        gpu,
-        count,
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        ep=ep,
-        dcp=dcp,
-        utilization=Fraction(str(gpu_memory_utilization)),
-        reserve=None if reserve is None else parse_size(reserve, "--reserve"),
-        max_batched_tokens=max_batched_tokens,
-        max_num_seqs=max_num_seqs,
-        kv_memory=None if kv_memory is None else parse_size(kv_memory, "--kv-memory"),
-        kv_dtype=kv_dtype,
-        kv_layout=None if kv_layout is None else parse_layout(kv_layout, "--kv-layout"),
-        block_size=block_size,
-        max_model_len=max_model_len,
-        mtp=mtp,
-        vision=not text_only,
-        min_gpus=min_gpus,
-    )
+    report = plan(anatomy, gpu, count, **layout, mtp=mtp, vision=not text_only, min_gpus=min_gpus)
     speed = None
-    if batch is not None or context is not None:
+    if step != (None, None):
         from kimicount.speed import step_floor, sweep
 
-        batch = 1 if batch is None else batch
-        context = 4096 if context is None else context
+        sequences = 1 if step[0] is None else step[0]
+        positions = 4096 if step[1] is None else step[1]
         speed = (
-            step_floor(report, batch=batch, context=context),
-            sweep(report, context, batch),
-            step_floor(report, batch=1, context=context, prefill=True),
+            step_floor(report, batch=sequences, context=positions),
+            sweep(report, positions, sequences),
+            step_floor(report, batch=1, context=positions, prefill=True),
         )
     if as_json:
         from kimicount.reports_plan import plan_json, speed_json
 
         print_json({**plan_json(report), **({} if speed is None else speed_json(report, *speed))})
         return
-    from kimicount import render
+    from kimicount.render import make_console, show
     from kimicount.render_plan import render_plan, render_speed
 
-    console = render.make_console()
+    console = make_console()
     render_plan(console, report)
     if speed is not None:
-        render.show(console)
+        show(console)
         render_speed(console, report, *speed)
 
 

@@ -12,13 +12,12 @@ dtype in bytes.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from fractions import Fraction
 
 from kimicount.errors import UsageError, require_positive
+from kimicount.options import parse_dtype
 from kimicount.spec import ModelSpec
 
 
@@ -32,9 +31,6 @@ class Layout(str, Enum):
 #: Cache dtypes and their element size in bytes.
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
-#: torch_dtype values of config.json -> cache dtype names.
-_CONFIG_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-
 #: FP8 caches (FlashMLA, the V3.2 indexer) keep one F32 scale per this many values.
 FP8_SCALE_GROUP = 128
 
@@ -45,7 +41,7 @@ def default_dtype(spec: ModelSpec) -> str:
     >>> default_dtype(k2)
     'bf16'
     """
-    return _CONFIG_DTYPES[spec.torch_dtype]  # spec refuses any other torch_dtype
+    return parse_dtype(spec.torch_dtype, "torch_dtype")  # spec refuses any other torch_dtype
 
 
 def element_bytes(dtype: str, option: str = "--dtype") -> int:
@@ -380,7 +376,7 @@ def kv_cache_report(
 
     `tokens` defaults to the config's max_position_embeddings, `dtype` to its torch_dtype; `budget` is
     the memory per GPU in bytes. Bad values raise UsageError naming the option. The CLI turns its text
-    into these values with `parse_layout` and `parse_size`.
+    into these values with `parse_layout` and kimicount.options.
 
     >>> report = kv_cache_report(k2, tokens=1000, batch=2)
     >>> [(c.layout.value, c.bytes_per_token, c.total_bytes) for c in report.caches]
@@ -434,8 +430,8 @@ def context_sweep(report: KvCacheReport, points: int = 5) -> list[tuple[int, tup
 
 # --- option values --------------------------------------------------------------------------------
 
-# parse_layout and parse_size turn the CLI's text into the values kv_cache_report takes; their errors
-# name the option, since the text they are given is what the user typed.
+# parse_layout turns the CLI's text into the Layout values kv_cache_report takes (counts, sizes and
+# dtypes: kimicount.options); its errors name the option, since the text is what the user typed.
 
 
 def check_tp(spec: ModelSpec, tp: int) -> None:
@@ -460,34 +456,3 @@ def parse_layout(name: str, option: str = "--layout") -> Layout:
     except ValueError:
         expected = ", ".join(layout.value for layout in Layout)
         raise UsageError(f"{option} '{name}': unknown layout (expected one of: {expected})") from None
-
-
-#: Size suffixes: decimal (GB = 10⁹ bytes) and binary (GiB = 2³⁰ bytes), any case; none means bytes.
-SIZE_UNITS = {
-    "b": 1,
-    **{f"{prefix}b": 1000**power for power, prefix in enumerate("kmgt", start=1)},
-    **{f"{prefix}ib": 1024**power for power, prefix in enumerate("kmgt", start=1)},
-}
-# Exponents stop at two digits: 1e99 bytes is already absurd, and 1e999999999 would take minutes to expand.
-# Digits stop at 100 on each side of the point: Python refuses to read more than 4,300 into a number.
-_SIZE = re.compile(r"(?P<number>\d{1,100}(?:\.\d{0,100})?(?:e\d{1,2})?)\s*(?P<unit>[a-z]*)", re.IGNORECASE)
-
-
-def parse_size(text: str, option: str = "--budget") -> int:
-    """A memory size in bytes: a number (decimals and exponents allowed) with an optional unit B, KB,
-    MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024); fractions of a byte are dropped.
-
-    >>> parse_size("80GiB"), parse_size("80 GB"), parse_size("1.5MiB"), parse_size("1e9"), parse_size("4096")
-    (85899345920, 80000000000, 1572864, 1000000000, 4096)
-    """
-    match = _SIZE.fullmatch(text.strip())
-    unit = SIZE_UNITS.get(match["unit"].lower() or "b") if match else None
-    if match is None or unit is None:
-        raise UsageError(
-            f"{option} '{text}': expected a size such as 80GiB, 80GB, 512MiB or a number of bytes "
-            "(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
-        )
-    size = math.floor(Fraction(match["number"]) * unit)
-    if size < 1:
-        raise UsageError(f"{option} '{text}': expected at least 1 byte")
-    return size

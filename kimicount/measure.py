@@ -50,9 +50,11 @@ from kimicount.spec import ModelSpec
 if TYPE_CHECKING:
     from torch import Tensor
 
+#: How to install torch, in the CLI's error and help: from a checkout (kimicount is not on an index), with
+#: torch pinned to the version the tests run, its CPU build unless there is a CUDA GPU.
 INSTALL_HINT = (
-    'pip install "kimicount[measure]" (on a machine without a GPU, install the CPU build of torch first: '
-    "pip install torch --index-url https://download.pytorch.org/whl/cpu)"
+    'from a kimicount checkout, pip install "torch==2.13.0+cpu" -e ".[measure]" --extra-index-url '
+    'https://download.pytorch.org/whl/cpu (with a CUDA GPU: pip install torch==2.13.0 -e ".[measure]")'
 )
 
 #: The layouts measured, in report order; naive is first because it is the decode reference.

@@ -8,14 +8,15 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from kimicount.anatomy import Anatomy, Node, TensorRef
-from kimicount.conventions import Figure, Reconciliation, reconcile
-from kimicount.flow import Flow, flow_map
 from kimicount.kvcache import CacheLine, KvCacheReport, LayoutCache, splits_across_ranks
-from kimicount.storage import Memory, memory_map, quantization_summary
 
-if TYPE_CHECKING:  # annotations only: params and kv-cache must not pay for importing verify or torch
+# Annotations only: kv-cache pays for neither the anatomy nor storage, nothing for verify or torch.
+if TYPE_CHECKING:
+    from kimicount.anatomy import Anatomy, Node, TensorRef
+    from kimicount.conventions import Figure, Reconciliation
+    from kimicount.flow import Flow
     from kimicount.measure import Measurement
+    from kimicount.storage import Memory
     from kimicount.verify import VerifyReport
 
 
@@ -70,6 +71,10 @@ def flow_json(flow: Flow) -> dict[str, Any]:
 
 
 def params_json(anatomy: Anatomy) -> dict[str, Any]:
+    from kimicount.conventions import reconcile
+    from kimicount.flow import flow_map
+    from kimicount.storage import memory_map, quantization_summary
+
     spec = anatomy.spec
     memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
     flows = flow_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)

@@ -21,7 +21,6 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -665,7 +664,8 @@ def _short_path(path: Path) -> str:
 
 def bundled_spec() -> ModelSpec:
     """moonshotai/Kimi-K2-Instruct, from the config.json shipped with kimicount."""
-    text = resources.files("kimicount.data").joinpath(_BUNDLED_CONFIG).read_text(encoding="utf-8")
+    # read beside this file: importlib.resources would cost more start-up than the whole count
+    text = (Path(__file__).parent / "data" / _BUNDLED_CONFIG).read_text(encoding="utf-8")
     return spec_from_config(
         json.loads(text), name=BUNDLED_MODEL, where=f"bundled {BUNDLED_MODEL} config.json"
     )

@@ -44,7 +44,7 @@ def find(node: dict, *path: str) -> dict:
 
 
 def test_shapes_view_names_the_dimensions():
-    out = invoke("params", "--detail", "shapes").stdout
+    out = invoke("params", "--detail", "shapes", "--depth", "all").stdout
     assert "Shapes" in out.splitlines()[1]
     for text in (
         "x [B, T, 7,168] → c_Q [B, T, 1,536]",
@@ -75,7 +75,9 @@ def test_shapes_in_json():
 
 
 def test_shapes_without_query_compression():
-    out = invoke("params", "--detail", "shapes", "--config", str(FIXTURES / "deepseek-v2-lite")).stdout
+    out = invoke(
+        "params", "--detail", "shapes", "--depth", "all", "--config", str(FIXTURES / "deepseek-v2-lite")
+    ).stdout
     assert "h [B, T, 2,048] → q [B, T, 16 × 192]" in out  # q_proj straight from the hidden state
 
 

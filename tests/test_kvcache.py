@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kimicount.errors import UsageError
-from kimicount.kvcache import Layout, context_sweep, kv_cache_report, parse_layout, parse_size
+from kimicount.kvcache import Layout, context_sweep, kv_cache_report, parse_layout
 from kimicount.spec import bundled_spec, spec_from_path
 
 from .helpers import FIXTURES
@@ -185,42 +185,6 @@ def test_budget_by_hand_for_one_h200_per_rank():
     assert latent.max_tokens(budget) == budget // (70_272 * 64) * 64 == 2_154_432
     assert latent.max_sequences(budget) == budget // (70_272 * 131_072) == 16
     assert naive.max_sequences(budget) == 3
-
-
-@pytest.mark.parametrize(
-    "text, size",
-    [
-        ("80GiB", 80 * 2**30),
-        ("80 GiB", 80 * 2**30),
-        ("80gib", 80 * 2**30),
-        ("80GB", 80 * 10**9),
-        ("512MiB", 512 * 2**20),
-        ("512MB", 512 * 10**6),
-        ("1.5GiB", 3 * 2**29),
-        ("2TiB", 2 * 2**40),
-        ("64KiB", 65_536),
-        ("1e9", 1_000_000_000),
-        ("4096", 4096),
-        ("4096B", 4096),
-        ("10.7B", 10),  # whole bytes: the fraction is dropped
-    ],
-)
-def test_parse_size(text, size):
-    assert parse_size(text) == size
-
-
-@pytest.mark.parametrize(
-    "text", ["", "GiB", "lots", "80 GiBs", "-5GiB", "80 Gb/s", "1,000", "inf", "nan", "1e999999999"]
-)
-def test_parse_size_refuses_what_is_not_a_size(text):
-    with pytest.raises(UsageError, match=r"--budget '.*': expected a size such as 80GiB"):
-        parse_size(text)
-
-
-@pytest.mark.parametrize("text", ["0", "0GiB", "0.5"])
-def test_parse_size_refuses_less_than_a_byte(text):
-    with pytest.raises(UsageError, match="expected at least 1 byte"):
-        parse_size(text)
 
 
 # --- bad values -------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from kimicount.kvcache import Layout
 from kimicount.measure import CacheTensor, LayoutMeasurement, Measurement
-from kimicount.render import render_measure
+from kimicount.render_measure import render_measure
 
 from .helpers import FIXTURES, invoke, run_kimicount
 from .test_params_cli import _fails_cleanly
@@ -31,7 +31,7 @@ except ImportError:
     torch = None
 
 needs_torch = pytest.mark.skipif(
-    torch is None, reason='torch is not installed (pip install "kimicount[measure]")'
+    torch is None, reason='torch is not installed (pip install "torch==2.13.0+cpu" -e ".[measure]")'
 )
 
 # Kimi K2: 64 heads, keys 128 + 64 = 192 wide, values 128, latent 512, rotary key 64; bf16 = 2 bytes.
@@ -315,7 +315,7 @@ def test_a_mismatch_is_not_ok_and_is_shown():
         (["--decode-steps", "0"], "--decode-steps 0: expected a positive integer"),
         (["--layers", "0"], "--layers 0: expected 1 to 61, the layers of moonshotai/Kimi-K2-Instruct"),
         (["--layers", "62"], "--layers 62: expected 1 to 61"),
-        (["--dtype", "int4"], "--dtype 'int4': unknown cache dtype (expected one of: bf16, fp16, fp32, fp8)"),
+        (["--dtype", "int4"], "--dtype 'int4': unknown cache dtype (expected one of: bf16, fp16, fp32, fp8,"),
         # past the largest count an option takes, 2^63 − 1: no float overflow, the same words as kv-cache
         (["--tokens", "9" * 400], f"--tokens {'9' * 400}: expected at most 9,223,372,036,854,775,807"),
         (
@@ -364,10 +364,12 @@ def test_without_torch_it_says_how_to_install_it():
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith("kimicount: error: measure needs torch, which is not installed: ")
-    assert 'pip install "kimicount[measure]"' in result.stderr
+    # a hint that works from a checkout (kimicount is on no index) and pins torch's CPU build
+    hint = 'from a kimicount checkout, pip install "torch==2.13.0+cpu" -e ".[measure]" --extra-index-url '
+    assert hint in result.stderr
 
 
 def test_help_names_the_extra_to_install():
     out = invoke("measure", "--help", env={"COLUMNS": "200"}).stdout
-    assert 'pip install "kimicount[measure]"' in out
+    assert 'pip install "torch==2.13.0+cpu" -e ".[measure]"' in " ".join(out.split())
     assert "--tokens" in out and "[default: 4096]" in out

@@ -12,7 +12,7 @@ from .helpers import FIXTURES, KIMI_K2, invoke, run_kimicount
 
 
 def test_default_prints_the_kimi_k2_tree_and_totals():
-    result = invoke("params")
+    result = invoke("params", "--depth", "all")
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "moonshotai/Kimi-K2-Instruct" in out
@@ -33,22 +33,51 @@ def test_depth_folds_the_tree():
     assert re.search(r"Total\s+1,026,408,232,448", out)
 
 
+def test_default_depth_reads_on_one_screen():
+    # three levels: the blocks' parts, not the parts of the attention: title, header, 15 rows, a blank
+    # line and 3 totals; at 80 columns the totals wrap and a line names the columns left out
+    # (the headline figures follow)
+    def tree_and_totals(out: str) -> list[str]:
+        return out[: out.index("Headline figures")].splitlines()
+
+    out = invoke("params").stdout
+    assert "│       └── Mixture of experts" in out and "Latent attention" in out
+    assert "Key content up-projection" not in out and "Routed experts" not in out
+    assert len(tree_and_totals(out)) == 1 + 1 + 15 + 1 + 3 + 1
+    assert len(tree_and_totals(invoke("params", env={"COLUMNS": "80"}).stdout)) <= 27
+
+
 def test_formulas_show_config_keys():
-    out = invoke("params", "--detail", "formula").stdout
+    out = invoke("params", "--detail", "formula", "--depth", "all").stdout
     assert "kv_lora_rank × num_attention_heads·qk_nope_head_dim" in out
 
 
 def test_tensors_column_names_the_checkpoint_tensors():
-    out = invoke("params", "--detail", "tensors").stdout
+    out = invoke("params", "--detail", "tensors", "--depth", "all").stdout
     assert "model.layers.{1..60}.mlp.experts.{0..383}.gate_proj.weight [2048 × 7168]" in out
 
 
-def test_by_layer_prints_61_layers():
+def test_by_layer_collapses_identical_layers():
+    # DESIGN.md: layer 0 is the dense block (497,500,160); each of the 60 MoE blocks holds 17,059,365,248,
+    # of which 500,253,056 run per token: 101,124,096 attention + 2 × 7,168 norms + 2,752,896 router
+    # + 8 routed and 1 shared expert of 44,040,192
+    assert 101_124_096 + 2 * 7_168 + 2_752_896 + 9 * 44_040_192 == 500_253_056
     out = invoke("params", "--by", "layer").stdout
-    rows = re.findall(r"^\s*(\d+)\s+(dense|MoE)\s+([\d,]+)\s+([\d,]+)$", out, re.MULTILINE)
-    assert len(rows) == 61
-    assert rows[0] == ("0", "dense", "497,500,160", "497,500,160")
-    assert rows[60] == ("60", "MoE", "17,059,365,248", "500,253,056")
+    rows = re.findall(r"^(\S.*?)\s+([\d,]+)\s+([\d,]+)$", out, re.MULTILINE)
+    assert rows == [
+        ("0 dense", "497,500,160", "497,500,160"),
+        ("1–60 moe (each)", "17,059,365,248", "500,253,056"),
+    ]
+
+
+def test_by_layer_keeps_layers_that_differ_apart(write_config, kimi_config):
+    # three dense layers first: one run of them; a layer count the runs must add up to
+    path = write_config({**kimi_config, "first_k_dense_replace": 3, "num_hidden_layers": 5})
+    out = invoke("params", "--config", str(path), "--by", "layer").stdout
+    assert re.findall(r"^(\d\S*(?: \w+)+(?: \(each\))?)\s", out, re.MULTILINE) == [
+        "0–2 dense (each)",
+        "3–4 moe (each)",
+    ]
 
 
 def test_json_follows_the_contract():
@@ -217,6 +246,23 @@ def test_repo_downloads_only_the_config(hub):
     assert {path for _, path, _ in fake.requests} == {"/moonshotai/Kimi-K2-Instruct/resolve/main/config.json"}
 
 
+def test_repo_named_as_hf_download_names_it(hub):
+    # a positional ORG/NAME is --repo: the same request, the same report, for params and kv-cache
+    fake, env = hub
+    result = run_kimicount("params", "moonshotai/Kimi-K2-Instruct", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["total"] == 1_026_408_232_448
+    kv = run_kimicount("kv-cache", "moonshotai/Kimi-K2-Instruct", "--tokens", "1", "--json", env=env)
+    assert json.loads(kv.stdout)["layouts"][0]["bytes_per_token"] == 2_498_560
+    assert {path for _, path, _ in fake.requests} == {"/moonshotai/Kimi-K2-Instruct/resolve/main/config.json"}
+
+
+def test_repo_named_twice_must_agree():
+    line = _fails_cleanly(invoke("params", "org/one", "--repo", "org/two"))
+    assert line == "kimicount: error: name the repo once: org/one or --repo org/two, not both"
+    _fails_cleanly(invoke("params", "org/one", "--config", str(KIMI_K2)), "--config or --repo")
+
+
 def test_repo_at_a_commit_and_then_offline_from_the_cache(hub):
     fake, env = hub
     commit = fake.repos["moonshotai/Kimi-K2-Instruct"].commit
@@ -267,7 +313,7 @@ def test_network_down_exits_2(tmp_path):
     "args, needle",
     [
         (["params", "--by", "foo"], "Invalid value for '--by'"),
-        (["params", "--depth", "-1"], "Invalid value for '--depth'"),
+        (["params", "--by", "layers"], "Invalid value for '--by'"),
         (["params", "--no-such-option"], "No such option: --no-such-option"),
         (["nosuch"], "No such command 'nosuch'"),
     ],

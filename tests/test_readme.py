@@ -13,7 +13,8 @@ from .checkpoints import kimi_k2_layout
 from .helpers import KIMI_K2, ROOT, invoke
 
 README = (ROOT / "README.md").read_text()
-EXAMPLES = re.findall(r"```console\n\$ kimicount (.*?)\n(.*?)```", README, re.DOTALL)
+# `$ kimicount …`, or `$ COLUMNS=80 kimicount …` for what a terminal of that width shows
+EXAMPLES = re.findall(r"```console\n\$ ((?:COLUMNS=\d+ )?kimicount .*?)\n(.*?)```", README, re.DOTALL)
 
 
 def test_readme_has_examples():
@@ -32,8 +33,10 @@ def test_readme_example_prints_what_it_shows(command, shown, monkeypatch, tmp_pa
         folder = kimi_k2_layout(tmp_path / "kimi-k2-headers", config=KIMI_K2 / "config.json")
         command = command.replace(KIMI_K2_HEADERS, str(folder))
         shown = shown.replace(KIMI_K2_HEADERS, str(folder))
-    # README examples are rendered off a terminal, as a pipe would be (no COLUMNS)
-    result = invoke(*shlex.split(command), env={"COLUMNS": None})
+    # README examples are rendered off a terminal, as a pipe would be (no COLUMNS, unless they set it)
+    width, _, command = command.rpartition("kimicount ")
+    columns = width.strip().removeprefix("COLUMNS=") or None
+    result = invoke(*shlex.split(command), env={"COLUMNS": columns})
     assert result.exit_code == 0, result.output
     assert result.stdout == shown
 
@@ -44,3 +47,16 @@ def test_ci_runs_exactly_the_readme_test_command():
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_command in ci_lines
     assert os.access(ROOT / ".ci" / "run", os.X_OK)
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_readme_opens_with_a_quick_start_and_its_contents_links_resolve():
+    headings = re.findall(r"^#{2,3} (.+)$", README, re.MULTILINE)
+    assert headings[:2] == ["Quick start", "Contents"]
+    anchors = {_slug(h) for h in headings}
+    links = re.findall(r"\]\(#([^)]+)\)", README)
+    assert links and set(links) <= anchors

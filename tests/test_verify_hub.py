@@ -68,6 +68,15 @@ def test_main_reads_every_header_in_one_request(hub):
     ]
 
 
+def test_a_repo_named_as_hf_download_names_it(hub):
+    # `kimicount verify ORG/NAME` is `--repo ORG/NAME`: the same checks at the same commit
+    fake, env = hub
+    commit = fake.repos[REPO].commit
+    result = run_kimicount("verify", REPO, "--revision", commit, "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    _check_kimi_k2(json.loads(result.stdout))
+
+
 def test_a_revision_costs_one_ranged_read_per_shard(hub):
     fake, env = hub
     commit = fake.repos[REPO].commit

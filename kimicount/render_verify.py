@@ -1,0 +1,169 @@
+"""The `verify` view: the checkpoint against the anatomy, as rich tables. Reads results, computes nothing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from kimicount.render import Column, fitted, human_bytes, layer_runs, show, show_fitted
+
+if TYPE_CHECKING:  # annotations only: importing verify stays with the command that runs it
+    from kimicount.verify import Counts, VerifyReport
+
+
+#: Mismatches shown on a terminal; --json has them all.
+MISMATCHES_SHOWN = 20
+
+
+def _mark(ok: bool) -> str:
+    return "[green]✓[/]" if ok else "[red]✗[/]"
+
+
+def render_verify(console: Console, report: VerifyReport, *, max_depth: int | None = 3) -> None:
+    show(
+        console,
+        f"[bold]{report.source}[/] against [bold]{report.model}[/]: {report.files} files, "
+        f"{report.tensors:,} tensors, "
+        + (
+            "headers from the Hub's bulk endpoint in one request"
+            if report.bytes_read is None
+            else f"{report.bytes_read:,} header bytes read"
+            + (
+                f" in {report.requests} request{'' if report.requests == 1 else 's'}"
+                if report.requests
+                else ""
+            )
+        ),
+    )
+    show(console)
+    show_fitted(console, *_summary_table(console, report))
+    show(console)
+    components = [
+        ("  " * c.depth + c.name, c.counts)
+        for c in report.components
+        if max_depth is None or c.depth <= max_depth
+    ]
+    show_fitted(console, *_counts_table(console, "Component", components))
+    show(console)
+    layers = layer_runs((layer.index, layer.kind, layer.counts) for layer in report.layers)
+    show_fitted(console, *_counts_table(console, "Layer", layers))
+    show(console)
+    show_fitted(console, *_dtype_table(console, report))
+    if report.index_total_size is not None:
+        same = report.index_total_size == report.data_bytes
+        show(
+            console,
+            f"Index metadata.total_size {report.index_total_size:,} B; headers' tensor data "
+            f"{report.data_bytes:,} B {_mark(same)}",
+        )
+    linears = report.packed_linears
+    if linears is not None:
+        show(
+            console,
+            f"Linears: {linears.packed:,} packed (INT4), {linears.plain:,} stored as themselves, as the names "
+            f"say; against the config's targets and ignore list: {linears.packed_against_config:,} packed "
+            f"that it ignores, {linears.plain_against_config:,} unpacked that it targets",
+        )
+    show(console)
+    if report.ok:
+        show(console, "[bold green]OK[/]: every tensor has the name, shape and dtype the anatomy predicts.")
+        return
+    columns = [Column(header, wraps=True, min_width=8) for header in ("Tensor", "Kind", "Expected", "Found")]
+    rows = [(m.tensor, m.kind, m.expected, m.found) for m in report.mismatches[:MISMATCHES_SHOWN]]
+    show(console, f"[bold red]{len(report.mismatches):,} mismatches[/]")
+    show_fitted(console, *fitted(console, columns, rows))
+    if len(report.mismatches) > MISMATCHES_SHOWN:
+        show(console, f"… and {len(report.mismatches) - MISMATCHES_SHOWN:,} more (--json lists them all)")
+
+
+def _summary_table(console: Console, report: VerifyReport) -> tuple[Table, list[Column]]:
+    columns = (
+        Column("", wraps=True),
+        Column("Expected", number=True),
+        Column("Found", number=True),
+        Column("Tensors", number=True),
+        Column("Bytes", number=True, drop=1),
+        Column(""),
+    )
+    params_ok = report.parameters_expected == report.parameters_found
+    rows = [
+        (
+            "Parameters",
+            f"{report.parameters_expected:,}",
+            f"{report.parameters_found:,}",
+            f"{report.weights.tensors + report.unknown.tensors:,}",
+            f"{report.weights.bytes + report.unknown.bytes:,}",
+            _mark(params_ok),
+        )
+    ]
+    for label, expected, tally in (
+        ("MTP module (apart)", report.mtp_expected, report.mtp),
+        ("Vision tower and projector (apart)", report.vision_expected, report.vision),
+    ):
+        if expected or tally.tensors:
+            rows.append(
+                (
+                    label,
+                    f"{expected:,}",
+                    f"{tally.elements:,}",
+                    f"{tally.tensors:,}",
+                    f"{tally.bytes:,}",
+                    _mark(expected == tally.elements),
+                )
+            )
+    for label, tally in (
+        ("FP8 block scales (not parameters)", report.fp8_scales),
+        ("INT4 scales and shapes (not parameters)", report.int4_metadata),
+        ("Rotary buffers (not parameters)", report.rotary_buffers),
+    ):
+        if tally.tensors or label.startswith(("FP8", "Rotary")):
+            rows.append((label, "", f"{tally.elements:,}", f"{tally.tensors:,}", f"{tally.bytes:,}", ""))
+    return fitted(console, columns, rows)
+
+
+def _counts_table(console: Console, title: str, rows: list[tuple[str, Counts]]) -> tuple[Table, list[Column]]:
+    columns = (
+        Column(title),
+        Column("Tensors", number=True, drop=1),
+        Column("verified", number=True, drop=1),
+        Column("Elements", number=True),
+        Column("verified", number=True),
+        Column(""),
+    )
+    cells = [
+        (
+            label,
+            f"{counts.expected_tensors:,}",
+            f"{counts.verified_tensors:,}",
+            f"{counts.expected_elements:,}",
+            f"{counts.verified_elements:,}",
+            _mark(counts.ok),
+        )
+        for label, counts in rows
+    ]
+    return fitted(console, columns, cells)
+
+
+def _dtype_table(console: Console, report: VerifyReport) -> tuple[Table, list[Column]]:
+    columns = (
+        Column("Stored as"),
+        Column("Tensors", number=True),
+        Column("Elements", number=True),
+        Column("Bytes", number=True),
+    )
+    rows = [
+        (dtype, f"{tally.tensors:,}", f"{tally.elements:,}", f"{tally.bytes:,}")
+        for dtype, tally in report.by_dtype.items()
+    ]
+    total_bytes = sum(t.bytes for t in report.by_dtype.values())
+    rows.append(
+        (
+            "[bold]all[/]",
+            f"{report.tensors:,}",
+            f"{sum(t.elements for t in report.by_dtype.values()):,}",
+            f"{total_bytes:,} ({human_bytes(total_bytes)})",
+        )
+    )
+    return fitted(console, columns, rows)
