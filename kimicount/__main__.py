@@ -1,6 +1,23 @@
-"""`python -m kimicount` runs the CLI."""
+"""`python -m kimicount` and the `kimicount` command: run the CLI.
 
-from kimicount.cli import main
+The entry point imports the CLI inside a guard: start-up imports (typer, rich) take a good part of a
+run, and Ctrl-C during them must end the run the way it does anywhere else (one line, exit 130), not
+with a traceback.
+"""
+
+import sys
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        from kimicount.cli import app
+
+        app()
+    except KeyboardInterrupt:  # before or after the CLI's own handler (which prints the same line)
+        sys.stderr.write("kimicount: interrupted\n")
+        sys.exit(130)
+
 
 if __name__ == "__main__":  # guarded so that pytest's doctest collection can import this module
     main()

@@ -17,11 +17,17 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from kimicount.errors import CheckpointError, SourceError
-from kimicount.headers import FileHeader, Kind, TensorInfo, fast_json, read_local_header
+from kimicount.errors import CheckpointError, SourceError, read_capped
+from kimicount.headers import MAX_HEADER_BYTES, FileHeader, Kind, TensorInfo, fast_json, read_local_header
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
+
+#: An index holds tensor and file names only (13.4 MB for Kimi K2's 139,644 tensors). A larger one is
+#: refused before it is read, with the cap safetensors puts on one header.
+MAX_INDEX_BYTES = MAX_HEADER_BYTES
+#: The longest name of one path component on Linux, macOS and Windows file systems (NAME_MAX) [bytes].
+MAX_NAME_BYTES = 255
 
 
 @dataclass(frozen=True)
@@ -89,8 +95,8 @@ def parse_index(text: str | bytes, where: str) -> Index:
         raw: Any = json.loads(text)
     except json.JSONDecodeError as error:
         raise CheckpointError(f"{where}: not valid JSON: {error.msg} at line {error.lineno}") from error
-    except (RecursionError, UnicodeDecodeError):
-        raise CheckpointError(f"{where}: not valid JSON") from None
+    except (RecursionError, ValueError) as error:  # nested too deeply, not UTF-8, a 5,000-digit number
+        raise CheckpointError(f"{where}: not valid JSON ({json_limit(error)})") from None
     return _index_from_json(raw, where)
 
 
@@ -102,6 +108,8 @@ def _index_from_json(raw: Any, where: str) -> Index:
         raise CheckpointError(f"{where}: expected an object with a 'weight_map' of tensor name -> file name")
     if not weight_map:
         raise CheckpointError(f"{where}: the weight_map names no tensors, so no shards")
+    for file in set(weight_map.values()):
+        check_file_name(file, where)
     metadata = raw.get("metadata", {})
     if not isinstance(metadata, dict):
         raise CheckpointError(f"{where}: metadata {json.dumps(metadata)} is not an object")
@@ -109,6 +117,43 @@ def _index_from_json(raw: Any, where: str) -> Index:
     if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
         raise CheckpointError(f"{where}: metadata.total_size {json.dumps(total)} is not a byte count")
     return Index(weight_map=weight_map, total_size=total)
+
+
+def json_limit(error: Exception) -> str:
+    """Why Python's JSON parser refused a text that is not malformed as such, in words."""
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    if isinstance(error, UnicodeDecodeError):
+        return "not UTF-8"
+    if "integer string conversion" in str(error):  # Python reads integers of at most 4,300 digits
+        return "an integer of more than 4,300 digits"
+    return str(error)
+
+
+def check_file_name(name: str, where: str) -> None:
+    """A file the index names must be a plain relative name inside the checkpoint: parts separated by
+    '/', none empty, '.' or '..', none over 255 bytes, no backslash or NUL. Anything else would read a
+    file outside the folder, or build the URL of another repo's file on the Hub.
+
+    >>> check_file_name("model-00001-of-00061.safetensors", "index")
+    >>> check_file_name("../outside.safetensors", "index")
+    Traceback (most recent call last):
+    kimicount.errors.CheckpointError: index: names the file "../outside.safetensors", which is not a plain relative name inside the checkpoint: it starts with '/' or has an empty, '.' or '..' part
+    """
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        problem = "it starts with '/' or has an empty, '.' or '..' part"
+    elif "\\" in name or "\0" in name:
+        problem = "it has a backslash or a NUL character"
+    elif (longest := max(len(part.encode("utf-8", "surrogatepass")) for part in parts)) > MAX_NAME_BYTES:
+        problem = f"a part of it is {longest:,} bytes long; a file name has at most {MAX_NAME_BYTES}"
+    else:
+        return
+    shown = json.dumps(name if len(name) <= 200 else name[:120] + "…", ensure_ascii=False)
+    raise CheckpointError(
+        f"{where}: names the file {shown}, which is not a plain relative name inside the checkpoint: "
+        f"{problem}"
+    )
 
 
 def assemble(
@@ -140,18 +185,23 @@ def paused_gc() -> Iterator[None]:
 
 def checkpoint_files(folder: Path) -> tuple[list[Path], Index | None]:
     """The safetensors files of a local checkpoint: from the index, the single file, or every shard."""
-    if not folder.is_dir():
-        raise SourceError(f"{folder}: no such folder")
+    try:
+        if not folder.is_dir():
+            raise SourceError(f"{folder}: no such folder")
+    except OSError as error:  # a name too long, a symlink loop
+        raise SourceError(f"{folder}: cannot read: {error.strerror or error}") from None
     index_path = folder / INDEX_FILE
     if index_path.is_file():
-        index = parse_index(index_path.read_bytes(), str(index_path))
+        text = read_capped(index_path, MAX_INDEX_BYTES, "index", CheckpointError)
+        index = parse_index(text, str(index_path))
         for name in index.files:
             if not (folder / name).is_file():
                 raise CheckpointError(f"{index_path}: names shard '{name}', which is not in {folder}")
         return [folder / name for name in index.files], index
     if (folder / SINGLE_FILE).is_file():
         return [folder / SINGLE_FILE], None
-    shards = sorted(folder.glob("*.safetensors"))
+    # Only regular files: opening a FIFO that happens to be named *.safetensors would block.
+    shards = sorted(path for path in folder.glob("*.safetensors") if path.is_file())
     if not shards:
         raise SourceError(f"{folder}: no {INDEX_FILE}, {SINGLE_FILE} or *.safetensors files")
     return shards, None

@@ -9,21 +9,24 @@ Modules are imported inside the commands, so that --help, --version and errors i
 nor the anatomy (a test checks this with -X importtime).
 
 Exit codes: 0 ok, 1 a check failed (verify found a mismatch, measure a cache off its prediction), 2 bad
-input or unreachable source, 3 an internal error (a bug), 130 interrupted; every error is one line on
-stderr (KIMICOUNT_DEBUG=1 shows the traceback instead).
+input, an unreachable source or unwritable output, 3 an internal error (a bug), 130 interrupted, 141
+the reader closed the pipe; every error is one line on stderr (KIMICOUNT_DEBUG=1 shows the traceback
+instead).
 """
 
 from __future__ import annotations
 
+import codecs
 import gc
 import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 from typer.core import TyperGroup
@@ -32,52 +35,190 @@ from kimicount import __version__
 from kimicount.errors import KimicountError, UsageError
 from kimicount.options import DTYPE_METAVAR, Detail, parse_count, parse_depth, parse_dtype
 
+if TYPE_CHECKING:
+    from kimicount.source import HubOptions
+
 
 class OneLineErrors(TyperGroup):
     """Every error ends the same way, in this one place: one line on stderr. Bad input and unreachable
     sources (KimicountError) and typer's usage errors (a bad option value, an unknown command, which
-    typer would draw as a boxed panel) print `kimicount: error: …` and exit 2; an unexpected exception
-    prints `kimicount: internal error: …` and exits 3. KIMICOUNT_DEBUG=1 shows the traceback."""
+    typer would draw as a boxed panel) print `kimicount: error: …` and exit 2; so does output that
+    cannot be written (a full disk). Ctrl-C prints `kimicount: interrupted` and exits 130; a reader that
+    closes the pipe early (`| head`) ends the run quietly with 141, as SIGPIPE does to other commands.
+    An unexpected exception prints `kimicount: internal error: …` and exits 3. KIMICOUNT_DEBUG=1 shows
+    the traceback."""
 
     def main(
         self, args: Sequence[str] | None = None, *rest: Any, standalone_mode: bool = True, **kwargs: Any
     ):
         if not standalone_mode:
             return super().main(args, *rest, standalone_mode=False, **kwargs)
+        degrade_unencodable_output()
+        stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
         try:
             # Not standalone: typer raises its usage errors instead of printing them, and returns the
             # exit code of typer.Exit (or the command's return value, None) instead of exiting.
             code = super().main(args, *rest, standalone_mode=False, **kwargs)
+            sys.stdout.flush()  # a closed pipe or a full disk shows here, not at interpreter exit
+            code = code if isinstance(code, int) else 0
+        except OutputError as error:
+            if error.closed:  # the reader has gone: nothing to say, and no one to say it to on stdout
+                _silence(stdout)
+                code = CLOSED_PIPE
+            else:
+                code = _fail(f"kimicount: error: cannot write the output: {error.reason}")
         except KimicountError as error:  # bad input or an unreachable source
             if os.environ.get("KIMICOUNT_DEBUG"):
                 raise
-            typer.echo(f"kimicount: error: {' '.join(str(error).splitlines())}", err=True)
-            sys.exit(2)
+            code = _fail(f"kimicount: error: {' '.join(str(error).splitlines())}")
         except typer.TyperException as error:
+            code = 2
             if error.format_message():  # empty when typer has printed the help (no arguments given)
                 words = list(sys.argv[1:] if args is None else args)
                 command = " ".join(["kimicount", *[w for w in words if w in self.commands][:1]])
-                typer.echo(f"kimicount: error: {error.format_message()} (see {command} --help)", err=True)
-            sys.exit(2)
+                _say(f"kimicount: error: {error.format_message()} (see {command} --help)")
         except (typer.Abort, KeyboardInterrupt):
-            typer.echo("kimicount: interrupted", err=True)
-            sys.exit(130)
+            code = INTERRUPTED
         except Exception as error:  # a bug: say so in one line, not a traceback
             if os.environ.get("KIMICOUNT_DEBUG"):
                 raise
             message = " ".join(str(error).split()) or "no message"
-            typer.echo(
+            _say(
                 f"kimicount: internal error: {type(error).__name__}: {message} "
-                "(please report it; KIMICOUNT_DEBUG=1 shows the traceback)",
-                err=True,
+                "(please report it; KIMICOUNT_DEBUG=1 shows the traceback)"
             )
-            sys.exit(3)
-        sys.exit(code if isinstance(code, int) else 0)
+            code = 3
+        finally:
+            sys.stdout = stdout
+        if code == INTERRUPTED:  # typer turns a KeyboardInterrupt anywhere in the command into Exit(130)
+            _say("kimicount: interrupted")
+        _exit(code)
+
+
+def _fail(line: str) -> int:
+    _say(line)
+    return 2
+
+
+def _exit(code: int) -> None:
+    """End the run with `code`. When a Hub request abandoned at its deadline or by Ctrl-C is still
+    running in its thread, the process ends at once (os._exit, once the output is flushed): the
+    interpreter's shutdown would otherwise wait for huggingface_hub's clean-up beside that thread, and
+    can crash tearing it down."""
+    import threading
+
+    lingering = any(t.name.startswith("kimicount-hub") for t in threading.enumerate())
+    if lingering and sys.stdout is sys.__stdout__:  # a real process, not a test runner's capture
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
+
+
+#: The exit code of a run ended by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
+#: The exit code of a run whose reader closed the pipe (128 + SIGPIPE, as other commands end).
+CLOSED_PIPE = 141
+
+
+class OutputError(Exception):
+    """Writing to stdout failed: the reader closed the pipe (`closed`), or the disk is full."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error)
+        self.closed = isinstance(error, BrokenPipeError)
+        self.reason = error.strerror or str(error)
+
+
+class _Output:
+    """stdout as the commands see it: whatever writes (rich, typer.echo), a failed write becomes one
+    OutputError, which typer passes through (it would turn a closed pipe into exit 1, the code that
+    means a mismatch). Everything else is the stream's own."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as error:
+            raise OutputError(error) from error
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise OutputError(error) from error
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _silence(stream: TextIO) -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush does not fail on the closed pipe
+    again (Python's own advice for SIGPIPE)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError, AttributeError):  # no file descriptor: a test runner's buffer
+        pass
+
+
+def _say(line: str) -> None:
+    """One line on stderr; a closed stderr loses it rather than raising a second error."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+#: What each character the reports print becomes on a terminal or file that cannot encode it
+#: (PYTHONIOENCODING=ascii or latin-1): rich already draws its boxes and tree guides in ASCII there;
+#: these are the characters of our own text. Anything else becomes "?".
+ASCII_FALLBACK = {
+    "×": "x",
+    "·": "*",
+    "–": "-",
+    "—": "--",
+    "−": "-",
+    "…": "...",
+    "≈": "~",
+    "≤": "<=",
+    "≥": ">=",
+    "²": "^2",
+    "Σ": "sum",
+    "✓": "ok",
+    "✗": "X",
+    "█": "#",
+    "─": "-",
+    "│": "|",
+    "├": "|",
+    "└": "`",
+}
+
+
+def _ascii_fallback(error: UnicodeError) -> tuple[str, int]:
+    assert isinstance(error, UnicodeEncodeError)
+    text = error.object[error.start : error.end]
+    return "".join(ASCII_FALLBACK.get(c, "?") for c in text), error.end
+
+
+def degrade_unencodable_output() -> None:
+    """Let stdout and stderr write what their encoding cannot hold as ASCII look-alikes (× as x)
+    instead of failing with UnicodeEncodeError: one codec error handler, for every writer."""
+    codecs.register_error("kimicount-ascii", _ascii_fallback)
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and getattr(stream, "errors", "strict") == "strict":
+            stream.reconfigure(errors="kimicount-ascii")
 
 
 EXIT_CODES = (
     "Exit codes: 0 ok; 1 a check failed (verify: a mismatch; measure: a cache off its prediction); "
-    "2 bad input or an unreachable source; 3 an internal error (a bug); 130 interrupted."
+    "2 bad input, an unreachable source or unwritable output; 3 an internal error (a bug); "
+    "130 interrupted; 141 the reader closed the pipe."
 )
 
 app = typer.Typer(
@@ -138,6 +279,25 @@ DtypeOption = Annotated[
         show_default=False,
     ),
 ]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        metavar="TOKEN",
+        help="A Hugging Face token for --repo (default: HF_TOKEN, or the one `hf auth login` saved).",
+        show_default=False,
+    ),
+]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        envvar="KIMICOUNT_TIMEOUT",
+        metavar="SECONDS",
+        help="Give up on the Hub after this long, every request and retry together (default 300).",
+        show_default=False,
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the stable JSON report instead of tables.")]
 
 #: How --help describes the forms a count takes (--tokens, --batch, ...).
@@ -171,7 +331,10 @@ def _ignored(ctx: typer.Context, why: str, *names: str) -> None:
 
 
 def print_json(report: dict[str, Any]) -> None:
-    typer.echo(json.dumps(report, indent=2, ensure_ascii=False))
+    """The report on stdout; where stdout cannot encode every character (PYTHONIOENCODING=ascii), the
+    others are written as JSON's own escapes (\\u00d7), which read back exactly."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=not encoding.startswith("utf")) + "\n")
 
 
 def _version(value: bool) -> None:
@@ -188,9 +351,12 @@ def root(
 ) -> None:
     """Exact parameter and KV-cache accounting for Kimi K2 and the DeepSeek-V3 family."""
     if not os.environ.get("KIMICOUNT_DEBUG"):
-        # huggingface_hub logs each retry as a warning; the error line we print says what failed.
-        # Read when huggingface_hub is first imported, so an explicit setting of the user's wins.
+        # huggingface_hub logs each retry as a warning; kimicount says each retry itself, and the error
+        # line says what failed. Read when huggingface_hub is first imported, so an explicit setting of
+        # the user's wins.
         os.environ.setdefault("HF_HUB_VERBOSITY", "error")
+    # One progress display: kimicount's own line says what is fetched from where (_activity).
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 class Breakdown(str, Enum):
@@ -206,6 +372,8 @@ def params(
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
+    token: TokenOption = None,
+    timeout: TimeoutOption = None,
     by: Annotated[
         Breakdown,
         typer.Option(
@@ -244,7 +412,9 @@ def params(
     from kimicount.anatomy import build_anatomy
     from kimicount.source import load_spec
 
-    anatomy = build_anatomy(load_spec(config, _repo(model, repo), revision))
+    with _activity(not as_json, _repo(model, repo), token, timeout) as activity:
+        spec = load_spec(config, _repo(model, repo), revision, activity.hub)
+    anatomy = build_anatomy(spec)
     if by is Breakdown.memory:
         from kimicount.storage import require_modelled
 
@@ -293,6 +463,8 @@ def verify(
         ),
     ] = None,
     revision: RevisionOption = None,
+    token: TokenOption = None,
+    timeout: TimeoutOption = None,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -317,11 +489,9 @@ def verify(
     from kimicount.source import load_checkpoint
     from kimicount.verify import verify as verify_checkpoint
 
-    with (
-        _progress("Reading safetensors headers", enabled=not as_json) as on_file,
-        _gc_paused(),
-    ):
-        spec, checkpoint = load_checkpoint(path, _repo(model, repo), revision, config, on_file)
+    repo = _repo(model, repo)
+    with _activity(not as_json, repo, token, timeout, local_files=True) as activity, _gc_paused():
+        spec, checkpoint = load_checkpoint(path, repo, revision, config, activity.on_file, activity.hub)
         report = verify_checkpoint(build_anatomy(spec), checkpoint)
     if as_json:
         from kimicount.reports import verify_json
@@ -351,25 +521,58 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@dataclass(frozen=True)
+class _Activity:
+    hub: HubOptions | None  # None: no Hub named
+    on_file: Callable[[str], None] | None  # called per local file read
+
+
 @contextmanager
-def _progress(description: str, enabled: bool) -> Iterator[Callable[[str], None] | None]:
-    """A progress line on stderr while files are read, on a terminal only; yields the per-file callback."""
+def _activity(
+    live: bool, repo: str | None, token: str | None, timeout: float | None, local_files: bool = False
+) -> Iterator[_Activity]:
+    """What a command is reading, said on stderr. On a terminal (and without --json), while a Hub repo
+    or local checkpoint files are read: one transient line, what is being fetched from where or how many
+    files have been read, with each Hub retry printed above it. Elsewhere: only the retries, one line
+    each."""
+    from kimicount.source import DEFAULT_TIMEOUT, HubOptions
+
+    def hub(status: Callable[[str], None], note: Callable[[str], None]) -> HubOptions | None:
+        if repo is None and token is None:
+            return None
+        return HubOptions(token, DEFAULT_TIMEOUT if timeout is None else timeout, status, note)
+
+    def note_line(text: str) -> None:
+        _say(f"kimicount: {text}")
+
+    if not (live and (repo is not None or local_files)):
+        yield _Activity(hub(lambda _text: None, note_line), None)
+        return
     from kimicount.render import make_console
 
     console = make_console(stderr=True)
-    if not (enabled and console.is_terminal):
-        yield None
+    if not console.is_terminal:
+        yield _Activity(hub(lambda _text: None, note_line), None)
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description} {task.completed} files"),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task(description)
-        yield lambda _file: progress.advance(task)
+    columns = SpinnerColumn(), TextColumn("{task.description}")
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("Reading safetensors headers" if repo is None else "Starting")
+        files = 0
+
+        def on_file(_file: str) -> None:
+            nonlocal files
+            files += 1
+            progress.update(task, description=f"Reading safetensors headers: {files:,} files")
+
+        def status(text: str) -> None:
+            progress.update(task, description=text[:1].upper() + text[1:])
+
+        def note(text: str) -> None:
+            progress.console.print(f"kimicount: {text}", markup=False, highlight=False)
+
+        yield _Activity(hub(status, note), on_file)
 
 
 @app.command(
@@ -383,6 +586,8 @@ def kv_cache(
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
+    token: TokenOption = None,
+    timeout: TimeoutOption = None,
     tokens: Annotated[
         str | None,
         typer.Option(
@@ -463,8 +668,10 @@ def kv_cache(
     from kimicount.options import parse_size
     from kimicount.source import load_spec
 
+    with _activity(not as_json, _repo(model, repo), token, timeout) as activity:
+        spec = load_spec(config, _repo(model, repo), revision, activity.hub)
     report = kv_cache_report(
-        load_spec(config, _repo(model, repo), revision),
+        spec,
         tokens=None if tokens is None else parse_count(tokens, "--tokens"),
         batch=parse_count(batch, "--batch"),
         dtype=None if dtype is None else parse_dtype(dtype),
@@ -514,6 +721,8 @@ def measure_command(
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
+    token: TokenOption = None,
+    timeout: TimeoutOption = None,
     device: Annotated[
         MeasureDevice,
         typer.Option(
@@ -553,7 +762,8 @@ def measure_command(
     from kimicount.measure import measure
     from kimicount.source import load_spec
 
-    spec = load_spec(config, _repo(model, repo), revision)
+    with _activity(not as_json, _repo(model, repo), token, timeout) as activity:
+        spec = load_spec(config, _repo(model, repo), revision, activity.hub)
     result = measure(
         spec,
         device=device.value,
@@ -584,6 +794,8 @@ def flops_command(
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
+    token: TokenOption = None,
+    timeout: TimeoutOption = None,
     tokens: Annotated[
         str, typer.Option("--tokens", metavar="N", help=f"Prompt length T of the prefill ({COUNTS}).")
     ] = "4096",
@@ -611,7 +823,9 @@ def flops_command(
     from kimicount.flow import flops_report
     from kimicount.source import load_spec
 
-    anatomy = build_anatomy(load_spec(config, _repo(model, repo), revision))
+    with _activity(not as_json, _repo(model, repo), token, timeout) as activity:
+        spec = load_spec(config, _repo(model, repo), revision, activity.hub)
+    anatomy = build_anatomy(spec)
     report = flops_report(anatomy.spec, anatomy.model, tokens=prompt, context=positions)
     if as_json:
         from kimicount.reports_plan import flops_json
@@ -646,6 +860,8 @@ def plan_command(
     config: ConfigOption = None,
     repo: RepoOption = None,
     revision: RevisionOption = None,
+    token: TokenOption = None,
+    timeout: TimeoutOption = None,
     gpu_memory: Annotated[
         str | None,
         typer.Option(
@@ -874,7 +1090,9 @@ def plan_command(
     from kimicount.source import load_spec
     from kimicount.storage import require_modelled
 
-    anatomy = build_anatomy(load_spec(config, _repo(model, repo), revision))
+    with _activity(not as_json, _repo(model, repo), token, timeout) as activity:
+        spec = load_spec(config, _repo(model, repo), revision, activity.hub)
+    anatomy = build_anatomy(spec)
     require_modelled(anatomy.spec)
     report = plan(anatomy, gpu, count, **layout, mtp=mtp, vision=not text_only, min_gpus=min_gpus)
     speed = None
@@ -904,5 +1122,5 @@ def plan_command(
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """The CLI (the console script and `python -m kimicount` run it through kimicount.__main__)."""
     app()

@@ -37,6 +37,9 @@ except ImportError:  # pragma: no cover - exercised by the tests that hide it
 #: prefix must not make us allocate or download gigabytes.
 MAX_HEADER_BYTES = 100_000_000
 
+#: The most elements a tensor can have: its data_offsets are u64 bytes, and the smallest dtype is 4 bits.
+MAX_ELEMENTS = 2**65
+
 #: Bits per element of every dtype the safetensors format defines.
 DTYPE_BITS = MappingProxyType(
     {
@@ -165,6 +168,10 @@ def parse_header(raw: bytes, file: str, file_size: int, where: str | None = None
         raise CheckpointError(f"{where}: header is not valid JSON ({error})") from error
     except RecursionError:
         raise CheckpointError(f"{where}: header is not valid JSON (nested too deeply)") from None
+    except ValueError:  # Python reads integers of at most 4,300 digits
+        raise CheckpointError(
+            f"{where}: header is not valid JSON (an integer of more than 4,300 digits)"
+        ) from None
     return header_from_json(parsed, file, where, file_size=file_size, header_size=len(raw))
 
 
@@ -296,6 +303,11 @@ def _tensor_info(name: str, entry: Any, file: str, where_file: str) -> TensorInf
         if type(dim) is not int or dim < 0:
             raise _invalid(name, entry, where_file)
         elements *= dim
+        if elements > MAX_ELEMENTS:  # checked as it grows: a shape of a million huge dims must not hang
+            raise CheckpointError(
+                f"{where_file}: tensor '{name}': shape of more elements than safetensors' u64 offsets "
+                "can hold"
+            )
     if type(begin) is not int or type(end) is not int or begin < 0 or end < begin:
         raise _invalid(name, entry, where_file)
     if elements * bits != (end - begin) * 8:

@@ -1,20 +1,39 @@
 """Everything that talks to the Hugging Face Hub, through huggingface_hub.
 
 Imported only when a `--repo` is named. huggingface_hub brings HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE,
-revisions, its download cache and its HTTP client; this module adds the fewest requests that read a
-checkpoint's headers, and turns every failure into a `SourceError` whose single line says which repo,
-revision or file could not be had and why.
+revisions, its download cache, its HTTP client and its retries; this module adds the fewest requests
+that read a checkpoint's headers, and three guarantees:
+
+- One deadline for the whole operation (`HubOptions.timeout`). huggingface_hub's timeouts bound each
+  read (HF_HUB_DOWNLOAD_TIMEOUT, HF_HUB_ETAG_TIMEOUT: 10 s; 60 s when it retries a HEAD), not the
+  operation: a server that trickles a byte a second never trips them, and a 500 costs five retries over
+  23 s. So the operation runs in a daemon thread that the caller waits for at most the deadline (Ctrl-C
+  ends the wait at once, whatever the thread is doing), and every request it sends has its timeouts cut
+  to the time left and stops reading when it runs out.
+- A connection that cannot be made (refused, no route to the host, a name that does not resolve) fails
+  at once: huggingface_hub would retry it for 23 s, to the same end. config.json then comes from the
+  Hub cache if it is there, as huggingface_hub does offline.
+- Retries are said (`HubOptions.note`), and what is being fetched from where (`HubOptions.status`).
+
+Every failure becomes a SourceError whose single line says which repo, revision or file could not be
+had and why; what the files themselves say wrong is a CheckpointError.
 """
 
 from __future__ import annotations
 
+import errno
+import json
+import queue
 import re
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
-from huggingface_hub import HfApi, constants, hf_hub_download, hf_hub_url
+from huggingface_hub import constants, hf_hub_download, hf_hub_url, try_to_load_from_cache
 from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
@@ -25,203 +44,683 @@ from huggingface_hub.errors import (
     RemoteEntryNotFoundError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
-    SafetensorsParsingError,
 )
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+from huggingface_hub.utils import (
+    build_hf_headers,
+    hf_raise_for_status,
+    http_stream_backoff,
+    set_client_factory,
+)
 
-from kimicount.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint, Index, assemble, parse_index
+from kimicount.checkpoint import (
+    INDEX_FILE,
+    MAX_INDEX_BYTES,
+    SINGLE_FILE,
+    Checkpoint,
+    Index,
+    assemble,
+    check_file_name,
+    json_limit,
+    parse_index,
+)
 from kimicount.errors import CheckpointError, SourceError
 from kimicount.headers import MAX_HEADER_BYTES, FileHeader, header_from_json, header_length, parse_header
+from kimicount.source import HubOptions
 from kimicount.spec import ModelSpec, load_config_file, spec_from_config
 
-# huggingface_hub >= 1.0 talks HTTP through httpx (some builds vendor it as httpx2); its transport
-# errors are not OSErrors, so they are caught by class.
+# huggingface_hub >= 1.0 talks HTTP through httpx (some builds vendor it as httpx2); its errors are not
+# OSErrors, so they are caught by class.
 try:
-    from httpx2 import TransportError
+    import httpx2 as httpx
 except ImportError:  # pragma: no cover - depends on the huggingface_hub build
-    from httpx import TransportError
+    import httpx  # type: ignore[no-redef]
+
+T = TypeVar("T")
+
+CONFIG_FILE = "config.json"
+#: Parallel header reads, as huggingface_hub's own thread map uses.
+MAX_WORKERS = 8
+#: Bytes to ask for when the header size cannot be estimated (a single model.safetensors).
+DEFAULT_WINDOW = 256 * 1024
+#: The bulk answer holds every shard's header (about 14 MB for Kimi K2). A larger one is not read:
+#: the shards are then read one by one, each header capped as safetensors caps it.
+MAX_BULK_BYTES = MAX_HEADER_BYTES
+#: The largest file size a Content-Range or Content-Length may state: safetensors offsets are u64.
+MAX_FILE_SIZE = 2**64 - 1
+
+
+# --- the operation: deadline, status, retries ------------------------------------------------------
+
+
+class OutOfTime(Exception):
+    """The operation's deadline has passed (raised in the threads that do its requests)."""
+
+
+class Unreachable(Exception):
+    """No connection could be made to the Hub: refused, no route, or a host name that does not resolve.
+    Not an httpx error, so that huggingface_hub passes it through instead of retrying it."""
+
+
+class _Operation:
+    """One Hub operation: when it must end, what it is doing (for the status line and the timeout
+    message), and the requests it has sent (a request sent again is a retry)."""
+
+    def __init__(self, options: HubOptions, where: str):
+        self.options = options
+        self.where = where
+        self.deadline = time.monotonic() + options.timeout
+        self.doing = "starting"
+        self.last_failure: str | None = None
+        self._sent: Counter[tuple[str, str, str | None]] = Counter()
+        self._failures: dict[tuple[str, str, str | None], str] = {}
+        self._lock = threading.Lock()
+
+    def status(self, text: str) -> None:
+        self.doing = text
+        self.options.status(text)
+
+    def check(self) -> None:
+        if time.monotonic() >= self.deadline:
+            raise OutOfTime(self.where)
+
+    def sending(self, request: httpx.Request) -> None:
+        """Before each request: stop if the time is up, cut its timeouts to the time left, and say so
+        when it repeats one that failed (huggingface_hub's retries)."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise OutOfTime(self.where)
+        timeouts = request.extensions.get("timeout") or {}
+        request.extensions["timeout"] = {
+            kind: min(timeouts.get(kind) or left, left) for kind in ("connect", "read", "write", "pool")
+        }
+        key = _key(request)
+        with self._lock:
+            retry, self._sent[key] = self._sent[key], self._sent[key] + 1
+            reason = self._failures.get(key)
+        if retry and reason:  # the same request again after it failed: huggingface_hub retries it
+            self.options.note(f"{request.method} {request.url}: {reason}; retry {retry}")
+
+    def failed(self, request: httpx.Request, reason: str) -> None:
+        with self._lock:
+            self._failures[_key(request)] = reason
+            self.last_failure = reason
+
+    def out_of_time(self) -> SourceError:
+        last = f" (last failure: {self.last_failure})" if self.last_failure else ""
+        return SourceError(
+            f"{self.where}: gave up after {self.options.timeout:g} s (--timeout, KIMICOUNT_TIMEOUT) while "
+            f"{self.doing}{last}"
+        )
+
+
+def _key(request: httpx.Request) -> tuple[str, str, str | None]:
+    return request.method, str(request.url), request.headers.get("Range")
+
+
+#: The operation each of our threads works for; the transport reads it.
+_thread = threading.local()
+
+
+def _run(options: HubOptions, where: str, work: Callable[[_Operation], T]) -> T:
+    """`work` in a daemon thread, waited for at most the deadline. A daemon thread is never joined at
+    exit, so neither a deadline nor Ctrl-C waits for a request that hangs."""
+    _watch_requests()
+    operation = _Operation(options, where)
+    results: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
+
+    def target() -> None:
+        _thread.operation = operation
+        try:
+            results.put((True, work(operation)))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller, which raises it
+            results.put((False, error))
+
+    threading.Thread(target=target, name="kimicount-hub", daemon=True).start()
+    try:
+        # The wait is interruptible: Ctrl-C raises KeyboardInterrupt here at once.
+        ok, value = results.get(timeout=min(options.timeout, threading.TIMEOUT_MAX))
+    except queue.Empty:
+        raise operation.out_of_time() from None
+    if ok:
+        return value
+    if isinstance(value, OutOfTime):
+        raise operation.out_of_time() from None
+    raise value
+
+
+def _in_background(operation: _Operation, work: Callable[[], T]) -> Callable[[], T]:
+    """Start `work` in a daemon thread of the operation; returns the function that waits for its result."""
+    results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+    def target() -> None:
+        _thread.operation = operation
+        try:
+            results.put((True, work()))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller, which raises it
+            results.put((False, error))
+
+    threading.Thread(target=target, name="kimicount-hub-side", daemon=True).start()
+
+    def result() -> T:
+        ok, value = results.get()
+        if ok:
+            return value
+        raise value
+
+    return result
+
+
+def _map_parallel(operation: _Operation, work: Callable[[str], T], items: list[str]) -> Iterator[T]:
+    """work(item) for every item, MAX_WORKERS at a time in daemon threads; results as they come, the
+    first error raised (the other threads then take no more items)."""
+    todo: queue.SimpleQueue[str] = queue.SimpleQueue()
+    for item in items:
+        todo.put(item)
+    done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+    stop = threading.Event()
+
+    def worker() -> None:
+        _thread.operation = operation
+        while not stop.is_set():
+            try:
+                item = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                done.put((True, work(item)))
+            except BaseException as error:  # noqa: BLE001 - handed to the collector, which raises it
+                stop.set()
+                done.put((False, error))
+                return
+
+    for _ in range(min(MAX_WORKERS, len(items))):
+        threading.Thread(target=worker, name="kimicount-hub-read", daemon=True).start()
+    for _ in items:
+        ok, value = done.get()
+        if not ok:
+            raise value
+        yield value
+
+
+class _Watched(httpx.BaseTransport):
+    """huggingface_hub's transport, with the operation's rules: deadline, retries said, and a connection
+    that cannot be made reported at once rather than retried."""
+
+    def __init__(self, inner: httpx.BaseTransport):
+        self._inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        operation: _Operation | None = getattr(_thread, "operation", None)
+        if operation is None:  # not one of ours
+            return self._inner.handle_request(request)
+        operation.sending(request)
+        try:
+            response = self._inner.handle_request(request)
+        except httpx.ConnectError as error:
+            reason = _cannot_connect(error)
+            if reason:
+                raise Unreachable(reason) from error
+            operation.failed(request, _first_line(error))
+            raise
+        except httpx.TransportError as error:  # a timeout, a dropped connection: huggingface_hub retries
+            operation.failed(request, f"{type(error).__name__}: {_first_line(error)}")
+            raise
+        if response.status_code >= 500 or response.status_code in (408, 429):
+            operation.failed(request, f"HTTP {response.status_code} {response.reason_phrase}".strip())
+        response.stream = _UntilDeadline(response.stream, operation)
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _UntilDeadline(httpx.SyncByteStream):
+    """A response body that stops at the deadline (a trickle never trips a read timeout)."""
+
+    def __init__(self, inner: Any, operation: _Operation):
+        self._inner = inner
+        self._operation = operation
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._inner:
+            self._operation.check()
+            yield chunk
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _cannot_connect(error: BaseException) -> str | None:
+    """'connection refused', 'no route to host', 'cannot resolve the host name', or None (a timeout,
+    or anything else worth the retries)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(seen, OSError) and seen.errno in _UNROUTABLE:
+            return seen.strerror.lower() if seen.strerror else "no route to the host"
+        if type(seen).__name__ == "gaierror":  # socket.gaierror: the host name does not resolve
+            return f"cannot resolve the host name ({seen.strerror or seen})"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+_UNROUTABLE = {errno.ENETUNREACH, errno.EHOSTUNREACH}
+
+_watching = False
+
+
+def _watch_requests() -> None:
+    """Once per process: huggingface_hub's HTTP client, with its transports wrapped in _Watched. The
+    client is built by huggingface_hub's own factory (its hooks, redirects, proxies from the environment);
+    only the transports it mounts are wrapped."""
+    global _watching
+    if _watching:
+        return
+    from huggingface_hub.utils import _http
+
+    base = getattr(_http, "default_client_factory", None)
+    if base is None:  # pragma: no cover - another huggingface_hub: the deadline still holds, via _run
+        return
+
+    def factory() -> httpx.Client:
+        client = base()
+        if isinstance(getattr(client, "_transport", None), httpx.BaseTransport):
+            client._transport = _Watched(client._transport)
+        mounts = getattr(client, "_mounts", None)
+        if isinstance(mounts, dict):
+            client._mounts = {
+                pattern: _Watched(t) if t is not None else None for pattern, t in mounts.items()
+            }
+        return client
+
+    set_client_factory(factory)
+    _watching = True
+
+
+# --- errors ----------------------------------------------------------------------------------------
 
 
 @contextmanager
 def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]:
-    """Turn huggingface_hub's exceptions into one-line SourceErrors naming what was asked for."""
+    """Turn huggingface_hub's and httpx's exceptions into one-line SourceErrors naming what was asked for."""
     where = _where(repo, revision)
     try:
         yield
+    except (OutOfTime, SourceError, CheckpointError):
+        raise
+    except Unreachable as error:
+        raise SourceError(f"{where}: cannot reach {constants.ENDPOINT}: {error}") from error
     except GatedRepoError as error:
         raise SourceError(
-            f"{where}: gated repo; accept its terms on the Hub and set HF_TOKEN (or run `hf auth login`)"
+            f"{where}: gated repo; accept its terms on the Hub and set HF_TOKEN or --token "
+            "(or run `hf auth login`)"
         ) from error
     except RepositoryNotFoundError as error:
         raise SourceError(
-            f"{where}: repo not found at {constants.ENDPOINT} (if it is private, set HF_TOKEN)"
+            f"{where}: repo not found at {constants.ENDPOINT} (if it is private, set HF_TOKEN or --token)"
         ) from error
     except RevisionNotFoundError as error:
         raise SourceError(f"{where}: revision '{revision}' not found") from error
     except LocalEntryNotFoundError as error:
-        # Raised when the Hub cannot be reached (offline mode, connection refused, timeout) and the
-        # file is not in the local cache either.
-        offline = " (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else ""
-        raise SourceError(
-            f"{where}: cannot reach {constants.ENDPOINT}{offline} and {filename} is not in the cache"
-        ) from error
+        # The Hub could not be asked (offline mode, a timeout) or did not answer with the file, and the
+        # file is not in the local cache either: say which.
+        raise SourceError(f"{where}: {_why_not_fetched(error, filename)}") from error
     except EntryNotFoundError as error:
         raise SourceError(f"{where}: no file '{filename}' in the repo") from error
     except OfflineModeIsEnabled as error:
         raise SourceError(f"{where}: HF_HUB_OFFLINE is set and {filename} must be fetched") from error
     except HFValidationError as error:
-        raise SourceError(f"'{repo}': not a valid repo id ({_first_line(error)})") from error
+        raise SourceError(f"'{_shorten(repo)}': not a valid repo id ({_first_line(error)})") from error
     except HfHubHTTPError as error:
         raise SourceError(f"{where}: {filename}: {_first_line(error)}") from error
-    except (OSError, TransportError) as error:  # network failures that huggingface_hub passes through
+    except httpx.TooManyRedirects as error:
+        raise SourceError(
+            f"{where}: {filename}: {constants.ENDPOINT} redirects in a loop ({error})"
+        ) from error
+    except httpx.DecodingError as error:
+        raise SourceError(
+            f"{where}: {filename}: the answer from {constants.ENDPOINT} cannot be decoded "
+            f"({_first_line(error)})"
+        ) from error
+    except httpx.TimeoutException as error:
+        raise SourceError(
+            f"{where}: {filename}: no answer from {constants.ENDPOINT} in time ({error})"
+        ) from error
+    except httpx.HTTPError as error:  # any other network failure
         raise SourceError(f"{where}: cannot reach {constants.ENDPOINT}: {_first_line(error)}") from error
+    except httpx.InvalidURL as error:
+        raise SourceError(f"{where}: {filename}: not a valid URL ({_first_line(error)})") from error
+    except OSError as error:  # the Hub cache: a file name too long, a full disk, no permission
+        raise SourceError(
+            f"{where}: {filename}: {error.strerror or error} ({constants.HF_HUB_CACHE})"
+        ) from error
+
+
+def _why_not_fetched(error: LocalEntryNotFoundError, filename: str) -> str:
+    cause = error.__cause__
+    not_cached = f"and {filename} is not in the cache"
+    if constants.HF_HUB_OFFLINE or isinstance(cause, OfflineModeIsEnabled):
+        return f"HF_HUB_OFFLINE is set {not_cached}"
+    if isinstance(cause, HfHubHTTPError) and cause.response is not None:
+        answer = f"HTTP {cause.response.status_code} {cause.response.reason_phrase}".strip()
+        return f"{constants.ENDPOINT} answered {answer} for {filename}, {not_cached}"
+    if isinstance(cause, httpx.TimeoutException):
+        return f"no answer from {constants.ENDPOINT} in time for {filename} ({cause}), {not_cached}"
+    detail = f" ({_first_line(cause)})" if cause is not None else ""
+    return f"cannot reach {constants.ENDPOINT}{detail} {not_cached}"
 
 
 def _first_line(error: BaseException) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = str(error).strip()
+    return _shorten(text.splitlines()[0]) if text else type(error).__name__
+
+
+def _shorten(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+# --- config ----------------------------------------------------------------------------------------
 
 
 def spec_from_hub_config(path: Path, repo: str, revision: str | None) -> ModelSpec:
     """The spec of a config.json fetched from the Hub; errors name the repo and revision."""
-    where = f"{_where(repo, revision)} config.json"
+    where = f"{_where(repo, revision)} {CONFIG_FILE}"
     return spec_from_config(load_config_file(path), name=repo, where=where)
 
 
-def download_config(repo: str, revision: str | None) -> Path:
+def download_config(repo: str, revision: str | None, options: HubOptions | None = None) -> Path:
     """config.json of the repo at the revision, through the Hub cache (only that file is fetched)."""
-    with hub_errors(repo, revision, "config.json"):
-        return Path(hf_hub_download(repo, "config.json", revision=revision))
+    where = _where(repo, revision)
+
+    def work(operation: _Operation) -> Path:
+        operation.status(f"fetching {CONFIG_FILE} of {where} from {constants.ENDPOINT}")
+        return _config(operation, repo, revision)
+
+    return _run(options or HubOptions(), where, work)
 
 
-# --- checkpoint headers --------------------------------------------------------------------------
+def _config(operation: _Operation, repo: str, revision: str | None) -> Path:
+    with hub_errors(repo, revision, CONFIG_FILE):
+        try:
+            return Path(hf_hub_download(repo, CONFIG_FILE, revision=revision, token=operation.options.token))
+        except Unreachable as error:
+            cached = try_to_load_from_cache(repo, CONFIG_FILE, revision=revision)
+            if not isinstance(cached, str):
+                raise
+            operation.options.note(
+                f"cannot reach {constants.ENDPOINT} ({error}); {CONFIG_FILE} from the cache"
+            )
+            return Path(cached)
 
-#: Parallel header reads, as huggingface_hub's own thread map uses.
-MAX_WORKERS = 8
-#: Bytes to ask for when the header size cannot be estimated (a single model.safetensors).
-DEFAULT_WINDOW = 256 * 1024
+
+# --- checkpoint headers ----------------------------------------------------------------------------
 
 
 def fetch_checkpoint(
-    repo: str, revision: str | None, on_file: Callable[[str], None] | None = None
+    repo: str,
+    revision: str | None,
+    on_file: Callable[[str], None] | None = None,
+    options: HubOptions | None = None,
 ) -> tuple[Path, Checkpoint]:
     """config.json and every safetensors header of repo@revision, never the tensor data.
 
-    The config is fetched first, through the Hub cache; its snapshot folder names the commit the
-    revision resolves to. On `main` the Hub's bulk endpoint returns every shard header in one request
-    (it reads `main` as it is at that moment: a commit pushed in between would not match the config;
-    name the commit with --revision to pin both). Elsewhere (another revision, or an endpoint without
-    the bulk route) everything is read at the config's commit: the index, then one ranged GET per shard
-    sized from it (a second only if the header is longer than estimated), in parallel.
+    config.json comes through the Hub cache; its snapshot folder names the commit the revision resolves
+    to. Beside it, at once: on `main`, the Hub's bulk endpoint, which returns every shard header in one
+    request (it reads `main` as it is at that moment: a commit pushed in between would not match the
+    config; name the commit with --revision to pin both); elsewhere, the index at the revision. The
+    shards are then read at the config's commit, one ranged GET each, sized from the index in one pass
+    over it (a second GET only if a header is longer than estimated), in parallel. Without the bulk route
+    (another endpoint), main is read the same way.
     """
-    config = download_config(repo, revision)
+    where = _where(repo, revision)
+    return _run(options or HubOptions(), where, lambda op: _checkpoint(op, repo, revision, on_file))
+
+
+def _checkpoint(
+    operation: _Operation, repo: str, revision: str | None, on_file: Callable[[str], None] | None
+) -> tuple[Path, Checkpoint]:
+    source, endpoint = _where(repo, revision), constants.ENDPOINT
+    on_main = revision in (None, constants.DEFAULT_REVISION)
+    if on_main:
+        operation.status(f"fetching {CONFIG_FILE} and the safetensors headers of {source} from {endpoint}")
+        beside = _in_background(operation, lambda: _bulk_headers(operation, repo, source))
+    else:
+        operation.status(f"fetching {CONFIG_FILE} and {INDEX_FILE} of {source} from {endpoint}")
+        beside = _in_background(operation, lambda: _download_index(operation, repo, revision))
+    config = _config(operation, repo, revision)
     commit = config.parent.name  # the cache keeps files under snapshots/<commit>/
-    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+    if not _is_commit(commit):
         commit = revision or constants.DEFAULT_REVISION
-    source = _where(repo, revision)
-    if revision in (None, constants.DEFAULT_REVISION):
-        with hub_errors(repo, revision, "the safetensors headers"):
-            bulk = _bulk_headers(repo, source)
+    if on_main:
+        bulk = beside()
         if bulk is not None:
             return config, bulk
-    index = _download_index(repo, commit)
+        operation.status(f"fetching {INDEX_FILE} of {source} from {endpoint}")
+        index, _ = _download_index(operation, repo, commit)
+    else:
+        index, index_commit = beside()
+        if index_commit is not None and _is_commit(commit) and index_commit != commit:
+            index, _ = _download_index(operation, repo, commit)  # the branch moved in between
     files = index.files if index else [SINGLE_FILE]
+    windows = _windows(index)
+    operation.status(f"reading the safetensors headers of {source} from {endpoint}: 0 of {len(files)} files")
+
+    def read(file: str) -> tuple[FileHeader, int, int]:
+        return _read_remote_header(operation, repo, commit, file, windows.get(file, DEFAULT_WINDOW))
+
     headers, bytes_read, requests = [], 0, 0
-    with ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(files))) as pool:
-        futures = [pool.submit(_read_remote_header, repo, commit, f, _window(index, f)) for f in files]
-        for future in as_completed(futures):
-            header, received, made = future.result()
-            headers.append(header)
-            bytes_read += received
-            requests += made
-            if on_file:
-                on_file(header.file)
+    for header, received, made in _map_parallel(operation, read, files):
+        headers.append(header)
+        bytes_read += received
+        requests += made
+        operation.status(
+            f"reading the safetensors headers of {source} from {endpoint}: "
+            f"{len(headers)} of {len(files)} files"
+        )
+        if on_file:
+            on_file(header.file)
     return config, assemble(source, headers, index, bytes_read, requests)
 
 
-def _bulk_headers(repo: str, source: str) -> Checkpoint | None:
-    """Every shard header of `main` in one request, or None where the endpoint does not serve it."""
-    api = HfApi()
-    if not hasattr(api, "get_sharded_safetensors_metadata"):  # older huggingface_hub
-        return None
+def _bulk_headers(operation: _Operation, repo: str, source: str) -> Checkpoint | None:
+    """Every shard header of `main` in one request, or None where it is not to be had that way (not a
+    sharded repo, an endpoint without the route, an answer too large): the shards are then read one
+    by one. The request is not retried; the shard reads are the fallback."""
+    url = f"{constants.ENDPOINT}/api/models/{repo}/safetensors-metadata/{INDEX_FILE}"
     try:
-        metadata = api.get_sharded_safetensors_metadata(repo, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT)
-    except (HfHubHTTPError, KeyError, ValueError, TypeError):
-        return None  # not a sharded repo, or a Hub mirror without the endpoint: read shard by shard
-    except SafetensorsParsingError as error:
-        raise CheckpointError(f"{source}: {error}") from error
+        with hub_errors(repo, None, "the safetensors headers"):
+            body, _ = _get_capped(url, MAX_BULK_BYTES, operation.options.token, retries=0)
+    except SourceError:
+        return None
+    if body is None:
+        operation.options.note(
+            f"the safetensors headers of {source} are over {MAX_BULK_BYTES:,} bytes in one answer; "
+            "reading them shard by shard"
+        )
+        return None
+    where = f"{url} (the safetensors headers of {source})"
+    try:
+        answer = json.loads(body)
+    except (RecursionError, ValueError) as error:
+        raise CheckpointError(f"{where}: not valid JSON ({json_limit(error)})") from None
+    raw_headers = answer.get("headers") if isinstance(answer, dict) else None
+    raw_index = answer.get("index", {}) if isinstance(answer, dict) else None
+    if not isinstance(raw_headers, dict) or not raw_headers or not isinstance(raw_index, dict):
+        raise CheckpointError(
+            f"{where}: expected an object with 'headers' (shard name -> header) and 'index', found "
+            f"{_shape(answer)}"
+        )
     headers = []
-    for file, meta in metadata.files_metadata.items():
-        parsed = {
-            name: {"dtype": t.dtype, "shape": t.shape, "data_offsets": list(t.data_offsets)}
-            for name, t in meta.tensors.items()
-        }
-        parsed["__metadata__"] = meta.metadata or {}
-        headers.append(header_from_json(parsed, file, f"{source}/{file}", file_size=None, header_size=None))
-    total = (metadata.metadata or {}).get("total_size")
-    index = Index(weight_map=None, total_size=total if isinstance(total, int) else None)
+    for file, header in raw_headers.items():
+        check_file_name(file, where)
+        headers.append(header_from_json(header, file, f"{source}/{file}", file_size=None, header_size=None))
+    metadata = raw_index.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise CheckpointError(f"{where}: index.metadata is {_shape(metadata)}, expected an object")
+    total = metadata.get("total_size")
+    index = Index(weight_map=None, total_size=total if type(total) is int and total >= 0 else None)
     return assemble(source, headers, index, bytes_read=None, requests=1)
 
 
-def _download_index(repo: str, commit: str) -> Index | None:
-    """The shard index at the commit, or None for a single-file checkpoint."""
-    with hub_errors(repo, commit, INDEX_FILE):
+def _shape(value: Any) -> str:
+    return f"a JSON {type(value).__name__}" if not isinstance(value, dict) else f"keys {sorted(value)[:5]}"
+
+
+def _download_index(
+    operation: _Operation, repo: str, revision: str | None
+) -> tuple[Index | None, str | None]:
+    """The shard index at the revision (None for a single-file checkpoint), and the commit the Hub says
+    it read it at. One GET, not through the cache: at a commit it never changes, and its size is
+    checked before it is read."""
+    url = hf_hub_url(repo, INDEX_FILE, revision=revision)
+    with hub_errors(repo, revision, INDEX_FILE):
         try:
-            path = Path(hf_hub_download(repo, INDEX_FILE, revision=commit))
+            body, headers = _get_capped(url, MAX_INDEX_BYTES, operation.options.token)
         except RemoteEntryNotFoundError:
-            return None
-    return parse_index(path.read_bytes(), f"{_where(repo, commit)}/{INDEX_FILE}")
+            return None, None
+    where = f"{_where(repo, revision)}/{INDEX_FILE}"
+    if body is None:
+        raise CheckpointError(f"{where}: over {MAX_INDEX_BYTES:,} bytes, more than any index")
+    return parse_index(body, where), headers.get(constants.HUGGINGFACE_HEADER_X_REPO_COMMIT)
 
 
-def _window(index: Index | None, file: str) -> int:
-    """Bytes to request so that the header is in one response: the 8-byte length, then per tensor
-    `"name":{"dtype":"F8_E4M3","shape":[d,d],"data_offsets":[b,e]},` (46 bytes of JSON syntax, a
-    7-letter dtype, a 2-D shape of 6-digit sizes, 12-digit offsets: name + 90, rounded up to 96),
-    then room for __metadata__. A longer header costs one more request."""
+def _windows(index: Index | None) -> dict[str, int]:
+    """Bytes to request per shard so that its header is in one response, in one pass over the index:
+    the 8-byte length, then per tensor `"name":{"dtype":"F8_E4M3","shape":[d,d],"data_offsets":[b,e]},`
+    (46 bytes of JSON syntax, a 7-letter dtype, a 2-D shape of 6-digit sizes, 12-digit offsets: name +
+    90, rounded up to 96), then 4 KiB for __metadata__. A longer header costs one more request."""
     if index is None or index.weight_map is None:
-        return DEFAULT_WINDOW
-    names = [name for name, f in index.weight_map.items() if f == file]
-    return min(8 + sum(len(name) + 96 for name in names) + 4096, 8 + MAX_HEADER_BYTES)
+        return {}
+    windows = dict.fromkeys(index.files, 8 + 4096)
+    for name, file in index.weight_map.items():
+        windows[file] += len(name) + 96
+    return {file: min(size, 8 + MAX_HEADER_BYTES) for file, size in windows.items()}
 
 
-def _read_remote_header(repo: str, commit: str, file: str, window: int) -> tuple[FileHeader, int, int]:
+def _read_remote_header(
+    operation: _Operation, repo: str, commit: str, file: str, window: int
+) -> tuple[FileHeader, int, int]:
     """One file's header by ranged GETs; returns it, the bytes received and the requests made."""
     url = hf_hub_url(repo, file, revision=commit)
     where = f"{_where(repo, commit)}/{file}"
+    token = operation.options.token
     with hub_errors(repo, commit, file):
-        data, size = _get_range(url, 0, window)
+        data, size = _get_range(url, 0, window, token, where)
         requests = 1
         length = header_length(data, where, size)
         if 8 + length > len(data):  # longer than estimated: fetch the rest
-            rest, _ = _get_range(url, len(data), 8 + length - len(data))
+            rest, _ = _get_range(url, len(data), 8 + length - len(data), token, where)
             data, requests = data + rest, 2
     return parse_header(data[8 : 8 + length], file, size, where=where), len(data), requests
 
 
-def _get_range(url: str, start: int, length: int) -> tuple[bytes, int]:
-    """Up to `length` bytes from `start`, and the file's total size. Streams, so that a server that
-    ignores Range (answering 200 with the whole file) costs no more than the bytes up to those asked for."""
-    headers = {**build_hf_headers(), "Range": f"bytes={start}-{start + length - 1}"}
-    with get_session().stream(
-        "GET", url, headers=headers, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT
+def _request_headers(token: str | None, **extra: str) -> dict[str, str]:
+    # identity: the bytes as stored (a compressed byte range would mean nothing), and sizes that are true
+    return {**build_hf_headers(token=token), "Accept-Encoding": "identity", **extra}
+
+
+def _get_capped(
+    url: str, limit: int, token: str | None, retries: int = 5
+) -> tuple[bytes | None, httpx.Headers]:
+    """The body of a GET (None when it is longer than `limit` bytes, stated or received: reading stops
+    there), and the response's headers."""
+    with http_stream_backoff(
+        "GET",
+        url,
+        headers=_request_headers(token),
+        timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT,
+        max_retries=retries,
     ) as response:
-        if response.status_code >= 400:
-            response.read()  # so that the error can quote the body
-            hf_raise_for_status(response)
-        if response.status_code == 206:  # bytes start..: the total follows the slash, "bytes a-b/total"
-            skip, total = 0, response.headers.get("Content-Range", "").rpartition("/")[2]
-        else:  # 200: the whole file, from byte 0
-            skip, total = start, response.headers.get("Content-Length", "")
-        if not total.isdigit():
-            raise SourceError(f"{url}: the server did not say how long the file is (no total size)")
+        _raise_for_status(response)
+        stated = response.headers.get("Content-Length", "")
+        if re.fullmatch(r"[0-9]{1,20}", stated) and int(stated) > limit:
+            return None, response.headers
         data = bytearray()
         for chunk in response.iter_bytes():
             data += chunk
+            if len(data) > limit:
+                return None, response.headers
+    return bytes(data), response.headers
+
+
+def _get_range(url: str, start: int, length: int, token: str | None, where: str) -> tuple[bytes, int]:
+    """Up to `length` bytes from `start`, and the file's total size. Streams, so that a server that
+    ignores Range (answering 200 with the whole file) costs no more than the bytes up to those asked for."""
+    headers = _request_headers(token, Range=f"bytes={start}-{start + length - 1}")
+    with http_stream_backoff(
+        "GET", url, headers=headers, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT
+    ) as response:
+        _raise_for_status(response)
+        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise SourceError(
+                f"{where}: the server sent a byte range compressed as '{_shorten(encoding, 40)}'"
+            )
+        if response.status_code == 206:  # "bytes first-last/total"
+            skip, total = 0, _content_range_total(response.headers.get("Content-Range", ""), start, where)
+        else:  # 200: the whole file, from byte 0
+            skip, total = start, _size(response.headers.get("Content-Length", ""), "Content-Length", where)
+        data = bytearray()
+        for chunk in response.iter_raw():
+            data += chunk
             if len(data) >= skip + length:
                 break
-    return bytes(data[skip : skip + length]), int(total)
+    return bytes(data[skip : skip + length]), total
+
+
+def _content_range_total(value: str, start: int, where: str) -> int:
+    """The file size a Content-Range states, checked to describe the range asked for (from `start`).
+
+    >>> _content_range_total("bytes 0-99/1000", 0, "f")
+    1000
+    >>> _content_range_total("bytes 0-99/*", 0, "f")
+    Traceback (most recent call last):
+    kimicount.errors.SourceError: f: the server's Content-Range 'bytes 0-99/*' does not give the file size as bytes first-last/size
+    """
+    match = re.fullmatch(r"bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})", value.strip())
+    if not match:
+        raise SourceError(
+            f"{where}: the server's Content-Range '{_shorten(value, 60)}' does not give the file size "
+            "as bytes first-last/size"
+        )
+    first, total = int(match[1]), int(match[3])
+    if first != start or total > MAX_FILE_SIZE:
+        raise SourceError(
+            f"{where}: the server's Content-Range '{value}' is not the range asked for (from byte {start})"
+        )
+    return total
+
+
+def _size(value: str, header: str, where: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,20}", value.strip()) or int(value) > MAX_FILE_SIZE:
+        raise SourceError(
+            f"{where}: the server did not say how long the file is ({header} '{_shorten(value, 60)}')"
+        )
+    return int(value)
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    """huggingface_hub's errors for an error status, from at most 64 KiB of the body (an error page
+    may be anything)."""
+    if response.status_code < 400:
+        return
+    body = bytearray()
+    for chunk in response.iter_raw():
+        body += chunk
+        if len(body) > 65536:
+            break
+    read = httpx.Response(
+        response.status_code, headers=response.headers, content=bytes(body[:65536]), request=response.request
+    )
+    hf_raise_for_status(read)
+
+
+def _is_commit(revision: str | None) -> bool:
+    return revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision) is not None
 
 
 def _where(repo: str, revision: str | None) -> str:
-    """repo@revision, a commit shortened to 12 characters."""
+    """repo@revision, a commit shortened to 12 characters (and anything very long cut short)."""
     revision = revision or constants.DEFAULT_REVISION
-    return f"{repo}@{revision[:12] if re.fullmatch(r'[0-9a-f]{40}', revision) else revision}"
+    return f"{_shorten(repo, 100)}@{revision[:12] if _is_commit(revision) else _shorten(revision, 100)}"

@@ -438,8 +438,11 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
     """Tensor parallelism gives each rank num_attention_heads / tp whole heads; refuse any other tp."""
     heads = spec.num_attention_heads
     if heads % tp:
-        divisors = [d for d in range(1, heads + 1) if heads % d == 0]
-        choices = ", ".join(map(str, divisors[:-1])) + f" or {divisors[-1]}"
+        if heads <= 2**16:  # the choices, listed; beyond, the search alone would hang
+            divisors = [d for d in range(1, heads + 1) if heads % d == 0]
+            choices = ", ".join(map(str, divisors[:-1])) + f" or {divisors[-1]}"
+        else:
+            choices = f"a divisor of {heads:,}"
         raise UsageError(
             f"--tp {tp}: does not divide the {heads} attention heads of {spec.name} "
             f"(num_attention_heads); use {choices}"

@@ -232,11 +232,18 @@ def not_built(spec: ModelSpec) -> str:
 
 
 def import_torch() -> Any:
-    """torch, or a MeasureError saying how to install it (it is an optional extra)."""
+    """torch, or a MeasureError saying how to install it (it is an optional extra). measure needs no
+    NumPy: torch's warning that it cannot find it (two lines on stderr) is left out."""
+    import warnings
+
     try:
-        import torch
-    except ImportError:
-        raise MeasureError(f"measure needs torch, which is not installed: {INSTALL_HINT}") from None
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+            import torch
+    except ImportError as error:
+        if isinstance(error, ModuleNotFoundError) and error.name == "torch":
+            raise MeasureError(f"measure needs torch, which is not installed: {INSTALL_HINT}") from None
+        raise MeasureError(f"torch is installed but cannot be imported: {error}") from None
     return torch
 
 

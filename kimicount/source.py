@@ -3,29 +3,63 @@ where a checkpoint comes from: a local folder or a Hub repo, with the config tha
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
-from kimicount.errors import UsageError
+from kimicount.errors import SourceError, UsageError
 from kimicount.spec import ModelSpec, bundled_spec, spec_from_path
 
 if TYPE_CHECKING:  # params and kv-cache read no checkpoint
     from kimicount.checkpoint import Checkpoint
 
+#: The default deadline for everything one command asks of the Hub [s]: room for Kimi K2's 61 shard
+#: headers and 13 MB index on a slow link, and still an end to a server that never finishes answering.
+DEFAULT_TIMEOUT = 300.0
 
-def load_spec(config: Path | None = None, repo: str | None = None, revision: str | None = None) -> ModelSpec:
+
+def _nothing(_text: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class HubOptions:
+    """How to talk to the Hub for --repo: the token (None: huggingface_hub's own, HF_TOKEN or the
+    login's), the deadline for the whole operation [s], and where to say what is happening: `status`
+    (what is being fetched from where, replaced by the next) and `note` (a retry, a fallback to the
+    cache: worth keeping)."""
+
+    token: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    status: Callable[[str], None] = _nothing
+    note: Callable[[str], None] = _nothing
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise UsageError(f"--timeout {self.timeout}: expected a positive number of seconds")
+
+
+def load_spec(
+    config: Path | None = None,
+    repo: str | None = None,
+    revision: str | None = None,
+    hub_options: HubOptions | None = None,
+) -> ModelSpec:
     """The spec named by the CLI's model options; nothing named means the bundled Kimi-K2-Instruct.
 
     The Hub client is imported only when a repo is named, so local use never pays for it.
     """
     if config is not None and repo is not None:
         raise UsageError("name the model once: --config or --repo, not both")
-    _revision_needs_repo(revision, repo)
+    _hub_options_need_repo(revision, hub_options, repo)
     if repo is not None:
-        from kimicount import hub
-
-        return hub.spec_from_hub_config(hub.download_config(repo, revision), repo, revision)
+        hub = hub_module()
+        return hub.spec_from_hub_config(hub.download_config(repo, revision, hub_options), repo, revision)
     if config is not None:
         return spec_from_path(config)
     return bundled_spec()
@@ -37,17 +71,17 @@ def load_checkpoint(
     revision: str | None = None,
     config: Path | None = None,
     on_file: Callable[[str], None] | None = None,
+    hub_options: HubOptions | None = None,
 ) -> tuple[ModelSpec, Checkpoint]:
     """The headers of the checkpoint named by --path or --repo, and the spec to check them against:
     `config` if given, else the checkpoint's own config.json (from the same folder, or the same Hub
     revision). `on_file` is called as each file's header is read."""
     if (path is None) == (repo is None):
         raise UsageError("name one checkpoint: --path DIR or --repo ORG/NAME")
-    _revision_needs_repo(revision, repo)
+    _hub_options_need_repo(revision, hub_options, repo)
     if repo is not None:
-        from kimicount import hub
-
-        config_path, checkpoint = hub.fetch_checkpoint(repo, revision, on_file)
+        hub = hub_module()
+        config_path, checkpoint = hub.fetch_checkpoint(repo, revision, on_file, hub_options)
         spec = spec_from_path(config) if config else hub.spec_from_hub_config(config_path, repo, revision)
         return spec, checkpoint
     from kimicount.checkpoint import read_folder
@@ -61,6 +95,31 @@ def load_checkpoint(
     return spec_from_path(config), checkpoint
 
 
-def _revision_needs_repo(revision: str | None, repo: str | None) -> None:
-    if revision is not None and repo is None:
+def hub_module() -> ModuleType:
+    """kimicount.hub, imported on first use. HF_ENDPOINT is read as huggingface_hub is imported, and a
+    malformed one fails that import itself; so it is checked first, to say which variable is wrong."""
+    endpoint = os.environ.get("HF_ENDPOINT")
+    if endpoint:
+        try:
+            parts = urlsplit(endpoint)
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+            parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+        except ValueError:
+            valid = False
+        if not valid:
+            raise SourceError(
+                f"HF_ENDPOINT={endpoint[:200]!r}: not an http(s) URL with a host "
+                "(e.g. https://huggingface.co)"
+            )
+    from kimicount import hub
+
+    return hub
+
+
+def _hub_options_need_repo(revision: str | None, hub_options: HubOptions | None, repo: str | None) -> None:
+    if repo is not None:
+        return
+    if revision is not None:
         raise UsageError("--revision needs --repo")
+    if hub_options is not None and hub_options.token is not None:
+        raise UsageError("--token needs --repo")

@@ -14,13 +14,17 @@ new transformers release is handled here once.
 from __future__ import annotations
 
 import json
+import math
 import re
-from dataclasses import dataclass, replace
+import signal
+import threading
+import time
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from kimicount.errors import ConfigError
+from kimicount.errors import ConfigError, read_capped
 
 #: model_type values whose architecture kimicount models (MLA attention + DeepSeek MoE).
 SUPPORTED_MODEL_TYPES = ("kimi_k2", "deepseek_v3", "deepseek_v32", "deepseek_v2")
@@ -61,6 +65,27 @@ _REQUIRED = (
 )
 
 
+# --- bounds ----------------------------------------------------------------------------------------
+# Every size is a tensor dimension or a count of tensors, and is checked before anything is built from
+# it: a config from anywhere must not make kimicount hang or fill the memory.
+
+#: The largest size: tensor dimensions and element counts are 64-bit signed integers in torch and in
+#: engines (safetensors stores them as u64), so nothing larger describes a tensor.
+MAX_SIZE = 2**63 - 1
+#: The most layers (num_hidden_layers + num_nextn_predict_layers, and vt_num_hidden_layers): kimicount
+#: lists every layer (`params --by layer`, the `layers` of the JSON, verify's per-layer counts).
+#: Kimi K2 has 61 + 0, DeepSeek-V3 61 + 1.
+MAX_LAYERS = 2**16
+#: The most routed experts over all layers (n_routed_experts × layers): verify and the INT4 storage model
+#: name each expert's tensors one by one. Kimi K2 has 384 × 60 MoE layers = 23,040.
+MAX_EXPERTS = 2**18
+
+
+def _show(value: int) -> str:
+    """A size for a message: with thousands separators, or its number of digits when it is very long."""
+    return f"{value:,}" if abs(value) < 10**30 else f"a number of {len(str(abs(value))):,} digits"
+
+
 @dataclass(frozen=True)
 class Fp8Quantization:
     """`quantization_config` with quant_method "fp8": linear weights in FP8 with one F32 scale per block."""
@@ -92,6 +117,8 @@ class PackedQuantization:
     group_size: int | None  # None: one scale per output row
     targets: tuple[str, ...]
     ignore: tuple[str, ...]
+    #: The config the patterns come from, for errors.
+    where: str = field(default="quantization_config", compare=False, repr=False)
 
     @property
     def pack_factor(self) -> int:
@@ -115,14 +142,86 @@ class PackedQuantization:
     def _matchers(self):
         """compressed-tensors' matching, compiled once (a 1T checkpoint asks for 70,000 modules):
         `re:` patterns match from the start of the name, other names exactly."""
-        return _matcher(self.ignore), _matcher(tuple(t for t in self.targets if t != "Linear"))
+        targets = tuple(t for t in self.targets if t != "Linear")
+        return (
+            _matcher(self.ignore, f"{self.where}: key 'ignore'"),
+            _matcher(targets, f"{self.where}: key 'targets'"),
+        )
 
 
-def _matcher(patterns: tuple[str, ...]):
+def _matcher(patterns: tuple[str, ...], where: str):
     names = {p for p in patterns if not p.startswith("re:")}
     regexes = [p[3:] for p in patterns if p.startswith("re:")]
-    combined = re.compile("|".join(f"(?:{r})" for r in regexes)) if regexes else None
-    return lambda module: module in names or (combined is not None and combined.match(module) is not None)
+    if not regexes:
+        return names.__contains__
+    combined = re.compile("|".join(f"(?:{r})" for r in regexes))
+
+    def matches(module: str) -> bool:
+        if module in names:
+            return True
+        try:
+            return _REGEX_ALARM.match(combined, module)
+        except RegexTooSlow:
+            raise ConfigError(
+                f"{where}: the re: patterns {', '.join(json.dumps(r) for r in regexes)} take more than "
+                f"{REGEX_SECONDS:g} s to match the module name '{module}' (a pattern that backtracks "
+                "without end)"
+            ) from None
+
+    return matches
+
+
+#: How long the `re:` patterns may take on one module name [s]. Real ones take microseconds; a pattern
+#: that backtracks catastrophically ("(a|aa)+$") takes longer than the age of the universe.
+REGEX_SECONDS = 2.0
+
+
+class RegexTooSlow(Exception):
+    """A regular expression ran past REGEX_SECONDS on one string."""
+
+
+class _RegexAlarm:
+    """Ends a regular-expression match that runs past REGEX_SECONDS. Python's `re` engine checks for
+    signals as it backtracks, so a SIGALRM handler can raise inside a match. The timer is armed at most
+    once per half budget, not once per match (Kimi K2.5 asks 70,000 module names; two system calls each
+    would cost more than the matching): every match then has at least half the budget, and is ended
+    within the whole. Signals run in the main thread only, and SIGALRM may belong to someone else: then
+    matches run unguarded."""
+
+    def __init__(self) -> None:
+        self.armed_at = -math.inf
+        self.started: float | None = None
+
+    def match(self, pattern: re.Pattern[str], text: str) -> bool:
+        if not self._installed():
+            return pattern.match(text) is not None
+        self.started = now = time.monotonic()
+        try:
+            if now - self.armed_at > REGEX_SECONDS / 2:
+                signal.setitimer(signal.ITIMER_REAL, REGEX_SECONDS)
+                self.armed_at = now
+            return pattern.match(text) is not None
+        finally:
+            self.started = None
+
+    def _alarm(self, _signal: int, _frame: Any) -> None:
+        self.armed_at = -math.inf  # fired: the next match arms it again
+        if self.started is not None and time.monotonic() - self.started >= REGEX_SECONDS / 2:
+            raise RegexTooSlow
+
+    def _installed(self) -> bool:
+        if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+            return False
+        handler = signal.getsignal(signal.SIGALRM)
+        if handler == self._alarm:
+            return True
+        if handler not in (signal.SIG_DFL, signal.SIG_IGN, None):
+            return False
+        signal.signal(signal.SIGALRM, self._alarm)
+        return True
+
+
+_REGEX_ALARM = _RegexAlarm()
 
 
 @dataclass(frozen=True)
@@ -223,7 +322,15 @@ class _Reader:
             raise self.fail(key, f"expected an integer, found {json.dumps(value)}")
         if value < minimum:
             bound = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise self.fail(key, f"expected {bound}, found {value}")
+            raise self.fail(key, f"expected {bound}, found {value if value > -(10**30) else _show(value)}")
+        if value > MAX_SIZE:
+            raise self.fail(key, f"{_show(value)} is over {MAX_SIZE:,} (2^63 − 1, the largest tensor size)")
+        return value
+
+    def bounded(self, key: str, value: int, limit: int, what: str) -> int:
+        """`value`, when it is at most `limit`; `what` says what the limit counts."""
+        if value > limit:
+            raise self.fail(key, f"{_show(value)} {what}; kimicount takes at most {limit:,}")
         return value
 
     def optional_integer(self, key: str) -> int | None:
@@ -303,7 +410,17 @@ def _language_spec(read: _Reader, name: str) -> ModelSpec:
         )
 
     num_hidden_layers = read.integer("num_hidden_layers")
+    num_nextn_predict_layers = read.integer("num_nextn_predict_layers", minimum=0, default=0)
+    layers = num_hidden_layers + num_nextn_predict_layers
+    mtp = " with the num_nextn_predict_layers ones" if num_nextn_predict_layers else ""
+    read.bounded("num_hidden_layers", layers, MAX_LAYERS, f"layers{mtp}")
     n_routed_experts = read.integer("n_routed_experts")
+    read.bounded(
+        "n_routed_experts",
+        n_routed_experts * layers,
+        MAX_EXPERTS,
+        f"routed experts in {layers:,} layers ({_show(n_routed_experts)} each)",
+    )
     first_k_dense_replace = read.integer("first_k_dense_replace", minimum=0)
     if first_k_dense_replace > num_hidden_layers:
         raise read.fail(
@@ -350,7 +467,7 @@ def _language_spec(read: _Reader, name: str) -> ModelSpec:
         moe_layer_freq=read.integer("moe_layer_freq", default=1),
         router_bias=topk_method == _NOAUX,
         tie_word_embeddings=read.boolean("tie_word_embeddings", False),
-        num_nextn_predict_layers=read.integer("num_nextn_predict_layers", minimum=0, default=0),
+        num_nextn_predict_layers=num_nextn_predict_layers,
         max_position_embeddings=read.integer("max_position_embeddings"),
         torch_dtype=_torch_dtype(read),
         quantization=_quantization(read),
@@ -375,9 +492,11 @@ def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | Other
     if (
         not isinstance(block, list)
         or len(block) != 2
-        or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+        or not all(_is_positive_int(b) for b in block)
     ):
-        raise sub.fail("weight_block_size", f"expected two positive integers, found {json.dumps(block)}")
+        raise sub.fail(
+            "weight_block_size", f"expected two integers from 1 to 2^63 − 1, found {_short_json(block)}"
+        )
     fmt = sub.string("fmt", "e4m3")
     if fmt not in FP8_FORMATS:
         raise sub.fail("fmt", f"unknown FP8 format '{fmt}' (supported: {', '.join(FP8_FORMATS)})")
@@ -415,15 +534,24 @@ def _packed_quantization(read: _Reader) -> PackedQuantization:
     return PackedQuantization(
         num_bits=num_bits,
         group_size=group_size,
-        targets=_strings(_Reader(group, f"{read.where} config_groups.{group_name}"), "targets"),
-        ignore=_strings(read, "ignore"),
+        targets=_patterns(_Reader(group, f"{read.where} config_groups.{group_name}"), "targets"),
+        ignore=_patterns(read, "ignore"),
+        where=read.where,
     )
 
 
-def _strings(read: _Reader, key: str) -> tuple[str, ...]:
+def _patterns(read: _Reader, key: str) -> tuple[str, ...]:
+    """compressed-tensors' module names and `re:` patterns; each pattern must compile."""
     value = read.config.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise read.fail(key, f"expected a list of strings, found {json.dumps(value)}")
+        raise read.fail(key, f"expected a list of strings, found {_short_json(value)}")
+    for pattern in value:
+        if pattern.startswith("re:"):
+            try:
+                re.compile(pattern[3:])
+            except (re.error, RecursionError, OverflowError) as error:
+                problem = f"{_short_json(pattern)} is not a regular expression ({error})"
+                raise read.fail(key, problem) from None
     return tuple(value)
 
 
@@ -445,18 +573,27 @@ def _vision(read: _Reader, text_hidden_size: int) -> VisionSpec:
     vision = _Reader(raw, f"{read.where} vision_config")
     merge = raw.get("merge_kernel_size")
     if not isinstance(merge, list) or len(merge) != 2 or not all(_is_positive_int(m) for m in merge):
-        raise vision.fail("merge_kernel_size", f"expected two positive integers, found {json.dumps(merge)}")
+        raise vision.fail(
+            "merge_kernel_size", f"expected two integers from 1 to 2^63 − 1, found {_short_json(merge)}"
+        )
     text_hidden = vision.integer("text_hidden_size", default=text_hidden_size)
     if text_hidden != text_hidden_size:
         raise vision.fail(
             "text_hidden_size", f"{text_hidden} is not text_config.hidden_size ({text_hidden_size})"
         )
-    sizes = [vision.integer(key) for key in _VISION_KEYS]
-    return VisionSpec(*sizes, merge_kernel=(merge[0], merge[1]), text_hidden_size=text_hidden)
+    sizes = dict(zip(_VISION_KEYS, (vision.integer(key) for key in _VISION_KEYS)))
+    vision.bounded("vt_num_hidden_layers", sizes["vt_num_hidden_layers"], MAX_LAYERS, "layers")
+    return VisionSpec(*sizes.values(), merge_kernel=(merge[0], merge[1]), text_hidden_size=text_hidden)
+
+
+def _short_json(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:60] + "…"
 
 
 def _is_positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    """A size: an integer from 1 to MAX_SIZE (JSON's true is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_SIZE
 
 
 #: The weights' dtypes a config may declare (torch_dtype / dtype), and their safetensors names.
@@ -483,13 +620,16 @@ def _indexer(read: _Reader, model_type: str) -> Indexer | None:
     return Indexer(n_heads=read.integer("index_n_heads"), head_dim=read.integer("index_head_dim"))
 
 
+#: A config.json is a few KB (Kimi K2.5's: 4.9 KB); a larger one than this is refused before it is read.
+MAX_CONFIG_BYTES = 16 * 2**20
+
+
 def load_config_file(path: Path) -> Any:
     """Read and parse a config.json file; errors name the file."""
+    data = read_capped(path, MAX_CONFIG_BYTES, "config.json", ConfigError)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: cannot read: {error}") from error
     try:
         return json.loads(text)
@@ -499,16 +639,27 @@ def load_config_file(path: Path) -> Any:
         ) from error
     except RecursionError:
         raise ConfigError(f"{path}: not valid JSON: nested too deeply") from None
+    except ValueError as error:  # Python reads integers of at most 4,300 digits
+        raise ConfigError(f"{path}: not valid JSON: an integer of more than 4,300 digits ({error})") from None
 
 
 def spec_from_path(path: Path) -> ModelSpec:
     """The spec of a config.json file, or of the config.json inside a folder."""
-    if path.is_dir():
-        path = path / "config.json"
+    try:
+        if path.is_dir():
+            path = path / "config.json"
+    except OSError as error:  # a name too long for the file system
+        raise ConfigError(f"{_short_path(path)}: cannot read: {error.strerror or error}") from None
+    config = load_config_file(path)
     # A model is named after its folder (…/Kimi-K2-Instruct/config.json), or a config file after itself.
     folder = path.resolve().parent.name
     name = folder if path.name == "config.json" and folder else path.stem
-    return spec_from_config(load_config_file(path), name=name, where=str(path))
+    return spec_from_config(config, name=name, where=str(path))
+
+
+def _short_path(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 200 else f"{text[:120]}… ({len(text):,} characters)"
 
 
 def bundled_spec() -> ModelSpec:

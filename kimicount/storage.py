@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from kimicount.anatomy import Node, Role, TensorRef
+from kimicount.anatomy import Node, Role, RowPart, TensorRef
 from kimicount.errors import ConfigError
 from kimicount.headers import DTYPE_BITS
 from kimicount.spec import MODEL_DTYPES, Fp8Quantization, ModelSpec, OtherQuantization, PackedQuantization
@@ -168,7 +168,7 @@ def stored_parts(spec: ModelSpec, ref: TensorRef) -> tuple[StoredPart, ...]:
     if fp8_quantized(spec, ref.role):
         scale_rows, scale_cols = fp8_scale_shape(spec, ref.shape)
         block = spec.quantization.block[0]
-        owned_blocks = sum(1 for b in range(scale_rows) if ref.rows is None or ref.rows.owns(b * block))
+        owned_blocks = owned_scale_rows(ref.rows, scale_rows, block)
         return (
             StoredPart("weight", ref.elements * copies, plain),
             StoredPart("scale", owned_blocks * scale_cols * copies, "F32"),
@@ -188,6 +188,49 @@ def stored_parts(spec: ModelSpec, ref: TensorRef) -> tuple[StoredPart, ...]:
         StoredPart("shape", shape_elements * packed if owns_row_0 else 0, shape_dtype),
     )
     return tuple(part for part in parts if part.elements)
+
+
+def owned_scale_rows(rows: RowPart | None, scale_rows: int, block: int) -> int:
+    """The FP8 scale rows charged to a component that owns `rows` of a weight: the blocks whose first
+    row it owns (all of them for a whole weight). [scale rows]
+
+    Counted without a loop over the blocks, which a config may make 2^56: row r is owned when
+    (r mod period) − offset ∈ [0, width), that is when ⌊(r − offset)/period⌋ − ⌊(r − offset − width)/period⌋
+    is 1 (it is 0 otherwise), so the count over r = b·block is a difference of two floor sums.
+
+    >>> latent, rotary = RowPart(0, 512, 576), RowPart(512, 64, 576)  # kv_a_proj_with_mqa
+    >>> owned_scale_rows(latent, 5, 128), owned_scale_rows(rotary, 5, 128)  # 5 blocks of 128 rows
+    (4, 1)
+    """
+    if rows is None:
+        return scale_rows
+    return _floor_sum(scale_rows, block, -rows.offset, rows.period) - _floor_sum(
+        scale_rows, block, -rows.offset - rows.width, rows.period
+    )
+
+
+def _floor_sum(n: int, a: int, b: int, m: int) -> int:
+    """Σ_{i=0}^{n−1} ⌊(a·i + b) / m⌋ for a ≥ 0, m ≥ 1, in O(log m) steps (the Euclid-like reduction
+    of the AtCoder Library's floor_sum).
+
+    >>> _floor_sum(5, 128, -512, 576), sum((128 * i - 512) // 576 for i in range(5))
+    (-4, -4)
+    """
+    total = 0
+    quotient, b = divmod(b, m)  # b into [0, m)
+    total += n * quotient
+    while True:
+        if a >= m:
+            total += n * (n - 1) // 2 * (a // m)
+            a %= m
+        if b >= m:
+            total += n * (b // m)
+            b %= m
+        y_max = a * n + b
+        if y_max < m:
+            return total
+        n, b = divmod(y_max, m)
+        m, a = a, m
 
 
 def ref_memory(spec: ModelSpec, ref: TensorRef) -> Memory:

@@ -8,6 +8,9 @@ types. It also serves the bulk header endpoint that `HfApi.get_sharded_safetenso
 `/api/models/{repo}/safetensors-metadata/{index}` (every shard header of `main` in one response), unless
 `bulk_endpoint` is off, as on a Hub mirror without it. Every request is recorded so tests and
 benchmarks can count them.
+
+A test can make the Hub misbehave: `override` sees every request first and may answer it instead
+(`trickle` sends a body one byte at a time, as a stalled link or a hostile server does).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import hashlib
 import json
 import re
 import struct
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +50,8 @@ class FakeHub:
     ignore_range: bool = False
     #: Response body bytes sent, for benchmarks.
     bytes_sent: int = 0
+    #: Sees every request first; a Response it returns is sent instead of the Hub's own answer.
+    override: Callable[[Request], Response | None] | None = None
 
     def add_repo(
         self,
@@ -63,7 +70,7 @@ class FakeHub:
         return httpserver.url_for("/").rstrip("/")
 
     def handle(self, request: Request) -> Response:
-        response = self._respond(request)
+        response = (self.override and self.override(request)) or self._respond(request)
         self.requests.append((request.method, request.path, request.headers.get("Range")))
         self.bytes_sent += 0 if request.method == "HEAD" else response.content_length or 0
         return response
@@ -133,3 +140,22 @@ def _read(content: bytes | Path, start: int, length: int) -> bytes:
     with content.open("rb") as file:
         file.seek(start)
         return file.read(length)
+
+
+def trickle(
+    body: bytes, headers: dict[str, str] | None = None, every: float = 0.2, status: int = 200
+) -> Response:
+    """An answer whose body comes one byte every `every` seconds: no read timeout ever fires. It stops
+    when the client hangs up (or after 60 s, so that a test server is never stuck)."""
+
+    def drip() -> Iterator[bytes]:
+        end = time.monotonic() + 60
+        for byte in body:
+            if time.monotonic() > end:
+                return
+            yield bytes([byte])
+            time.sleep(every)
+
+    response = Response(drip(), status=status, headers=headers or {}, direct_passthrough=True)
+    response.headers["Content-Length"] = str(len(body))
+    return response

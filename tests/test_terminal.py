@@ -129,9 +129,10 @@ def test_help_reads_alike_in_every_command(command):
     for code in (
         "0 ok",
         "1 a check failed",
-        "2 bad input or an unreachable source",
+        "2 bad input, an unreachable source or unwritable output",
         "3 an internal error",
-        "130",
+        "130 interrupted",
+        "141 the reader closed the pipe",
     ):
         assert code in text
 

@@ -4,7 +4,9 @@ full-size Kimi K2 layout the way the Hub does; requests are counted on the serve
 from __future__ import annotations
 
 import json
+import socket
 import struct
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -52,21 +54,17 @@ def _check_kimi_k2(report: dict) -> None:
     assert report["index"]["total_size"] == 1_029_173_256_720
 
 
-@pytest.mark.skipif(
-    not hasattr(__import__("huggingface_hub").HfApi, "get_sharded_safetensors_metadata"),
-    reason="this huggingface_hub has no bulk header call; main is read shard by shard",
-)
 def test_main_reads_every_header_in_one_request(hub):
     fake, env = hub
     code, report, _ = verify_repo(env)
     assert code == 0
     _check_kimi_k2(report)
-    paths = [(method, path) for method, path, _ in fake.requests]
-    # config.json through the Hub cache (HEAD, then GET), then the bulk header endpoint
+    paths = sorted((method, path) for method, path, _ in fake.requests)
+    # config.json through the Hub cache (HEAD, then GET), and beside it the bulk header endpoint
     assert paths == [
-        ("HEAD", f"/{REPO}/resolve/main/config.json"),
-        ("GET", f"/{REPO}/resolve/main/config.json"),
         ("GET", f"/api/models/{REPO}/safetensors-metadata/model.safetensors.index.json"),
+        ("GET", f"/{REPO}/resolve/main/config.json"),
+        ("HEAD", f"/{REPO}/resolve/main/config.json"),
     ]
 
 
@@ -89,7 +87,9 @@ def test_a_revision_costs_one_ranged_read_per_shard(hub):
     assert len(shard_reads) == 61 and set(shard_reads.values()) == {1}  # the header fit in every first read
     ranges = {r for _, path, r in fake.requests if path.endswith(".safetensors")}
     assert all(r.startswith("bytes=0-") for r in ranges)
-    assert len(fake.requests) == 2 + 2 + 61  # config and index (HEAD + GET each), one GET per shard
+    # config.json through the Hub cache (HEAD + GET); beside it the index (one GET); one GET per shard
+    assert len(fake.requests) == 2 + 1 + 61
+    assert fake.requests.index(("GET", f"/{REPO}/resolve/{commit}/model.safetensors.index.json", None)) < 3
     assert report["read"]["requests"] == 61
     headers = sum(
         8 + struct.unpack("<Q", p.open("rb").read(8))[0]
@@ -169,3 +169,56 @@ def test_gated_repo_needs_its_token(hub, kimi_k2_files):
     assert denied.returncode == 2 and "gated repo" in denied.stderr
     allowed = run_kimicount("verify", "--repo", "org/gated", "--json", env={**env, "HF_TOKEN": "hf_secret"})
     assert allowed.returncode == 0, allowed.stderr
+    # the token on the command line, as `hf download --token` takes it, for every command with --repo
+    allowed = run_kimicount("verify", "--repo", "org/gated", "--token", "hf_secret", "--json", env=env)
+    assert allowed.returncode == 0, allowed.stderr
+    params = run_kimicount("params", "--repo", "org/gated", "--token", "hf_secret", "--json", env=env)
+    assert params.returncode == 0 and json.loads(params.stdout)["total"] == 1_026_408_232_448
+
+
+# --- a Hub that cannot be reached, or fails now and then: say so, and fast --------------------------
+
+
+def test_a_refused_connection_fails_at_once(tmp_path):
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    env = {"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HOME": str(tmp_path / "hf")}
+    start = time.monotonic()
+    result = run_kimicount("params", "--repo", REPO, env=env)
+    # huggingface_hub alone retries a refused connection for 23 s (1 + 2 + 4 + 8 + 8 s of back-off)
+    assert time.monotonic() - start < 10
+    assert result.returncode == 2 and result.stderr == (
+        f"kimicount: error: {REPO}@main: cannot reach http://127.0.0.1:{port}: connection refused\n"
+    )
+
+
+def test_a_refused_connection_falls_back_on_the_cached_config(hub):
+    _, env = hub
+    assert run_kimicount("params", "--repo", REPO, "--json", env=env).returncode == 0  # caches config.json
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    result = run_kimicount("params", "--repo", REPO, "--json", env={**env, "HF_ENDPOINT": f"http://127.0.0.1:{port}"})
+    assert result.returncode == 0 and json.loads(result.stdout)["total"] == 1_026_408_232_448
+    assert result.stderr == (
+        f"kimicount: cannot reach http://127.0.0.1:{port} (connection refused); config.json from the cache\n"
+    )
+
+
+def test_retries_are_said(hub):
+    from werkzeug import Response
+
+    fake, env = hub
+    failures = [503]  # the first HEAD of config.json fails; huggingface_hub retries it
+
+    def flaky(request):
+        if request.path.endswith("/config.json") and failures:
+            return Response("busy", status=failures.pop())
+        return None
+
+    fake.override = flaky
+    result = run_kimicount("params", "--repo", REPO, "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    url = f"{env['HF_ENDPOINT']}/{REPO}/resolve/main/config.json"
+    assert result.stderr == f"kimicount: HEAD {url}: HTTP 503 SERVICE UNAVAILABLE; retry 1\n"

@@ -1,0 +1,585 @@
+"""Hostile input: configs, checkpoints, Hub servers, paths and environments that kimicount did not make.
+
+The promise, for every case here: bad input gives one line on stderr and exit 2 (never a traceback,
+a hang, unbounded memory, or a read outside what the user named); Ctrl-C gives exit 130 at once; a
+closed stdout pipe ends the run quietly. One test per class of failure of issue 12, numbered as there.
+Hangs are tested with short deadlines (a trickling fake server), and subprocess time limits that only a
+hang reaches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .checkpoints import write_header_only
+from .fakehub import FakeHub, trickle
+from .helpers import FIXTURES, KIMI_K2, run_kimicount
+
+INDEX = "model.safetensors.index.json"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+K2_CONFIG = (KIMI_K2 / "config.json").read_bytes()
+NORM = {"model.norm.weight": ((7168,), "BF16")}
+
+
+def one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:
+    """The run failed as bad input should: exit 2, nothing on stdout, its last stderr line the error
+    (before it, only the retries it reported), no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert lines and lines[-1].startswith("kimicount: error: "), result.stderr[-2000:]
+    assert all(line.startswith("kimicount: ") for line in lines), result.stderr[-2000:]
+    for needle in needles:
+        assert needle in lines[-1], (needle, lines[-1])
+    return lines[-1]
+
+
+def checkpoint_folder(folder: Path, index: dict | None = None, shards: dict | None = None) -> Path:
+    """A folder with Kimi K2's config.json, header-only shards and (optionally) an index."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_bytes(K2_CONFIG)
+    for name, tensors in (shards or {}).items():
+        write_header_only(folder / name, tensors)
+    if index is not None:
+        (folder / INDEX).write_text(json.dumps(index))
+    return folder
+
+
+@pytest.fixture
+def hub(httpserver, tmp_path):
+    """A fake Hub with org/tiny: Kimi K2's config, and an index naming two header-only shards."""
+    shards = {
+        "model-00001-of-00002.safetensors": {"model.embed_tokens.weight": ((163840, 7168), "BF16")},
+        "model-00002-of-00002.safetensors": NORM,
+    }
+    files: dict[str, bytes | Path] = {"config.json": K2_CONFIG}
+    for name, tensors in shards.items():
+        write_header_only(tmp_path / name, tensors)
+        files[name] = tmp_path / name
+    files[INDEX] = json.dumps({"weight_map": {t: f for f, ts in shards.items() for t in ts}}).encode()
+    fake = FakeHub()
+    fake.add_repo("org/tiny", files, commit=COMMIT)
+    env = {
+        "HF_ENDPOINT": fake.install(httpserver),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    return fake, env
+
+
+def at_path(suffix: str, response):
+    """An override answering requests whose path ends with `suffix` (the rest as the Hub does)."""
+    return lambda request: response(request) if request.path.endswith(suffix) else None
+
+
+# --- 1. no file outside the checkpoint ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["../outside.safetensors", "{tmp}/outside.safetensors", "a/./b.safetensors"])
+def test_1_a_local_index_cannot_name_a_file_outside_the_folder(tmp_path, name):
+    write_header_only(tmp_path / "outside.safetensors", NORM)
+    name = name.format(tmp=tmp_path)
+    folder = checkpoint_folder(tmp_path / "ckpt", index={"weight_map": {"model.norm.weight": name}})
+    result = run_kimicount("verify", "--path", str(folder))
+    one_line_error(result, json.dumps(name), "not a plain relative name inside the checkpoint")
+
+
+def test_1_a_hub_index_cannot_name_another_repos_file(hub):
+    fake, env = hub
+    fake.add_repo(
+        "other/repo", {"model.safetensors": fake.repos["org/tiny"].files["model-00002-of-00002.safetensors"]}
+    )
+    fake.repos["org/tiny"].files[INDEX] = json.dumps(
+        {"weight_map": {"model.norm.weight": "../../../../other/repo/resolve/main/model.safetensors"}}
+    ).encode()
+    result = run_kimicount("verify", "--repo", "org/tiny", "--revision", COMMIT, env=env)
+    one_line_error(result, "not a plain relative name inside the checkpoint")
+    assert not [path for _, path, _ in fake.requests if path.startswith("/other/")]
+
+
+# --- 2. config sizes bounded before anything is built from them ------------------------------------
+
+
+def config_with(tmp_path: Path, changes: dict, base: Path = KIMI_K2 / "config.json") -> str:
+    config = json.loads(base.read_text())
+    target = config.get("text_config", config)
+    for key, value in changes.items():
+        if key.startswith("vision_config."):
+            config["vision_config"][key.split(".", 1)[1]] = value
+        else:
+            target[key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "command, changes, needle",
+    [
+        (["params"], {"num_hidden_layers": 10**9}, "key 'num_hidden_layers': 1,000,000,000 layers"),
+        (
+            ["params", "--json"],
+            {"n_routed_experts": 2**40},
+            "key 'n_routed_experts': 67,070,209,294,336 routed experts in 61 layers",
+        ),
+        (["kv-cache"], {"n_routed_experts": 2**200}, "key 'n_routed_experts': a number of 61 digits is over"),
+        (["params"], {"hidden_size": 2**64}, "key 'hidden_size': 18,446,744,073,709,551,616 is over"),
+        (["kv-cache"], {"max_position_embeddings": 2**64}, "key 'max_position_embeddings'"),
+        (
+            ["kv-cache", "--tp", "3"],
+            {"num_attention_heads": 2**61},
+            "use a divisor of 2,305,843,009,213,693,952",
+        ),
+    ],
+)
+def test_2_config_sizes_are_bounded(tmp_path, command, changes, needle):
+    result = run_kimicount(*command, "--config", config_with(tmp_path, changes), timeout=60)
+    one_line_error(result, needle)
+
+
+def test_2_vision_layers_are_bounded(tmp_path):
+    path = config_with(
+        tmp_path, {"vision_config.vt_num_hidden_layers": 10**9}, FIXTURES / "kimi-k2.5/config.json"
+    )
+    one_line_error(run_kimicount("params", "--config", path, timeout=60), "key 'vt_num_hidden_layers'")
+
+
+def test_2_a_huge_but_possible_size_is_counted_without_a_loop_over_it(tmp_path):
+    # hidden_size 10^12 fits a tensor dimension; FP8 storage charges scale rows per 128-row block
+    # (7.8 billion blocks here), which must be counted, not enumerated.
+    result = run_kimicount(
+        "params", "--json", "--config", config_with(tmp_path, {"hidden_size": 10**12}), timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    embedding = json.loads(result.stdout)["tree"]["children"][0]
+    assert embedding["params"] == 163_840 * 10**12  # vocab_size × hidden_size
+
+
+# --- 3. compressed-tensors `re:` patterns -------------------------------------------------------------
+
+
+def k25_ignoring(tmp_path: Path, pattern: str) -> str:
+    config = json.loads((FIXTURES / "kimi-k2.5/config.json").read_text())
+    config["text_config"]["quantization_config"]["ignore"] = ["lm_head", pattern]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_3_a_pattern_that_does_not_compile(tmp_path):
+    result = run_kimicount("params", "--config", k25_ignoring(tmp_path, "re:("))
+    one_line_error(result, "key 'ignore'", '"re:(" is not a regular expression')
+
+
+def test_3_a_pattern_that_backtracks_without_end_is_cut_short(tmp_path):
+    # Every way to cut a module name into letters, pairs of letters and dots: 2^30 and more per name.
+    start = time.monotonic()
+    result = run_kimicount("params", "--config", k25_ignoring(tmp_path, r"re:(\w|\w\w|\.)+!"), timeout=60)
+    one_line_error(result, "key 'ignore'", "take more than 2 s to match the module name")
+    assert time.monotonic() - start < 30
+
+
+# --- 4. one deadline for the Hub, and Ctrl-C at once ------------------------------------------------
+
+
+def test_4_a_trickling_config_ends_at_the_deadline(hub):
+    fake, env = hub
+    fake.override = at_path("/config.json", lambda r: trickle(K2_CONFIG) if r.method == "GET" else None)
+    start = time.monotonic()
+    result = run_kimicount("params", "--repo", "org/tiny", env={**env, "KIMICOUNT_TIMEOUT": "3"}, timeout=45)
+    line = one_line_error(result, "org/tiny@main: gave up after 3 s", "fetching config.json")
+    assert time.monotonic() - start < 20, line
+
+
+def test_4_a_server_that_never_answers(tmp_path):
+    # Accepts connections (the kernel's backlog does) and never says a word.
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        env = {"HF_ENDPOINT": f"http://127.0.0.1:{server.getsockname()[1]}", "HF_HOME": str(tmp_path / "hf")}
+        start = time.monotonic()
+        result = run_kimicount("verify", "--repo", "org/x", "--timeout", "2", env=env, timeout=45)
+    one_line_error(result, "org/x@main: gave up after 2 s")
+    assert time.monotonic() - start < 20
+
+
+def interrupt_when(command: list[str], env: dict[str, str], ready) -> tuple[subprocess.Popen, float]:
+    """Start kimicount, send SIGINT once `ready()` is true; returns the process (ended) and the
+    seconds it took to end after the signal."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kimicount", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+        # as a terminal's Ctrl-C reaches it (a shell may start background jobs with SIGINT ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - nothing else runs
+    )
+    deadline = time.monotonic() + 30
+    while not ready() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready(), "the run never reached the stuck request"
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail("Ctrl-C did not end the run")
+    return process, time.monotonic() - sent
+
+
+def test_4_ctrl_c_ends_a_run_stuck_in_a_worker_thread(hub):
+    fake, env = hub
+    stuck = "/model-00002-of-00002.safetensors"
+    fake.override = at_path(
+        stuck, lambda r: trickle(b"x" * 10_000, status=206, headers={"Content-Range": "bytes 0-9999/99999"})
+    )
+    process, seconds = interrupt_when(
+        ["verify", "--repo", "org/tiny", "--revision", COMMIT],
+        env,
+        lambda: any(path.endswith(stuck) for _, path, _ in fake.requests),
+    )
+    assert process.returncode == 130 and seconds < 5
+    assert process.stderr.read() == "kimicount: interrupted\n"
+
+
+# --- 5. sizes capped before reading --------------------------------------------------------------------
+
+
+def peak_rss(command: list[str]) -> tuple[int, int, str]:
+    """Exit code, peak resident memory [bytes] and stderr of a kimicount run. Measured from a small
+    Python process that starts it: a child forked straight from pytest would count pytest's pages."""
+    measure = (
+        "import resource, subprocess, sys\n"
+        "run = subprocess.run([sys.executable, '-m', 'kimicount', *sys.argv[1:]], stdout=subprocess.DEVNULL,"
+        " stderr=subprocess.PIPE, text=True, check=False)\n"
+        "print(run.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)\n"
+        "print(run.stderr, end='')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", measure, *command], capture_output=True, text=True, timeout=120, check=False
+    )
+    first, _, stderr = result.stdout.partition("\n")
+    code, rss = map(int, first.split())
+    return code, rss, stderr
+
+
+def test_5_a_huge_local_index_or_config_is_refused_before_it_is_read(tmp_path):
+    folder = checkpoint_folder(tmp_path / "ckpt")
+    with (folder / INDEX).open("wb") as index:
+        index.truncate(600 * 2**20)  # sparse: costs no disk
+    code, rss, stderr = peak_rss(["verify", "--path", str(folder)])
+    assert code == 2 and "629,145,600 bytes, more than any index (100,000,000 at most)" in stderr, stderr
+    assert rss < 200 * 2**20, rss
+    with (tmp_path / "big.json").open("wb") as config:
+        config.truncate(600 * 2**20)
+    code, rss, stderr = peak_rss(["params", "--config", str(tmp_path / "big.json")])
+    assert code == 2 and "more than any config.json" in stderr and rss < 200 * 2**20, (stderr, rss)
+
+
+def test_5_a_hub_index_or_bulk_answer_said_too_large_is_not_read(hub):
+    from werkzeug import Response
+
+    fake, env = hub
+
+    def huge(request):  # says 600 MB; sends a few bytes
+        response = Response(b"{}", headers={"X-Repo-Commit": COMMIT})
+        response.headers["Content-Length"] = str(600 * 2**20)
+        response.automatically_set_content_length = False
+        return response
+
+    fake.override = at_path(INDEX, huge)
+    result = run_kimicount("verify", "--repo", "org/tiny", "--revision", COMMIT, env=env, timeout=60)
+    one_line_error(result, f"org/tiny@{COMMIT[:12]}/{INDEX}: over 100,000,000 bytes")
+    # On main, an answer of every header in one that is too large: read shard by shard instead.
+    fake.override = lambda request: huge(request) if "/safetensors-metadata/" in request.path else None
+    result = run_kimicount("verify", "--repo", "org/tiny", "--json", env=env, timeout=60)
+    assert result.returncode == 1, result.stderr  # read (Kimi K2's config against two tensors: mismatches)
+    assert json.loads(result.stdout)["tensors"] == 2
+    assert "reading them shard by shard" in result.stderr
+
+
+# --- 6. a Hub index of very many shards is sized in one pass ------------------------------------------
+
+
+def test_6_an_index_of_40000_shards_is_sized_in_one_pass(hub):
+    fake, env = hub
+    weight_map = {f"model.layers.{i}.x.weight": f"shard-{i:05d}.safetensors" for i in range(40_000)}
+    fake.repos["org/tiny"].files[INDEX] = json.dumps({"weight_map": weight_map}).encode()
+    start = time.monotonic()
+    result = run_kimicount("verify", "--repo", "org/tiny", "--revision", COMMIT, env=env, timeout=60)
+    one_line_error(result, "no file 'shard-")  # no shard is there: the first read says so
+    assert time.monotonic() - start < 30
+
+
+# --- 7. what is not a regular file is not opened ----------------------------------------------------------
+
+
+def test_7_a_fifo_named_like_a_shard_or_a_config_is_not_opened(tmp_path):
+    folder = checkpoint_folder(tmp_path / "ckpt")
+    os.mkfifo(folder / "model-00001-of-00001.safetensors")
+    one_line_error(
+        run_kimicount("verify", "--path", str(folder), timeout=30), "no model.safetensors.index.json"
+    )
+    os.mkfifo(tmp_path / "config.json")
+    one_line_error(
+        run_kimicount("params", "--config", str(tmp_path / "config.json"), timeout=30), "not a regular file"
+    )
+
+
+# --- 8–10. what a Hub server says wrong -------------------------------------------------------------------
+
+
+def test_8_a_redirect_loop(hub):
+    from werkzeug import Response
+
+    fake, env = hub
+    fake.override = at_path("/config.json", lambda r: Response("", status=302, headers={"Location": r.path}))
+    one_line_error(run_kimicount("params", "--repo", "org/tiny", env=env, timeout=60), "org/tiny@main")
+
+
+def test_8_an_answer_that_cannot_be_decoded(hub):
+    from werkzeug import Response
+
+    fake, env = hub
+
+    def gzip_that_is_not(request):
+        if request.method != "GET":
+            return None
+        return Response(
+            K2_CONFIG, headers={"Content-Encoding": "gzip", "X-Repo-Commit": COMMIT, "ETag": '"e"'}
+        )
+
+    fake.override = at_path("/config.json", gzip_that_is_not)
+    one_line_error(
+        run_kimicount("params", "--repo", "org/tiny", env=env, timeout=60), "config.json", "decoded"
+    )
+
+
+def test_8_a_file_name_of_70000_characters(hub, tmp_path):
+    fake, env = hub
+    name = "x" * 70_000 + ".safetensors"
+    fake.repos["org/tiny"].files[INDEX] = json.dumps({"weight_map": {"model.norm.weight": name}}).encode()
+    needle = "a part of it is 70,012 bytes long; a file name has at most 255"
+    one_line_error(run_kimicount("verify", "--repo", "org/tiny", "--revision", COMMIT, env=env), needle)
+    folder = checkpoint_folder(tmp_path / "ckpt", index={"weight_map": {"model.norm.weight": name}})
+    one_line_error(run_kimicount("verify", "--path", str(folder)), needle)
+
+
+@pytest.mark.parametrize("total", ["9" * 5000, "²", "*", "-1"])
+def test_9_a_content_range_that_is_not_a_small_decimal_number(hub, total):
+    from werkzeug import Response
+
+    fake, env = hub
+    shard = fake.repos["org/tiny"].files["model-00002-of-00002.safetensors"]
+    fake.override = at_path(
+        "/model-00002-of-00002.safetensors",
+        lambda r: Response(
+            shard.read_bytes()[:100], status=206, headers={"Content-Range": f"bytes 0-99/{total}"}
+        ),
+    )
+    result = run_kimicount("verify", "--repo", "org/tiny", "--revision", COMMIT, env=env)
+    one_line_error(result, "model-00002-of-00002.safetensors: the server's Content-Range")
+
+
+@pytest.mark.parametrize(
+    "answer, needle",
+    [
+        ({"index": {}, "headers": [1, 2]}, "expected an object with 'headers'"),
+        ({"index": {}, "headers": {"model.safetensors": "x"}}, "model.safetensors: header is a JSON str"),
+        ({"index": {"metadata": "x"}, "headers": {"a.safetensors": {}}}, "index.metadata is a JSON str"),
+        ({"index": {}, "headers": {"../a.safetensors": {}}}, "not a plain relative name"),
+        ([], "found a JSON list"),
+    ],
+)
+def test_10_a_bulk_answer_of_the_wrong_shape(hub, answer, needle):
+    from werkzeug import Response
+
+    fake, env = hub
+    fake.override = lambda request: (
+        Response(json.dumps(answer), content_type="application/json")
+        if "/safetensors-metadata/" in request.path
+        else None
+    )
+    one_line_error(run_kimicount("verify", "--repo", "org/tiny", env=env), needle)
+
+
+# --- 11–13. numbers and names past what Python and file systems take --------------------------------------
+
+
+def test_11_integers_of_more_than_4300_digits(tmp_path, hub):
+    huge = "1" + "0" * 5000
+    config = K2_CONFIG.decode().replace('"hidden_size": 7168', f'"hidden_size": {huge}')
+    (tmp_path / "c.json").write_text(config)
+    one_line_error(run_kimicount("params", "--config", str(tmp_path / "c.json")), "more than 4,300 digits")
+    folder = checkpoint_folder(tmp_path / "ckpt", shards={"a.safetensors": NORM})
+    (folder / INDEX).write_text(
+        f'{{"metadata": {{"total_size": {huge}}}, "weight_map": {{"model.norm.weight": "a.safetensors"}}}}'
+    )
+    one_line_error(run_kimicount("verify", "--path", str(folder)), "more than 4,300 digits")
+    single = checkpoint_folder(tmp_path / "single")
+    raw = f'{{"x": {{"dtype": "BF16", "shape": [{huge}], "data_offsets": [0, 2]}}}}'.encode()
+    write_header_only(single / "model.safetensors", {}, raw_header=raw)
+    one_line_error(run_kimicount("verify", "--path", str(single)), "more than 4,300 digits")
+
+
+def test_12_a_shape_too_large_to_print(tmp_path):
+    big = "1" + "0" * 4000
+    raw = f'{{"x": {{"dtype": "BF16", "shape": [{big}, {big}], "data_offsets": [0, 2]}}}}'.encode()
+    folder = checkpoint_folder(tmp_path / "ckpt")
+    write_header_only(folder / "model.safetensors", {}, raw_header=raw)
+    result = run_kimicount("verify", "--path", str(folder))
+    one_line_error(result, "tensor 'x': shape of more elements than safetensors' u64 offsets can hold")
+
+
+def test_13_symlink_loops_and_names_too_long(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    one_line_error(run_kimicount("params", "--config", str(tmp_path / "loop")), "loop: cannot read")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder/config.json").symlink_to(tmp_path / "folder/config.json")
+    one_line_error(run_kimicount("params", "--config", str(tmp_path / "folder")), "config.json: cannot read")
+    long = str(tmp_path / ("n" * 300))
+    one_line_error(run_kimicount("params", "--config", long), "cannot read: File name too long")
+    one_line_error(run_kimicount("verify", "--path", long), "cannot read: File name too long")
+
+
+# --- 14. an output encoding without ×, – or ✓ ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_14_output_degrades_to_what_the_encoding_holds(tmp_path, encoding):
+    folder = checkpoint_folder(tmp_path / "ckpt", shards={"model.safetensors": NORM})
+    for command in (["params"], ["kv-cache"], ["verify", "--path", str(folder)], ["params", "--json"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "kimicount", *command],
+            capture_output=True,
+            env={**os.environ, "PYTHONIOENCODING": encoding},
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode in (0, 1), (command, result.stderr.decode(encoding))
+        text = result.stdout.decode(encoding)  # encodable: what the encoding cannot hold was replaced
+        if command == ["params"]:  # latin-1 has × but no en dash
+            assert ("163,840 x 7,168" if encoding == "ascii" else "163,840 × 7,168") in text
+            assert "layers 1-60" in text
+        if command == ["params", "--json"]:  # JSON escapes instead, which read back exactly
+            assert json.loads(text)["tree"]["children"][0]["calculation"] == "163,840 × 7,168"
+
+
+# --- 15. start-up ------------------------------------------------------------------------------------------
+
+
+def test_15_a_malformed_hf_endpoint(tmp_path):
+    result = run_kimicount(
+        "params", "--repo", "a/b", env={"HF_ENDPOINT": "http://[bad", "HF_HOME": str(tmp_path)}
+    )
+    one_line_error(result, "HF_ENDPOINT='http://[bad': not an http(s) URL")
+
+
+def test_15_ctrl_c_during_the_start_up_imports():
+    # A KeyboardInterrupt raised as typer is imported: where a Ctrl-C at start-up lands.
+    code = (
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'typer': raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "sys.argv = ['kimicount', 'params']\n"
+        "import runpy; runpy.run_module('kimicount', run_name='__main__')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (result.returncode, result.stderr) == (130, "kimicount: interrupted\n")
+
+
+# --- 16. exit codes that say what happened ------------------------------------------------------------------
+
+
+def test_16_ctrl_c_says_so(hub):
+    fake, env = hub
+    fake.override = at_path("/config.json", lambda r: trickle(K2_CONFIG) if r.method == "GET" else None)
+    process, seconds = interrupt_when(
+        ["params", "--repo", "org/tiny"],
+        env,
+        lambda: ("GET", "/org/tiny/resolve/main/config.json", None) in fake.requests,
+    )
+    assert process.returncode == 130 and seconds < 5
+    assert process.stderr.read() == "kimicount: interrupted\n"
+
+
+def test_16_a_closed_stdout_pipe_is_not_a_mismatch():
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line is written (`kimicount params | true`)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "kimicount", "params"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert result.returncode in (0, 141) and result.stderr == "", result.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_16_a_full_disk_on_stdout():
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "kimicount", "params"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert (
+        result.returncode == 2
+        and result.stderr == "kimicount: error: cannot write the output: No space left on device\n"
+    )
+
+
+def test_16_an_error_answer_is_not_called_unreachable(hub):
+    from werkzeug import Response
+
+    fake, env = hub
+    fake.override = at_path("/config.json", lambda r: Response("no", status=501))
+    line = one_line_error(run_kimicount("params", "--repo", "org/tiny", env=env), "answered HTTP 501")
+    assert "cannot reach" not in line
+
+
+# --- 17. torch's warnings -----------------------------------------------------------------------------------
+
+
+def test_17_measure_leaves_out_torchs_numpy_warning(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "numpy.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n"
+    )
+    result = run_kimicount(
+        "measure",
+        "--tokens",
+        "16",
+        "--decode-steps",
+        "1",
+        "--json",
+        env={"PYTHONPATH": str(tmp_path)},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
