@@ -1,0 +1,205 @@
+"""What the commands share: the option types (the model, counts, sizes, dtypes, --json), the warning for
+an option a view ignores, the JSON printer, and the progress line while a model or checkpoint is read.
+
+Counts, sizes and dtypes arrive as text, read by kimicount.options the same way in every command.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from kimicount.cli.exits import say
+from kimicount.errors import UsageError
+from kimicount.options import DTYPE_METAVAR, parse_count
+
+if TYPE_CHECKING:
+    from kimicount.source import HubOptions
+    from kimicount.spec import ModelSpec
+
+
+def choices(enum: type[Enum]) -> str:
+    """How --help shows an option's choices: [a|b|c], the style of every choice option."""
+    return f"[{'|'.join(member.value for member in enum)}]"
+
+
+ModelArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[ORG/NAME]",
+        help="A Hub repo id, as hf download takes it (the same as --repo).",
+        show_default=False,
+    ),
+]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", metavar="PATH", help="A config.json file, or a folder holding one.", show_default=False
+    ),
+]
+RepoOption = Annotated[
+    str | None,
+    typer.Option(
+        "--repo",
+        metavar="ORG/NAME",
+        help="A Hub repo id; only config.json is downloaded. Honours HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE "
+        "and the Hub cache.",
+        show_default=False,
+    ),
+]
+RevisionOption = Annotated[
+    str | None,
+    typer.Option("--revision", metavar="REV", help="Branch, tag or commit of the repo.", show_default=False),
+]
+DtypeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        metavar=DTYPE_METAVAR,
+        help="Cache dtype, also as config.json (bfloat16) or safetensors (BF16) spell it. Default: the model's "
+        "torch_dtype.",
+        show_default=False,
+    ),
+]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        metavar="TOKEN",
+        help="A Hugging Face token for --repo (default: HF_TOKEN, or the one `hf auth login` saved).",
+        show_default=False,
+    ),
+]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        envvar="KIMICOUNT_TIMEOUT",
+        metavar="SECONDS",
+        help="Give up on the Hub after this long, every request and retry together (default 300).",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the stable JSON report instead of tables.")]
+
+#: How --help describes the forms a count takes (--tokens, --batch, ...).
+COUNTS = "128k = 128,000, 128Ki = 131,072, 1e6"
+
+
+def repo_id(model: str | None, repo: str | None) -> str | None:
+    """The repo named positionally (as `hf download ORG/NAME`) or with --repo."""
+    if model is not None and repo is not None and model != repo:
+        raise UsageError(f"name the repo once: {model} or --repo {repo}, not both")
+    return model if model is not None else repo
+
+
+def warn(message: str) -> None:
+    typer.echo(f"kimicount: warning: {message}", err=True)
+
+
+def ignored(ctx: typer.Context, why: str, *names: str) -> None:
+    """One line on stderr naming the options among `names` (parameter names) that the user gave and the
+    chosen view does not use: `why` says which view."""
+    given = [
+        "/".join(param.opts + param.secondary_opts)
+        for param in ctx.command.params
+        if param.name in names
+        and (source := ctx.get_parameter_source(param.name)) is not None
+        and source.name in ("COMMANDLINE", "ENVIRONMENT")
+    ]
+    if given:
+        options = " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 1 else given)
+        warn(f"{options} {'has' if len(given) == 1 else 'have'} no effect {why}")
+
+
+def print_json(report: dict[str, Any]) -> None:
+    """The report on stdout; where stdout cannot encode every character (PYTHONIOENCODING=ascii), the
+    others are written as JSON's own escapes (\\u00d7), which read back exactly."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=not encoding.startswith("utf")) + "\n")
+
+
+def count_or_none(text: str | None, option: str) -> int | None:
+    """An optional count option: None when not given."""
+    return None if text is None else parse_count(text, option)
+
+
+@dataclass(frozen=True)
+class _Activity:
+    hub: HubOptions | None  # None: no Hub named
+    on_file: Callable[[str], None] | None  # called per local file read
+
+
+@contextmanager
+def progress(
+    live: bool, repo: str | None, token: str | None, timeout: float | None, local_files: bool = False
+) -> Iterator[_Activity]:
+    """What a command is reading, said on stderr. On a terminal (and without --json), while a Hub repo
+    or local checkpoint files are read: one transient line, what is being fetched from where or how many
+    files have been read, with each Hub retry printed above it. Elsewhere: only the retries, one line
+    each."""
+    from kimicount.source import DEFAULT_TIMEOUT, HubOptions
+
+    def hub(status: Callable[[str], None], note: Callable[[str], None]) -> HubOptions | None:
+        if repo is None and token is None:
+            return None
+        return HubOptions(token, DEFAULT_TIMEOUT if timeout is None else timeout, status, note)
+
+    def note_line(text: str) -> None:
+        say(f"kimicount: {text}")
+
+    if not (live and (repo is not None or local_files)):
+        yield _Activity(hub(lambda _text: None, note_line), None)
+        return
+    from kimicount.render import make_console
+
+    console = make_console(stderr=True)
+    if not console.is_terminal:
+        yield _Activity(hub(lambda _text: None, note_line), None)
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    columns = SpinnerColumn(), TextColumn("{task.description}")
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("Reading safetensors headers" if repo is None else "Starting")
+        files = 0
+
+        def on_file(_file: str) -> None:
+            nonlocal files
+            files += 1
+            progress.update(task, description=f"Reading safetensors headers: {files:,} files")
+
+        def status(text: str) -> None:
+            progress.update(task, description=text[:1].upper() + text[1:])
+
+        def note(text: str) -> None:
+            progress.console.print(f"kimicount: {text}", markup=False, highlight=False)
+
+        yield _Activity(hub(status, note), on_file)
+
+
+def load_model(
+    model: str | None,
+    config: Path | None,
+    repo: str | None,
+    revision: str | None,
+    token: str | None,
+    timeout: float | None,
+    *,
+    live: bool,
+) -> ModelSpec:
+    """The spec the model options name (a positional ORG/NAME or --repo, --config, or the bundled
+    Kimi K2), with the progress line while a Hub config is fetched (`live`: a person is watching)."""
+    from kimicount.source import load_spec
+
+    repo = repo_id(model, repo)
+    with progress(live, repo, token, timeout) as activity:
+        return load_spec(config, repo, revision, activity.hub)

@@ -1,0 +1,204 @@
+"""How every run of the CLI ends: its output written whatever the terminal's encoding, and every failure
+turned into one line on stderr and an exit code, in one place (OneLineErrors).
+
+Exit codes: 0 ok, 1 a check failed (verify found a mismatch, measure a cache off its prediction), 2 bad
+input, an unreachable source or unwritable output, 3 an internal error (a bug), 130 interrupted, 141
+the reader closed the pipe; every error is one line on stderr (KIMICOUNT_DEBUG=1 shows the traceback
+instead).
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import typer
+from typer.core import TyperGroup
+
+from kimicount.errors import KimicountError
+
+
+class OneLineErrors(TyperGroup):
+    """Every error ends the same way, in this one place: one line on stderr. Bad input and unreachable
+    sources (KimicountError) and typer's usage errors (a bad option value, an unknown command, which
+    typer would draw as a boxed panel) print `kimicount: error: …` and exit 2; so does output that
+    cannot be written (a full disk). Ctrl-C prints `kimicount: interrupted` and exits 130; a reader that
+    closes the pipe early (`| head`) ends the run quietly with 141, as SIGPIPE does to other commands.
+    An unexpected exception prints `kimicount: internal error: …` and exits 3. KIMICOUNT_DEBUG=1 shows
+    the traceback."""
+
+    def main(
+        self, args: Sequence[str] | None = None, *rest: Any, standalone_mode: bool = True, **kwargs: Any
+    ):
+        if not standalone_mode:
+            return super().main(args, *rest, standalone_mode=False, **kwargs)
+        degrade_unencodable_output()
+        stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
+        try:
+            # Not standalone: typer raises its usage errors instead of printing them, and returns the
+            # exit code of typer.Exit (or the command's return value, None) instead of exiting.
+            code = super().main(args, *rest, standalone_mode=False, **kwargs)
+            sys.stdout.flush()  # a closed pipe or a full disk shows here, not at interpreter exit
+            code = code if isinstance(code, int) else 0
+        except OutputError as error:
+            if error.closed:  # the reader has gone: nothing to say, and no one to say it to on stdout
+                _silence(stdout)
+                code = CLOSED_PIPE
+            else:
+                code = _fail(f"kimicount: error: cannot write the output: {error.reason}")
+        except KimicountError as error:  # bad input or an unreachable source
+            if os.environ.get("KIMICOUNT_DEBUG"):
+                raise
+            code = _fail(f"kimicount: error: {' '.join(str(error).splitlines())}")
+        except typer.TyperException as error:
+            code = 2
+            if error.format_message():  # empty when typer has printed the help (no arguments given)
+                words = list(sys.argv[1:] if args is None else args)
+                command = " ".join(["kimicount", *[w for w in words if w in self.commands][:1]])
+                say(f"kimicount: error: {error.format_message()} (see {command} --help)")
+        except (typer.Abort, KeyboardInterrupt):
+            code = INTERRUPTED
+        except Exception as error:  # a bug: say so in one line, not a traceback
+            if os.environ.get("KIMICOUNT_DEBUG"):
+                raise
+            message = " ".join(str(error).split()) or "no message"
+            say(
+                f"kimicount: internal error: {type(error).__name__}: {message} "
+                "(please report it; KIMICOUNT_DEBUG=1 shows the traceback)"
+            )
+            code = 3
+        finally:
+            sys.stdout = stdout
+        if code == INTERRUPTED:  # typer turns a KeyboardInterrupt anywhere in the command into Exit(130)
+            say("kimicount: interrupted")
+        _exit(code)
+
+
+def _fail(line: str) -> int:
+    say(line)
+    return 2
+
+
+def _exit(code: int) -> None:
+    """End the run with `code`. When a Hub request abandoned at its deadline or by Ctrl-C is still
+    running in its thread, the process ends at once (os._exit, once the output is flushed): the
+    interpreter's shutdown would otherwise wait for huggingface_hub's clean-up beside that thread, and
+    can crash tearing it down."""
+    import threading
+
+    lingering = any(t.name.startswith("kimicount-hub") for t in threading.enumerate())
+    if lingering and sys.stdout is sys.__stdout__:  # a real process, not a test runner's capture
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
+
+
+#: The exit code of a run ended by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
+#: The exit code of a run whose reader closed the pipe (128 + SIGPIPE, as other commands end).
+CLOSED_PIPE = 141
+
+
+class OutputError(Exception):
+    """Writing to stdout failed: the reader closed the pipe (`closed`), or the disk is full."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error)
+        self.closed = isinstance(error, BrokenPipeError)
+        self.reason = error.strerror or str(error)
+
+
+class _Output:
+    """stdout as the commands see it: whatever writes (rich, typer.echo), a failed write becomes one
+    OutputError, which typer passes through (it would turn a closed pipe into exit 1, the code that
+    means a mismatch). Everything else is the stream's own."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as error:
+            raise OutputError(error) from error
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise OutputError(error) from error
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _silence(stream: TextIO) -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush does not fail on the closed pipe
+    again (Python's own advice for SIGPIPE)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError, AttributeError):  # no file descriptor: a test runner's buffer
+        pass
+
+
+def say(line: str) -> None:
+    """One line on stderr; a closed stderr loses it rather than raising a second error."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+#: What each character the reports print becomes on a terminal or file that cannot encode it
+#: (PYTHONIOENCODING=ascii or latin-1): rich already draws its boxes and tree guides in ASCII there;
+#: these are the characters of our own text. Anything else becomes "?".
+ASCII_FALLBACK = {
+    "×": "x",
+    "·": "*",
+    "–": "-",
+    "—": "--",
+    "−": "-",
+    "…": "...",
+    "≈": "~",
+    "≤": "<=",
+    "≥": ">=",
+    "²": "^2",
+    "Σ": "sum",
+    "✓": "ok",
+    "✗": "X",
+    "█": "#",
+    "─": "-",
+    "│": "|",
+    "├": "|",
+    "└": "`",
+}
+
+
+def _ascii_fallback(error: UnicodeError) -> tuple[str, int]:
+    assert isinstance(error, UnicodeEncodeError)
+    text = error.object[error.start : error.end]
+    return "".join(ASCII_FALLBACK.get(c, "?") for c in text), error.end
+
+
+def degrade_unencodable_output() -> None:
+    """Let stdout and stderr write what their encoding cannot hold as ASCII look-alikes (× as x)
+    instead of failing with UnicodeEncodeError: one codec error handler, for every writer."""
+    codecs.register_error("kimicount-ascii", _ascii_fallback)
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and getattr(stream, "errors", "strict") == "strict":
+            stream.reconfigure(errors="kimicount-ascii")
+
+
+EXIT_CODES = (
+    "Exit codes: 0 ok; 1 a check failed (verify: a mismatch; measure: a cache off its prediction); "
+    "2 bad input, an unreachable source or unwritable output; 3 an internal error (a bug); "
+    "130 interrupted; 141 the reader closed the pipe."
+)

@@ -1,0 +1,157 @@
+"""`kimicount kv-cache`: KV-cache bytes per layout, for any context, batch and GPU split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kimicount.cli.app import app
+from kimicount.cli.common import (
+    COUNTS,
+    ConfigOption,
+    DtypeOption,
+    JsonOption,
+    ModelArgument,
+    RepoOption,
+    RevisionOption,
+    TimeoutOption,
+    TokenOption,
+    ignored,
+    load_model,
+    print_json,
+    warn,
+)
+from kimicount.cli.exits import EXIT_CODES
+from kimicount.options import parse_count, parse_dtype
+
+
+@app.command(
+    "kv-cache",
+    epilog=EXIT_CODES,
+    short_help="KV-cache bytes per layout, for any context, batch and GPU split.",
+)
+def kv_cache(
+    ctx: typer.Context,
+    model: ModelArgument = None,
+    config: ConfigOption = None,
+    repo: RepoOption = None,
+    revision: RevisionOption = None,
+    token: TokenOption = None,
+    timeout: TimeoutOption = None,
+    tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--tokens",
+            metavar="N",
+            help=f"Tokens per sequence (context length; {COUNTS}). Default: the model's max_position_embeddings.",
+            show_default=False,
+        ),
+    ] = None,
+    batch: Annotated[str, typer.Option("--batch", metavar="N", help="Sequences cached at once.")] = "1",
+    layout: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--layout",
+            metavar="[naive|flash|latent|flashmla-fp8]",
+            help="Show this layout only; repeat for several. Default: naive, flash and latent. naive: every "
+            "head's key and value; flash: values padded to the key width; latent: MLA's compressed latent "
+            "+ rotary key; flashmla-fp8: FlashMLA's fp8 latent (656 B per token per layer for Kimi K2).",
+            show_default=False,
+        ),
+    ] = None,
+    dtype: DtypeOption = None,
+    block_size: Annotated[
+        str,
+        typer.Option(
+            "--block-size",
+            metavar="N",
+            help="Page size in tokens: engines allocate whole pages, so each sequence is rounded up "
+            "(vLLM and SGLang use 16 to 64; FlashMLA 64). 1: no rounding.",
+        ),
+    ] = "1",
+    tp: Annotated[
+        str,
+        typer.Option(
+            "--tp",
+            metavar="N",
+            help="Tensor-parallel GPUs: naive and flash split their heads across them (N must divide "
+            "num_attention_heads); the latent is replicated on every GPU.",
+        ),
+    ] = "1",
+    include_mtp: Annotated[
+        bool,
+        typer.Option(
+            "--include-mtp", help="Count the multi-token-prediction layers' caches too (DeepSeek-V3)."
+        ),
+    ] = False,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            metavar="SIZE",
+            help="Memory for the cache on each GPU, e.g. 80GiB, 80GB, 512MiB or bytes: prints the most "
+            "tokens, and the most sequences of --tokens, that fit in each layout.",
+            show_default=False,
+        ),
+    ] = None,
+    chart: Annotated[
+        bool, typer.Option("--chart/--no-chart", help="Chart the cache size against context length.")
+    ] = True,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            metavar="FILE.svg",
+            help="Also write that chart as an SVG file (log-log: bytes against context length; per-GPU "
+            "lines with --tp, the budget with --budget).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """KV-cache bytes per token, per layer and in total, in each cache layout an engine may use.
+
+    Multi-head latent attention caches one small latent per token for all heads; engines that expand
+    it into per-head keys and values pay for every head (35.6× the latent for Kimi K2).
+    """
+    from kimicount.kvcache import context_sweep, kv_cache_report, parse_layout
+    from kimicount.options import parse_size
+
+    spec = load_model(model, config, repo, revision, token, timeout, live=not as_json)
+    report = kv_cache_report(
+        spec,
+        tokens=None if tokens is None else parse_count(tokens, "--tokens"),
+        batch=parse_count(batch, "--batch"),
+        dtype=None if dtype is None else parse_dtype(dtype),
+        layouts=[parse_layout(name) for name in layout or ()],
+        block_size=parse_count(block_size, "--block-size"),
+        tp=parse_count(tp, "--tp"),
+        include_mtp=include_mtp,
+        budget=None if budget is None else parse_size(budget),
+    )
+    if plot is not None:
+        from kimicount.chart import write_svg
+
+        write_svg(plot, report, context_sweep(report))
+    longest = report.spec.max_position_embeddings
+    if report.workload.tokens > longest:
+        warn(
+            f"--tokens {report.workload.tokens:,} is past the model's context, {longest:,} tokens "
+            "(max_position_embeddings); the sizes are exact all the same"
+        )
+    if as_json:
+        from kimicount.reports import kv_cache_json
+
+        ignored(ctx, "with --json", "chart")
+        print_json(kv_cache_json(report))
+        return
+    from kimicount.render import make_console, show
+    from kimicount.render_kv_cache import render_cache_chart, render_kv_cache
+
+    console = make_console()
+    render_kv_cache(console, report)
+    if chart:
+        show(console)
+        render_cache_chart(console, context_sweep(report))

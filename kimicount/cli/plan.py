@@ -1,0 +1,302 @@
+"""`kimicount plan`: memory per GPU for a deployment, and the speed floor of a decode step."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kimicount.cli.app import app
+from kimicount.cli.common import (
+    COUNTS,
+    ConfigOption,
+    JsonOption,
+    ModelArgument,
+    RepoOption,
+    RevisionOption,
+    TimeoutOption,
+    TokenOption,
+    count_or_none,
+    load_model,
+    print_json,
+)
+from kimicount.cli.exits import EXIT_CODES
+from kimicount.errors import UsageError
+from kimicount.options import DTYPE_METAVAR, parse_count, parse_dtype
+
+
+@app.command(
+    "plan", epilog=EXIT_CODES, short_help="Memory per GPU for a deployment, and what KV cache is left."
+)
+def plan_command(
+    gpus: Annotated[
+        str,
+        typer.Option(
+            "--gpus",
+            metavar="NxTYPE",
+            help="How many GPUs of which type: 8xH200, 8×H200, 16xH100 (types: A100-80GB, H100, H800, H20, "
+            "H200, B200, GB200, MI300X, MI325X), or a count alone with --gpu-memory.",
+            show_default=False,
+        ),
+    ],
+    model: ModelArgument = None,
+    config: ConfigOption = None,
+    repo: RepoOption = None,
+    revision: RevisionOption = None,
+    token: TokenOption = None,
+    timeout: TimeoutOption = None,
+    gpu_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu-memory",
+            metavar="SIZE",
+            help="Memory per GPU (e.g. 141GiB), instead of the table's.",
+            show_default=False,
+        ),
+    ] = None,
+    hbm_bandwidth: Annotated[
+        str | None,
+        typer.Option(
+            "--hbm-bandwidth",
+            metavar="RATE",
+            help="HBM bandwidth per GPU (e.g. 4.8TB/s).",
+            show_default=False,
+        ),
+    ] = None,
+    peak_bf16: Annotated[
+        str | None,
+        typer.Option(
+            "--peak-bf16",
+            metavar="FLOPS",
+            help="Dense BF16 peak per GPU (e.g. 989.5TFLOPS).",
+            show_default=False,
+        ),
+    ] = None,
+    peak_fp8: Annotated[
+        str | None,
+        typer.Option(
+            "--peak-fp8",
+            metavar="FLOPS",
+            help="Dense FP8 peak per GPU (e.g. 1979TFLOPS).",
+            show_default=False,
+        ),
+    ] = None,
+    tp: Annotated[
+        str | None,
+        typer.Option(
+            "--tp",
+            metavar="N",
+            help="Tensor-parallel GPUs per attention group. Default: what --pp and --dp leave.",
+            show_default=False,
+        ),
+    ] = None,
+    pp: Annotated[str, typer.Option("--pp", metavar="N", help="Pipeline stages.")] = "1",
+    dp: Annotated[
+        str,
+        typer.Option(
+            "--dp", metavar="N", help="Data-parallel attention groups; each keeps its own sequences."
+        ),
+    ] = "1",
+    ep: Annotated[
+        str | None,
+        typer.Option(
+            "--ep",
+            metavar="N",
+            help="Expert parallelism; engines size it TP × DP, the only value accepted.",
+            show_default=False,
+        ),
+    ] = None,
+    dcp: Annotated[
+        str,
+        typer.Option(
+            "--dcp",
+            metavar="N",
+            help="Decode-context parallelism: the latent split by token over DCP of the TP ranks.",
+        ),
+    ] = "1",
+    mtp: Annotated[
+        bool, typer.Option("--mtp", help="Load the multi-token-prediction layer (speculative decoding).")
+    ] = False,
+    text_only: Annotated[
+        bool,
+        typer.Option(
+            "--text-only", help="Leave out the vision tower (a text-only server; Kimi-K2-Thinking has none)."
+        ),
+    ] = False,
+    gpu_memory_utilization: Annotated[
+        float,
+        typer.Option(
+            "--gpu-memory-utilization", metavar="FRACTION", help="The share of memory the engine may use."
+        ),
+    ] = 0.9,
+    reserve: Annotated[
+        str | None,
+        typer.Option(
+            "--reserve",
+            metavar="SIZE",
+            help="What the engine keeps back for activations, CUDA graphs and buffers. Default: an estimate.",
+            show_default=False,
+        ),
+    ] = None,
+    max_batched_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--max-batched-tokens",
+            metavar="N",
+            help="Tokens per forward pass, for the reserve estimate. Default: vLLM's (8,192 on large GPUs).",
+            show_default=False,
+        ),
+    ] = None,
+    max_num_seqs: Annotated[
+        str | None,
+        typer.Option(
+            "--max-num-seqs",
+            metavar="N",
+            help="Sequences per step, for the reserve estimate. Default: vLLM's (1,024 on large GPUs).",
+            show_default=False,
+        ),
+    ] = None,
+    kv_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-memory",
+            metavar="SIZE",
+            help="The KV pool per GPU an engine printed (e.g. 46.80GiB): skips weights and reserve.",
+            show_default=False,
+        ),
+    ] = None,
+    kv_dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-dtype",
+            metavar=DTYPE_METAVAR,
+            help="KV cache dtype. Default: the model's. fp8 on DeepSeek-V3.2 is FlashMLA's 656-byte record.",
+            show_default=False,
+        ),
+    ] = None,
+    kv_layout: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-layout",
+            metavar="[latent|flashmla-fp8|naive|flash]",
+            help="KV cache layout. Default: the engines' (the latent).",
+            show_default=False,
+        ),
+    ] = None,
+    block_size: Annotated[
+        str, typer.Option("--block-size", metavar="N", help="KV page size in tokens (FlashMLA's 64).")
+    ] = "64",
+    max_model_len: Annotated[
+        str | None,
+        typer.Option(
+            "--max-model-len",
+            metavar="N",
+            help=f"Longest sequence ({COUNTS}). Default: the config's max_position_embeddings.",
+            show_default=False,
+        ),
+    ] = None,
+    min_gpus: Annotated[
+        bool, typer.Option("--min-gpus", help="Also find the fewest GPUs of this type that hold it.")
+    ] = False,
+    batch: Annotated[
+        str | None,
+        typer.Option(
+            "--batch",
+            metavar="N",
+            help="Sequences per replica in a decode step: adds the speed floor (default 1 with --context).",
+            show_default=False,
+        ),
+    ] = None,
+    context: Annotated[
+        str | None,
+        typer.Option(
+            "--context",
+            metavar="N",
+            help="Positions a decode step attends to, and the prompt of the prefill floor (default 4,096 "
+            "with --batch).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Memory per GPU for a deployment: weights by component, the reserve, and the KV cache that is left.
+
+    Shards the model as vLLM and SGLang do (TP, PP, DP attention, EP, DCP), at the checkpoint's stored
+    bytes, and says how many tokens of context fit. The reserve is an estimate, labelled so.
+    """
+    from fractions import Fraction
+
+    from kimicount.hardware import (
+        custom_accelerator,
+        parse_bandwidth,
+        parse_flops,
+        parse_gpus,
+        with_overrides,
+    )
+    from kimicount.kvcache import parse_layout
+    from kimicount.options import parse_size
+
+    count, gpu = parse_gpus(gpus)
+    memory = None if gpu_memory is None else parse_size(gpu_memory, "--gpu-memory")
+    if gpu is None:
+        if memory is None:
+            raise UsageError(
+                f"--gpus {gpus}: name the GPU type (e.g. {count}xH200) or give --gpu-memory SIZE"
+            )
+        gpu = custom_accelerator(memory)
+    gpu = with_overrides(
+        gpu,
+        memory_bytes=memory,
+        hbm_bandwidth=None if hbm_bandwidth is None else parse_bandwidth(hbm_bandwidth),
+        bf16_flops=None if peak_bf16 is None else parse_flops(peak_bf16, "--peak-bf16"),
+        fp8_flops=None if peak_fp8 is None else parse_flops(peak_fp8, "--peak-fp8"),
+    )
+    layout = {
+        "tp": count_or_none(tp, "--tp"),
+        "pp": parse_count(pp, "--pp"),
+        "dp": parse_count(dp, "--dp"),
+        "ep": count_or_none(ep, "--ep"),
+        "dcp": parse_count(dcp, "--dcp"),
+        "utilization": Fraction(str(gpu_memory_utilization)),
+        "reserve": None if reserve is None else parse_size(reserve, "--reserve"),
+        "max_batched_tokens": count_or_none(max_batched_tokens, "--max-batched-tokens"),
+        "max_num_seqs": count_or_none(max_num_seqs, "--max-num-seqs"),
+        "kv_memory": None if kv_memory is None else parse_size(kv_memory, "--kv-memory"),
+        "kv_dtype": None if kv_dtype is None else parse_dtype(kv_dtype, "--kv-dtype"),
+        "kv_layout": None if kv_layout is None else parse_layout(kv_layout, "--kv-layout"),
+        "block_size": parse_count(block_size, "--block-size"),
+        "max_model_len": count_or_none(max_model_len, "--max-model-len"),
+    }
+    step = (count_or_none(batch, "--batch"), count_or_none(context, "--context"))
+    from kimicount.anatomy import build_anatomy
+    from kimicount.plan import plan
+    from kimicount.storage import require_modelled
+
+    spec = load_model(model, config, repo, revision, token, timeout, live=not as_json)
+    anatomy = build_anatomy(spec)
+    require_modelled(anatomy.spec)
+    report = plan(anatomy, gpu, count, **layout, mtp=mtp, vision=not text_only, min_gpus=min_gpus)
+    speed = None
+    if step != (None, None):
+        from kimicount.speed import step_floor, sweep
+
+        sequences = 1 if step[0] is None else step[0]
+        positions = 4096 if step[1] is None else step[1]
+        speed = (
+            step_floor(report, batch=sequences, context=positions),
+            sweep(report, positions, sequences),
+            step_floor(report, batch=1, context=positions, prefill=True),
+        )
+    if as_json:
+        from kimicount.reports_plan import plan_json, speed_json
+
+        print_json({**plan_json(report), **({} if speed is None else speed_json(report, *speed))})
+        return
+    from kimicount.render import make_console, show
+    from kimicount.render_plan import render_plan, render_speed
+
+    console = make_console()
+    render_plan(console, report)
+    if speed is not None:
+        show(console)
+        render_speed(console, report, *speed)
