@@ -14,11 +14,8 @@ new transformers release is handled here once.
 from __future__ import annotations
 
 import json
-import math
 import re
-import signal
-import threading
-import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -133,95 +130,20 @@ class PackedQuantization:
         >>> q.packs("model.layers.1.mlp.experts.0.up_proj"), q.packs("model.layers.1.self_attn.o_proj"), q.packs("lm_head")
         (True, False, False)
         """
-        ignored, targeted = self._matchers
-        if ignored(module):
-            return False
-        return "Linear" in self.targets or targeted(module)
+        return self.packs_each((module,))[0]
+
+    def packs_each(self, modules: Iterable[str]) -> list[bool]:
+        """`packs` for many modules at once, under one deadline on the `re:` patterns (kimicount.matching)."""
+        from kimicount.matching import packed
+
+        ignore, targets = self._patterns
+        return packed(ignore, targets, "Linear" in self.targets, modules, self.where)
 
     @cached_property
-    def _matchers(self):
-        """compressed-tensors' matching, compiled once (a 1T checkpoint asks for 70,000 modules):
-        `re:` patterns match from the start of the name, other names exactly."""
-        targets = tuple(t for t in self.targets if t != "Linear")
-        return (
-            _matcher(self.ignore, f"{self.where}: key 'ignore'"),
-            _matcher(targets, f"{self.where}: key 'targets'"),
-        )
+    def _patterns(self):
+        from kimicount.matching import Patterns
 
-
-def _matcher(patterns: tuple[str, ...], where: str):
-    names = {p for p in patterns if not p.startswith("re:")}
-    regexes = [p[3:] for p in patterns if p.startswith("re:")]
-    if not regexes:
-        return names.__contains__
-    combined = re.compile("|".join(f"(?:{r})" for r in regexes))
-
-    def matches(module: str) -> bool:
-        if module in names:
-            return True
-        try:
-            return _REGEX_ALARM.match(combined, module)
-        except RegexTooSlow:
-            raise ConfigError(
-                f"{where}: the re: patterns {', '.join(json.dumps(r) for r in regexes)} take more than "
-                f"{REGEX_SECONDS:g} s to match the module name '{module}' (a pattern that backtracks "
-                "without end)"
-            ) from None
-
-    return matches
-
-
-#: How long the `re:` patterns may take on one module name [s]. Real ones take microseconds; a pattern
-#: that backtracks catastrophically ("(a|aa)+$") takes longer than the age of the universe.
-REGEX_SECONDS = 2.0
-
-
-class RegexTooSlow(Exception):
-    """A regular expression ran past REGEX_SECONDS on one string."""
-
-
-class _RegexAlarm:
-    """Ends a regular-expression match that runs past REGEX_SECONDS. Python's `re` engine checks for
-    signals as it backtracks, so a SIGALRM handler can raise inside a match. The timer is armed at most
-    once per half budget, not once per match (Kimi K2.5 asks 70,000 module names; two system calls each
-    would cost more than the matching): every match then has at least half the budget, and is ended
-    within the whole. Signals run in the main thread only, and SIGALRM may belong to someone else: then
-    matches run unguarded."""
-
-    def __init__(self) -> None:
-        self.armed_at = -math.inf
-        self.started: float | None = None
-
-    def match(self, pattern: re.Pattern[str], text: str) -> bool:
-        if not self._installed():
-            return pattern.match(text) is not None
-        self.started = now = time.monotonic()
-        try:
-            if now - self.armed_at > REGEX_SECONDS / 2:
-                signal.setitimer(signal.ITIMER_REAL, REGEX_SECONDS)
-                self.armed_at = now
-            return pattern.match(text) is not None
-        finally:
-            self.started = None
-
-    def _alarm(self, _signal: int, _frame: Any) -> None:
-        self.armed_at = -math.inf  # fired: the next match arms it again
-        if self.started is not None and time.monotonic() - self.started >= REGEX_SECONDS / 2:
-            raise RegexTooSlow
-
-    def _installed(self) -> bool:
-        if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-            return False
-        handler = signal.getsignal(signal.SIGALRM)
-        if handler == self._alarm:
-            return True
-        if handler not in (signal.SIG_DFL, signal.SIG_IGN, None):
-            return False
-        signal.signal(signal.SIGALRM, self._alarm)
-        return True
-
-
-_REGEX_ALARM = _RegexAlarm()
+        return Patterns.of(self.ignore), Patterns.of(t for t in self.targets if t != "Linear")
 
 
 @dataclass(frozen=True)
@@ -489,11 +411,7 @@ def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | Other
         # Counting parameters and sizing caches do not depend on it; sizing weights and verifying do.
         return OtherQuantization(method)
     block = raw.get("weight_block_size")
-    if (
-        not isinstance(block, list)
-        or len(block) != 2
-        or not all(_is_positive_int(b) for b in block)
-    ):
+    if not isinstance(block, list) or len(block) != 2 or not all(_is_positive_int(b) for b in block):
         raise sub.fail(
             "weight_block_size", f"expected two integers from 1 to 2^63 − 1, found {_short_json(block)}"
         )

@@ -21,6 +21,7 @@ Scales and packed shapes are quantization metadata, not parameters: counted apar
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -114,13 +115,15 @@ def packed_layout(spec: ModelSpec, weight_shape: tuple[int, ...]) -> dict[str, t
     }
 
 
-def config_packs(spec: ModelSpec, tensor_name: str) -> bool:
-    """Whether the config's targets and ignore list mean this Linear weight to be packed. Module names
-    are the language model's own (without the multimodal checkpoint's `language_model.` prefix)."""
+def config_packed(spec: ModelSpec, tensor_names: Iterable[str]) -> int:
+    """How many of these Linear weights the config's targets and ignore list mean to be packed. Module
+    names are the language model's own (without the multimodal checkpoint's `language_model.` prefix)."""
     quantization = spec.quantization
     assert isinstance(quantization, PackedQuantization)
-    module = tensor_name.removeprefix(spec.weight_prefix).removesuffix(".weight")
-    return quantization.packs(module)
+    prefix = spec.weight_prefix
+    return sum(
+        quantization.packs_each(name.removeprefix(prefix).removesuffix(".weight") for name in tensor_names)
+    )
 
 
 # --- bytes -----------------------------------------------------------------------------------------
@@ -175,7 +178,7 @@ def stored_parts(spec: ModelSpec, ref: TensorRef) -> tuple[StoredPart, ...]:
         )
     if not packable(spec, ref.role):
         return (StoredPart("weight", ref.elements * copies, plain),)
-    packed = sum(config_packs(spec, name) for name in ref.names())
+    packed = config_packed(spec, ref.names())
     layout = packed_layout(spec, ref.shape)
     (_, packed_cols), packed_dtype = layout["weight_packed"]
     (_, groups), scale_dtype = layout["weight_scale"]

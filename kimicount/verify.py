@@ -25,7 +25,7 @@ from kimicount.spec import ModelSpec
 from kimicount.storage import (
     FP8_SCALE_SUFFIX,
     PACKED_SUFFIXES,
-    config_packs,
+    config_packed,
     fp8_quantized,
     fp8_scale_shape,
     packable,
@@ -410,14 +410,14 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
         findings.packed[group.module] += Tally(count, count * group.elements, weights.bytes)
         findings.int4_metadata += sum(metadata, Tally())
         findings.linears["packed"] += count
-        findings.linears["packed_against_config"] += count - sum(map(config_packs, repeat(spec), group.names))
+        findings.linears["packed_against_config"] += count - config_packed(spec, group.names)
         return None
     if len(plain) == count and set(map(kinds.get, chain.from_iterable(triples))) == {None}:
         found = Counter(map(kinds.get, group.names))
         if found.keys() <= group.kinds:
             findings.weights[group.module] += _tally(found)
             findings.linears["plain"] += count
-            findings.linears["plain_against_config"] += sum(map(config_packs, repeat(spec), group.names))
+            findings.linears["plain_against_config"] += config_packed(spec, group.names)
             return None
     return _check_each_packable(spec, group, checkpoint.tensors, findings)
 
@@ -452,8 +452,8 @@ def _check_each_packable(spec, group: ExpectedGroup, found: dict[str, TensorInfo
         len(weights), len(weights) * group.elements, sum(map(_nbytes, weights))
     )
     findings.linears["packed"] += len(weights)
-    findings.linears["packed_against_config"] += sum(
-        not config_packs(spec, t.name[: -len(".weight_packed")] + ".weight") for t in weights
+    findings.linears["packed_against_config"] += len(weights) - config_packed(
+        spec, (t.name[: -len(".weight_packed")] + ".weight" for t in weights)
     )
     return verified
 
@@ -488,7 +488,7 @@ def _check_unusual(spec, group, name, packed, found, findings: _Findings) -> boo
         )
         return False
     findings.linears["plain"] += 1
-    findings.linears["plain_against_config"] += config_packs(spec, name)
+    findings.linears["plain_against_config"] += config_packed(spec, [name])
     return _check_each_stored(
         spec, replace(group, names=(name,), layer_counts=((None, 1),), fp8_scale=None), found, findings
     )[0]
