@@ -27,11 +27,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from kimicount.errors import CheckpointError
-
-try:  # optional: a faster parser of the same JSON; without it, the standard library parses
-    import orjson
-except ImportError:  # pragma: no cover - exercised by the tests that hide it
-    orjson = None
+from kimicount.reading import parse_checked, short_json
 
 #: safetensors refuses headers larger than this (its MAX_HEADER_SIZE), so do we: a lying length
 #: prefix must not make us allocate or download gigabytes.
@@ -156,23 +152,11 @@ def parse_header(raw: bytes, file: str, file_size: int, where: str | None = None
     error messages (a full path or URL; defaults to `file`).
     """
     where = where or file
-    fast = fast_json(raw)
-    if fast is not None:
-        try:
-            return header_from_json(fast, file, where, file_size=file_size, header_size=len(raw))
-        except CheckpointError:
-            pass  # said below, as the standard library's parse of the same bytes says it
-    try:
-        parsed = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{where}: header is not valid JSON ({error})") from error
-    except RecursionError:
-        raise CheckpointError(f"{where}: header is not valid JSON (nested too deeply)") from None
-    except ValueError:  # Python reads integers of at most 4,300 digits
-        raise CheckpointError(
-            f"{where}: header is not valid JSON (an integer of more than 4,300 digits)"
-        ) from None
-    return header_from_json(parsed, file, where, file_size=file_size, header_size=len(raw))
+
+    def check(parsed: Any) -> FileHeader:
+        return header_from_json(parsed, file, where, file_size=file_size, header_size=len(raw))
+
+    return parse_checked(raw, where, CheckpointError, check, what="header")
 
 
 def header_from_json(
@@ -205,21 +189,6 @@ def header_from_json(
     return FileHeader(
         file, file_size, header_size, names, kinds, begins, ends, kind_counts, metadata, data_end
     )
-
-
-def fast_json(raw: bytes | str) -> Any | None:
-    """orjson's parse of `raw`, or None when orjson is not installed or refuses it.
-
-    Where orjson accepts, it agrees with the standard library (the last of duplicate keys wins, in the
-    first one's place) except for integers past 64 bits, which it makes floats: no check here accepts
-    a float. Where it refuses (lone surrogates, NaN, a BOM), the caller parses again with `json`, whose
-    errors are the ones reported."""
-    if orjson is None:
-        return None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
 
 
 class _KindNames(dict):
@@ -332,12 +301,12 @@ def _invalid(name: str, entry: Any, where_file: str) -> CheckpointError:
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         return CheckpointError(
-            f"{where}: unknown dtype {json.dumps(dtype)} (safetensors dtypes: {', '.join(DTYPE_BITS)})"
+            f"{where}: unknown dtype {short_json(dtype)} (safetensors dtypes: {', '.join(DTYPE_BITS)})"
         )
     if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
-        return CheckpointError(f"{where}: shape {json.dumps(shape)} is not a list of non-negative integers")
+        return CheckpointError(f"{where}: shape {short_json(shape)} is not a list of non-negative integers")
     return CheckpointError(
-        f"{where}: data_offsets {json.dumps(offsets)} is not two ascending non-negative integers"
+        f"{where}: data_offsets {short_json(offsets)} is not two ascending non-negative integers"
     )
 
 
