@@ -35,6 +35,8 @@ MAX_HEADER_BYTES = 100_000_000
 
 #: The most elements a tensor can have: its data_offsets are u64 bytes, and the smallest dtype is 4 bits.
 MAX_ELEMENTS = 2**65
+#: The largest data offset: safetensors stores them as u64.
+MAX_OFFSET = 2**64 - 1
 
 #: Bits per element of every dtype the safetensors format defines.
 DTYPE_BITS = MappingProxyType(
@@ -92,7 +94,8 @@ def kind_of(dtype: str, shape: tuple[int, ...]) -> Kind:
 
 @lru_cache(maxsize=4096)
 def kind_parts(kind: Kind) -> tuple[str, tuple[int, ...], int, int]:
-    """A kind's dtype, shape, elements and bytes (whole bytes: headers are checked so).
+    """A kind's dtype, shape, elements and bytes (whole bytes, and elements bounded: the kinds are those
+    of checked headers).
 
     >>> kind_parts("[2048, 7168] F8_E4M3"), kind_parts("[] F32")
     (('F8_E4M3', (2048, 7168), 14680064, 14680064), ('F32', (), 1, 4))
@@ -238,9 +241,10 @@ def _columns_in_bulk(entries: dict[str, Any]) -> _Columns | None:
     kinds = tuple(map(kinds_of.__getitem__, zip(dtypes, map(tuple, shapes))))  # each pair hashed once
     nbytes_of = {}
     for (dtype, shape), kind in kinds_of.items():
-        if min(shape, default=0) < 0 or math.prod(shape) * DTYPE_BITS[dtype] % 8:
+        elements = _elements(shape) if min(shape, default=0) >= 0 else None
+        if elements is None or elements * DTYPE_BITS[dtype] % 8:
             return None
-        nbytes_of[kind] = kind_parts(kind)[3]
+        nbytes_of[kind] = elements * DTYPE_BITS[dtype] // 8
     begins, ends = bounds[0::2], bounds[1::2]
     nbytes = list(map(nbytes_of.__getitem__, kinds))
     # Written in data order (the usual case), each tensor's bytes and the tiling are one check: every
@@ -255,7 +259,26 @@ def _columns_in_bulk(entries: dict[str, Any]) -> _Columns | None:
         starts, stops = zip(*sorted(zip(begins, ends)))
         if starts[0] != 0 or starts[1:] != stops[:-1]:
             return None
+    if stops[-1] > MAX_OFFSET:  # the last tensor ends past what a u64 offset holds
+        return None
     return tuple(entries), kinds, tuple(begins), tuple(ends), dict(Counter(kinds)), stops[-1]
+
+
+def _elements(shape: tuple[int, ...] | list[int]) -> int | None:
+    """The elements of a shape of non-negative dims, or None past MAX_ELEMENTS, in time linear in the
+    dims however large they are: each dim d >= 2 is at least 2^(bit_length(d) − 1), so when those
+    exponents add up past 65 the product is past MAX_ELEMENTS before it is computed (a header may hold
+    100,000 dims of 2^62); otherwise at most 65 dims are over 1 and the product is small.
+
+    >>> _elements((2048, 7168)), _elements(()), _elements((2**40, 2**40)), _elements((0,) + (2**62,) * 9)
+    (14680064, 1, None, 0)
+    """
+    if 0 in shape:
+        return 0
+    if sum(map(int.bit_length, shape)) - len(shape) > 65:
+        return None
+    elements = math.prod(shape)
+    return elements if elements <= MAX_ELEMENTS else None
 
 
 def _tensor_info(name: str, entry: Any, file: str, where_file: str) -> TensorInfo:
@@ -267,18 +290,20 @@ def _tensor_info(name: str, entry: Any, file: str, where_file: str) -> TensorInf
         begin, end = offsets
     except (TypeError, KeyError, ValueError):
         raise _invalid(name, entry, where_file) from None
-    elements = 1
-    for dim in shape if type(shape) is list else ("not a list",):
-        if type(dim) is not int or dim < 0:
-            raise _invalid(name, entry, where_file)
-        elements *= dim
-        if elements > MAX_ELEMENTS:  # checked as it grows: a shape of a million huge dims must not hang
-            raise CheckpointError(
-                f"{where_file}: tensor '{name}': shape of more elements than safetensors' u64 offsets "
-                "can hold"
-            )
+    if type(shape) is not list or not all(type(dim) is int and dim >= 0 for dim in shape):
+        raise _invalid(name, entry, where_file)
+    elements = _elements(shape)
+    if elements is None:  # bounded before it is multiplied out: a shape of a million huge dims must not hang
+        raise CheckpointError(
+            f"{where_file}: tensor '{name}': shape of more elements than safetensors' u64 offsets can hold"
+        )
     if type(begin) is not int or type(end) is not int or begin < 0 or end < begin:
         raise _invalid(name, entry, where_file)
+    if end > MAX_OFFSET:
+        raise CheckpointError(
+            f"{where_file}: tensor '{name}': data_offsets end past byte {MAX_OFFSET:,}, more than "
+            "safetensors' u64 offsets can hold"
+        )
     if elements * bits != (end - begin) * 8:
         raise CheckpointError(
             f"{where_file}: tensor '{name}': data_offsets [{begin}, {end}] hold {end - begin:,} bytes, "

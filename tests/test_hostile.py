@@ -444,6 +444,54 @@ def test_12_a_shape_too_large_to_print(tmp_path):
     one_line_error(result, "tensor 'x': shape of more elements than safetensors' u64 offsets can hold")
 
 
+def test_12_a_shape_of_100000_huge_dims_is_refused_at_once(tmp_path):
+    # The product of 100,000 dims of 2^62 has 6.2 million bits: multiplying it out takes minutes.
+    dims = ", ".join([str(2**62)] * 100_000)
+    raw = (
+        f'{{"x": {{"dtype": "BF16", "shape": [{dims}], "data_offsets": [0, 2]}}, '
+        f'"y": {{"dtype": "BF16", "shape": [{dims}, 3], "data_offsets": [2, 4]}}}}'
+    ).encode()
+    folder = checkpoint_folder(tmp_path / "ckpt")
+    write_header_only(folder / "model.safetensors", {}, raw_header=raw)
+    start = time.monotonic()
+    result = run_kimicount("verify", "--path", str(folder), timeout=60)
+    one_line_error(result, "tensor 'x': shape of more elements than safetensors' u64 offsets can hold")
+    assert time.monotonic() - start < 20
+
+
+@pytest.mark.parametrize(
+    "entry, needle",
+    [
+        (  # 2^80 elements: no u64 byte offset reaches them
+            {"dtype": "BF16", "shape": [2**40, 2**40], "data_offsets": [0, 2**81]},
+            "tensor 'x': shape of more elements than safetensors' u64 offsets can hold",
+        ),
+        (  # 2^64 elements of 8 bytes: the shape is possible, the offsets are not
+            {"dtype": "F64", "shape": [2**32, 2**32], "data_offsets": [0, 2**67]},
+            "tensor 'x': data_offsets end past byte 18,446,744,073,709,551,615",
+        ),
+    ],
+)
+def test_12_a_header_and_the_bulk_answer_are_held_to_the_same_bounds(hub, tmp_path, entry, needle):
+    # The same header, as a local file (its columns checked in bulk, then tensor by tensor) and in the
+    # Hub's bulk answer: refused in the same words, wherever it comes from.
+    from werkzeug import Response
+
+    header = {"x": entry}
+    folder = checkpoint_folder(tmp_path / "ckpt")
+    write_header_only(folder / "model.safetensors", {}, raw_header=json.dumps(header).encode())
+    local = one_line_error(run_kimicount("verify", "--path", str(folder)), needle)
+    fake, env = hub
+    answer = {"index": {}, "headers": {"model.safetensors": header}}
+    fake.override = lambda request: (
+        Response(json.dumps(answer), content_type="application/json")
+        if "/safetensors-metadata/" in request.path
+        else None
+    )
+    remote = one_line_error(run_kimicount("verify", "--repo", "org/tiny", env=env), needle)
+    assert local.partition("tensor 'x'")[2] == remote.partition("tensor 'x'")[2]
+
+
 def test_13_symlink_loops_and_names_too_long(tmp_path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     one_line_error(run_kimicount("params", "--config", str(tmp_path / "loop")), "loop: cannot read")
