@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -171,14 +172,16 @@ def checkpoint_files(folder: Path) -> tuple[list[Path], Index | None]:
     except OSError as error:  # a name too long, a symlink loop
         raise SourceError(f"{folder}: cannot read: {error.strerror or error}") from None
     index_path = folder / INDEX_FILE
-    if index_path.is_file():
+    # An index that is there but is no regular file (a dangling link in a Hub snapshot, a FIFO, a
+    # folder) is read all the same, to say so: passed over, the checkpoint would be checked without it.
+    if os.path.lexists(index_path):
         text = read_capped(index_path, MAX_INDEX_BYTES, "index", CheckpointError)
         index = parse_index(text, str(index_path))
         for name in index.files:
             if not (folder / name).is_file():
                 raise CheckpointError(f"{index_path}: names shard '{name}', which is not in {folder}")
         return [folder / name for name in index.files], index
-    if (folder / SINGLE_FILE).is_file():
+    if os.path.lexists(folder / SINGLE_FILE):  # read_local_header says if it is no regular file
         return [folder / SINGLE_FILE], None
     # Only regular files: opening a FIFO that happens to be named *.safetensors would block.
     shards = sorted(path for path in folder.glob("*.safetensors") if path.is_file())

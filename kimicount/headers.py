@@ -14,9 +14,9 @@ and each error names the file and the tensor.
 
 from __future__ import annotations
 
-import json
 import math
 import operator
+import os
 import struct
 from collections import Counter
 from dataclasses import dataclass
@@ -372,8 +372,10 @@ def read_local_header(path: Path, file: str) -> tuple[FileHeader, int]:
     """Read and validate the header of a local file, recorded under the name `file`; returns it and
     the bytes read (never the data)."""
     try:
+        if not path.is_file():  # a FIFO would block the open, a dangling link has nothing to read
+            raise CheckpointError(f"{path}: not a regular file")
         with path.open("rb") as handle:
-            size = path.stat().st_size
+            size = os.fstat(handle.fileno()).st_size
             length = header_length(handle.read(8), str(path), size)
             raw = handle.read(length)
     except OSError as error:

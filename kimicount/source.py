@@ -90,7 +90,7 @@ def load_checkpoint(
     checkpoint = read_folder(path, on_file)
     if config is None:
         config = path / "config.json"
-        if not config.is_file():
+        if not os.path.lexists(config):  # one that is there but no regular file is read, to say so
             raise UsageError(f"{path}: no config.json here; give --config")
     return spec_from_path(config), checkpoint
 

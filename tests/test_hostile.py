@@ -339,6 +339,35 @@ def test_7_a_fifo_named_like_a_shard_or_a_config_is_not_opened(tmp_path):
     )
 
 
+def make_irregular(path: Path, kind: str) -> str:
+    """`path` made a dangling link, a FIFO or a folder; returns what reading it says."""
+    if kind == "dangling link":
+        path.symlink_to(path.parent / "gone")
+        return "which is not there"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    return "not a regular file"
+
+
+@pytest.mark.parametrize("kind", ["dangling link", "fifo", "folder"])
+def test_7_an_index_config_or_single_file_that_is_no_regular_file_is_said(tmp_path, kind):
+    # Passed over, the index would go unchecked: the single file beside it would be verified alone.
+    folder = checkpoint_folder(tmp_path / "ckpt", shards={"model.safetensors": NORM})
+    needle = make_irregular(folder / INDEX, kind)
+    one_line_error(run_kimicount("verify", "--path", str(folder), timeout=30), f"{folder / INDEX}: ", needle)
+    folder = checkpoint_folder(tmp_path / "ckpt2", shards={"model.safetensors": NORM})
+    (folder / "config.json").unlink()
+    needle = make_irregular(folder / "config.json", kind)
+    if kind == "folder":  # read as --config reads a folder: the config.json inside it
+        needle = "config.json/config.json: no such file"
+    one_line_error(run_kimicount("verify", "--path", str(folder), timeout=30), "config.json: ", needle)
+    folder = checkpoint_folder(tmp_path / "ckpt3")
+    needle = make_irregular(folder / "model.safetensors", kind)
+    one_line_error(run_kimicount("verify", "--path", str(folder), timeout=30), "model.safetensors: ")
+
+
 # --- 8–10. what a Hub server says wrong -------------------------------------------------------------------
 
 
