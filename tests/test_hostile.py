@@ -147,6 +147,41 @@ def test_2_config_sizes_are_bounded(tmp_path, command, changes, needle):
     one_line_error(result, needle)
 
 
+@pytest.mark.parametrize("command", ["params", "verify"])
+def test_2_a_tensor_the_config_makes_too_large_is_refused(tmp_path, command):
+    # 2^62 heads × qk_head_dim 192: q_b_proj has 885,443,715,538,058,477,568 rows, each size alone bounded
+    path = config_with(tmp_path, {"num_attention_heads": 2**62})
+    folder = checkpoint_folder(tmp_path / "ckpt", shards={"model.safetensors": NORM})
+    args = ["--config", path] if command == "params" else ["--path", str(folder), "--config", path]
+    one_line_error(
+        run_kimicount(command, *args),
+        "q_b_proj.weight [885,443,715,538,058,477,568, 1,536], a dimension over 9,223,372,036,854,775,807",
+    )
+    # the element count: 2^31 × 2^32 rows and columns each fit, their product does not
+    path = config_with(tmp_path, {"vocab_size": 2**31, "hidden_size": 2**32})
+    one_line_error(
+        run_kimicount("params", "--config", path),
+        "model.embed_tokens.weight [2,147,483,648, 4,294,967,296], the element count over",
+    )
+
+
+def test_2_a_kv_cache_entry_the_config_makes_too_large_is_refused(tmp_path):
+    # 2^62 heads × (128 + 64 + 192) values: 1,770,887,431,076,116,955,136 per token per layer in flash's
+    # layout, each config size alone bounded
+    path = config_with(tmp_path, {"num_attention_heads": 2**62})
+    one_line_error(
+        run_kimicount("kv-cache", "--config", path, "--layout", "latent"),
+        "num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim + max(qk_head_dim, v_head_dim)) is "
+        "4611686018427387904 × (128 + 64 + 192) values per token and layer, over 9,223,372,036,854,775,807",
+    )
+    # the latent alone: 2^63 − 1 + 64 values
+    path = config_with(tmp_path, {"kv_lora_rank": 2**63 - 1})
+    one_line_error(
+        run_kimicount("kv-cache", "--config", path, "--layout", "naive"),
+        "(kv_lora_rank + qk_rope_head_dim) is (9223372036854775807 + 64) values per token and layer",
+    )
+
+
 def test_2_vision_layers_are_bounded(tmp_path):
     path = config_with(
         tmp_path, {"vision_config.vt_num_hidden_layers": 10**9}, FIXTURES / "kimi-k2.5/config.json"
