@@ -600,6 +600,22 @@ def test_15_a_malformed_hf_endpoint(tmp_path):
     one_line_error(result, "HF_ENDPOINT='http://[bad': not an http(s) URL")
 
 
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("HF_HUB_ETAG_TIMEOUT", "abc"),  # fails huggingface_hub's import
+        ("HF_HUB_ETAG_TIMEOUT", ""),
+        ("HF_HUB_DOWNLOAD_TIMEOUT", "-5"),  # fails every request it makes
+        ("HF_HUB_DOWNLOAD_TIMEOUT", "1.5"),
+    ],
+)
+def test_15_a_malformed_hf_variable(hub, variable, value):
+    fake, env = hub
+    result = run_kimicount("params", "--repo", "org/tiny", env={**env, variable: value})
+    one_line_error(result, f"{variable}='{value}': expected a whole number of seconds, 0 or more")
+    assert fake.requests == []
+
+
 def test_15_ctrl_c_during_the_start_up_imports():
     # A KeyboardInterrupt raised as typer is imported: where a Ctrl-C at start-up lands.
     code = (
