@@ -107,6 +107,48 @@ def test_1_a_hub_index_cannot_name_another_repos_file(hub):
     assert not [path for _, path, _ in fake.requests if path.startswith("/other/")]
 
 
+def files_outside(tmp_path: Path, hf_home: Path) -> set[Path]:
+    return {path for path in tmp_path.rglob("*") if hf_home not in path.parents and path != hf_home}
+
+
+ETAG_EXPECTED = "is not an ETag (letters, digits, '-' and '_', quoted)"
+COMMIT_EXPECTED = "is not a commit hash (40 hex digits)"
+
+
+@pytest.mark.parametrize(
+    "status, header, value, expected",
+    [
+        (200, "ETag", '"../../../../escape2"', ETAG_EXPECTED),  # the blob: blobs/<etag>
+        (200, "X-Linked-Etag", '"../../../../escape3"', ETAG_EXPECTED),
+        # the snapshot: snapshots/<commit>/config.json
+        (200, "X-Repo-Commit", "../../../../../escape", COMMIT_EXPECTED),
+        (200, "X-Repo-Commit", "main", COMMIT_EXPECTED),  # a plain name, but no commit
+        (404, "X-Repo-Commit", "../../../../escape4", COMMIT_EXPECTED),  # noted in .no_exist/<commit>/
+    ],
+)
+def test_1_the_hubs_answer_cannot_name_a_path_outside_the_cache(
+    hub, tmp_path, status, header, value, expected
+):
+    from werkzeug import Response
+
+    fake, env = hub
+    before = files_outside(tmp_path, tmp_path / "hf")
+
+    def answer(request):
+        headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{"e" * 64}"', header: value}
+        if status == 404:
+            headers |= {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found"}
+        response = Response(b"" if request.method == "HEAD" else K2_CONFIG, status=status, headers=headers)
+        response.headers["Content-Length"] = str(len(K2_CONFIG))
+        response.automatically_set_content_length = False
+        return response
+
+    fake.override = at_path("/config.json", answer)
+    result = run_kimicount("params", "--repo", "org/tiny", env=env)
+    one_line_error(result, f"org/tiny@main: config.json: the server's {header} {value!r} {expected}")
+    assert files_outside(tmp_path, tmp_path / "hf") == before
+
+
 # --- 2. config sizes bounded before anything is built from them ------------------------------------
 
 
@@ -344,6 +386,81 @@ def test_5_a_hub_index_or_bulk_answer_said_too_large_is_not_read(hub):
     assert result.returncode == 1, result.stderr  # read (Kimi K2's config against two tensors: mismatches)
     assert json.loads(result.stdout)["tensors"] == 2
     assert "reading them shard by shard" in result.stderr
+
+
+def cache_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file() and not path.is_symlink())
+
+
+def test_5_a_hub_config_said_too_large_is_not_downloaded(hub, tmp_path):
+    fake, env = hub
+    fake.repos["org/tiny"].files["config.json"] = b" " * 17 * 2**20 + K2_CONFIG  # valid JSON, 17 MiB
+    result = run_kimicount("params", "--repo", "org/tiny", env=env, timeout=60)
+    size = 17 * 2**20 + len(K2_CONFIG)
+    one_line_error(result, f"config.json: {size:,} bytes, more than any config.json (16,777,216 at most)")
+    assert ("GET", "/org/tiny/resolve/main/config.json", None) not in fake.requests
+    assert cache_bytes(tmp_path / "hf") < 2**20
+
+
+# A library user's own client, set before kimicount runs: its header on every request, and kimicount's
+# size cap on the config (which only its wrapping of the client's transport enforces) all the same.
+LIBRARY_USER = """
+from huggingface_hub.utils import get_session, set_client_factory
+Client = type(get_session())
+set_client_factory(lambda: Client(headers={"X-Library-User": "yes"}, follow_redirects=True))
+from kimicount.errors import SourceError
+from kimicount.source import HubOptions, load_spec
+try:
+    load_spec(repo="org/tiny", hub_options=HubOptions(timeout=30))
+except SourceError as error:
+    print(error)
+"""
+
+
+def test_5_the_cap_holds_on_a_client_factory_the_library_user_set(hub, tmp_path):
+    from werkzeug import Request
+
+    fake, env = hub
+    fake.repos["org/tiny"].files["config.json"] = b" " * 17 * 2**20 + K2_CONFIG
+    seen: list[str | None] = []
+
+    def note(request: Request) -> None:
+        seen.append(request.headers.get("X-Library-User"))
+
+    fake.override = lambda request: note(request)
+    result = subprocess.run(
+        [sys.executable, "-c", LIBRARY_USER],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=60,
+        check=False,
+    )
+    size = 17 * 2**20 + len(K2_CONFIG)
+    assert result.stdout.endswith(f"config.json: {size:,} bytes, more than any config.json (16,777,216 at most)\n")
+    assert seen and set(seen) == {"yes"}  # every request went through the user's client
+    assert ("GET", "/org/tiny/resolve/main/config.json", None) not in fake.requests
+    assert cache_bytes(tmp_path / "hf") < 2**20
+
+
+def test_5_a_hub_config_larger_than_it_said_is_cut_off(hub, tmp_path):
+    from werkzeug import Response
+
+    fake, env = hub
+
+    def small_at_head(request):  # the HEAD says a few KB; the GET sends 40 MiB without saying so
+        headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{"e" * 64}"'}
+        if request.method == "HEAD":
+            response = Response(b"", headers=headers)
+            response.headers["Content-Length"] = str(len(K2_CONFIG))
+            response.automatically_set_content_length = False
+            return response
+        return Response((b" " * 2**20 for _ in range(40)), headers=headers, direct_passthrough=True)
+
+    fake.override = at_path("/config.json", small_at_head)
+    result = run_kimicount("params", "--repo", "org/tiny", env=env, timeout=60)
+    one_line_error(result, "config.json: more than 16,777,216 bytes, more than any config.json")
+    assert cache_bytes(tmp_path / "hf") <= 17 * 2**20
 
 
 # --- 6. a Hub index of very many shards is sized in one pass ------------------------------------------

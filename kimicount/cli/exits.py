@@ -83,14 +83,12 @@ def _fail(line: str) -> int:
 
 
 def _exit(code: int) -> None:
-    """End the run with `code`. When a Hub request abandoned at its deadline or by Ctrl-C is still
-    running in its thread, the process ends at once (os._exit, once the output is flushed): the
-    interpreter's shutdown would otherwise wait for huggingface_hub's clean-up beside that thread, and
-    can crash tearing it down."""
-    import threading
-
-    lingering = any(t.name.startswith("kimicount-hub") for t in threading.enumerate())
-    if lingering and sys.stdout is sys.__stdout__:  # a real process, not a test runner's capture
+    """End the run with `code`. When a Hub operation left threads running (its deadline passed, Ctrl-C,
+    or one request failed while others were still out), the process ends at once (os._exit, once the
+    output is flushed): the interpreter's shutdown would otherwise wait for huggingface_hub's clean-up
+    beside those threads, and can crash tearing it down."""
+    transport = sys.modules.get("kimicount.hub_transport")  # imported only when a Hub was used
+    if transport is not None and transport.abandoned and sys.stdout is sys.__stdout__:  # not a test's capture
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
