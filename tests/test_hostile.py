@@ -290,6 +290,35 @@ def test_4_a_server_that_never_answers(tmp_path):
     assert time.monotonic() - start < 20
 
 
+def test_4_the_deadline_is_read_only_for_the_hub(tmp_path):
+    warning = "kimicount: warning: --timeout has no effect without --repo (it bounds what is asked of the Hub)\n"
+    result = run_kimicount("params", "--json", "--timeout", "5")
+    assert result.returncode == 0 and result.stderr == warning, result.stderr
+    assert json.loads(result.stdout)["total"] == 1_026_408_232_448  # Kimi K2, as DESIGN.md gives it
+    folder = checkpoint_folder(tmp_path / "ckpt", shards={"model.safetensors": NORM})
+    result = run_kimicount("verify", "--path", str(folder), "--timeout", "abc")
+    assert result.returncode == 1 and result.stderr == warning, result.stderr  # a mismatch: most is missing
+    # a variable set for other runs is no business of one that asks nothing of the Hub
+    result = run_kimicount("params", "--json", env={"KIMICOUNT_TIMEOUT": "abc"})
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+@pytest.mark.parametrize(
+    "option, variable, needle",
+    [
+        ([], "-1", "KIMICOUNT_TIMEOUT=-1: expected a positive number of seconds"),
+        ([], "abc", "KIMICOUNT_TIMEOUT=abc: expected a number of seconds"),
+        (["--timeout", "-1"], "abc", "--timeout -1: expected a positive number of seconds"),
+        (["--timeout", "nan"], None, "--timeout nan: expected a positive number of seconds"),
+    ],
+)
+def test_4_a_bad_deadline_is_named_where_it_was_given(hub, option, variable, needle):
+    fake, env = hub
+    env = env if variable is None else {**env, "KIMICOUNT_TIMEOUT": variable}
+    one_line_error(run_kimicount("params", "--repo", "org/tiny", *option, env=env), needle)
+    assert fake.requests == []
+
+
 def interrupt_when(command: list[str], env: dict[str, str], ready) -> tuple[subprocess.Popen, float]:
     """Start kimicount, send SIGINT once `ready()` is true; returns the process (ended) and the
     seconds it took to end after the signal."""
