@@ -105,7 +105,8 @@ def repo_id(model: str | None, repo: str | None) -> str | None:
 
 
 def warn(message: str) -> None:
-    typer.echo(f"kimicount: warning: {message}", err=True)
+    """One warning line on stderr (lost, not an error, when stderr is closed)."""
+    say(f"kimicount: warning: {message}")
 
 
 def ignored(ctx: typer.Context, why: str, *names: str) -> None:

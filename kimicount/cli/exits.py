@@ -147,7 +147,10 @@ def _silence(stream: TextIO) -> None:
 
 
 def say(line: str) -> None:
-    """One line on stderr; a closed stderr loses it rather than raising a second error."""
+    """One line on stderr; a closed stderr loses it rather than raising a second error: a pipe whose
+    reader has gone, or no stderr at all (`2>&-`, where Python sets sys.stderr to None)."""
+    if sys.stderr is None:
+        return
     try:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
