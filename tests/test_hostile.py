@@ -736,6 +736,19 @@ def test_14_output_degrades_to_what_the_encoding_holds(tmp_path, encoding):
             assert json.loads(text)["tree"]["children"][0]["calculation"] == "163,840 × 7,168"
 
 
+def test_14_errors_on_stderr_degrade_too(tmp_path):
+    config = config_with(tmp_path, {"hidden_size": 2**64})
+    result = subprocess.run(
+        [sys.executable, "-m", "kimicount", "params", "--config", config],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.endswith(b"is over 9,223,372,036,854,775,807 (2^63 - 1, the largest tensor size)\n")
+
+
 # --- 15. start-up ------------------------------------------------------------------------------------------
 
 

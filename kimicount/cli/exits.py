@@ -193,8 +193,10 @@ def degrade_unencodable_output() -> None:
     """Let stdout and stderr write what their encoding cannot hold as ASCII look-alikes (× as x)
     instead of failing with UnicodeEncodeError: one codec error handler, for every writer."""
     codecs.register_error("kimicount-ascii", _ascii_fallback)
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure") and getattr(stream, "errors", "strict") == "strict":
+    # Python's own defaults (stderr's is backslashreplace, which would print \u2212); not a handler the
+    # user chose in PYTHONIOENCODING.
+    for stream, default in ((sys.stdout, "strict"), (sys.stderr, "backslashreplace")):
+        if hasattr(stream, "reconfigure") and getattr(stream, "errors", default) == default:
             stream.reconfigure(errors="kimicount-ascii")
 
 
