@@ -105,9 +105,7 @@ def _index_from_json(raw: Any, where: str) -> Index:
         raise CheckpointError(f"{where}: metadata {short_json(metadata)} is not an object")
     total = metadata.get("total_size")
     if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
-        raise CheckpointError(
-            f"{where}: metadata.total_size {short_json(total)} is not a byte count"
-        )
+        raise CheckpointError(f"{where}: metadata.total_size {short_json(total)} is not a byte count")
     return Index(weight_map=weight_map, total_size=total)
 
 

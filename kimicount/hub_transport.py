@@ -372,8 +372,10 @@ def watch_requests() -> None:
     library user's set_client_factory: hooks, redirects, proxies, certificates), with the transports it
     mounts wrapped in Watched. Checked at every operation, so that a factory set since is wrapped too.
 
-    It relies on one private attribute of huggingface_hub (the factory that is set) and two of httpx
-    (a client's transports); tests/test_verify_hub.py checks that the wrapping takes hold."""
+    It relies on one private attribute of huggingface_hub (the factory that is set; hence the pin below
+    3 in pyproject.toml) and two of httpx (a client's transports); tests/test_hostile.py
+    (test_5_the_cap_holds_on_a_client_factory_the_library_user_set) checks that the wrapping takes hold
+    on a factory a library user set."""
     current = getattr(_http, "_GLOBAL_CLIENT_FACTORY", None)
     if current is None or getattr(current, "kimicount_watched", False):
         return  # another huggingface_hub (the deadline still holds, through run), or wrapped already

@@ -291,7 +291,9 @@ def test_4_a_server_that_never_answers(tmp_path):
 
 
 def test_4_the_deadline_is_read_only_for_the_hub(tmp_path):
-    warning = "kimicount: warning: --timeout has no effect without --repo (it bounds what is asked of the Hub)\n"
+    warning = (
+        "kimicount: warning: --timeout has no effect without --repo (it bounds what is asked of the Hub)\n"
+    )
     result = run_kimicount("params", "--json", "--timeout", "5")
     assert result.returncode == 0 and result.stderr == warning, result.stderr
     assert json.loads(result.stdout)["total"] == 1_026_408_232_448  # Kimi K2, as DESIGN.md gives it
@@ -466,7 +468,9 @@ def test_5_the_cap_holds_on_a_client_factory_the_library_user_set(hub, tmp_path)
         check=False,
     )
     size = 17 * 2**20 + len(K2_CONFIG)
-    assert result.stdout.endswith(f"config.json: {size:,} bytes, more than any config.json (16,777,216 at most)\n")
+    assert result.stdout.endswith(
+        f"config.json: {size:,} bytes, more than any config.json (16,777,216 at most)\n"
+    )
     assert seen and set(seen) == {"yes"}  # every request went through the user's client
     assert ("GET", "/org/tiny/resolve/main/config.json", None) not in fake.requests
     assert cache_bytes(tmp_path / "hf") < 2**20
