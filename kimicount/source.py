@@ -100,14 +100,12 @@ def hub_module() -> ModuleType:
     """kimicount.hub, imported on first use. huggingface_hub reads its HF_* environment variables as it
     is imported, and a malformed one fails that import itself (HF_ENDPOINT=http://[bad,
     HF_HUB_ETAG_TIMEOUT=abc) or every request later (HF_HUB_DOWNLOAD_TIMEOUT=-1): the ones it reads are
-    checked first, to name the variable and say what it should be. Any other failure of the import
-    names the HF_* variables set."""
+    checked first, to name the variable and say what it should be. A ValueError from the import of any
+    other names the HF_* variables set; anything else is no fault of the environment."""
     _check_hf_variables()
     try:
         from kimicount import hub
-    except ImportError:  # huggingface_hub not installed, or broken: not the environment's doing
-        raise
-    except Exception as error:  # whatever else huggingface_hub raises reading its variables
+    except ValueError as error:  # another variable huggingface_hub parses as it is imported (int(), a URL)
         reason = shorten(" ".join(f"{type(error).__name__}: {error}".split()))
         raise SourceError(
             f"huggingface_hub cannot start with the HF_* environment variables set here "
