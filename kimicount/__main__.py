@@ -15,7 +15,10 @@ def main() -> None:
 
         app()
     except KeyboardInterrupt:  # before or after the CLI's own handler (which prints the same line)
-        sys.stderr.write("kimicount: interrupted\n")
+        try:
+            sys.stderr.write("kimicount: interrupted\n")
+        except (AttributeError, OSError):  # stderr closed: None (`2>&-`), or a pipe without its reader
+            pass
         sys.exit(130)
 
 

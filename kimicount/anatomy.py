@@ -17,7 +17,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from kimicount.spec import ModelSpec, VisionSpec
+from kimicount.errors import ConfigError
+from kimicount.spec import MAX_SIZE, ModelSpec, VisionSpec
 
 
 class Role(str, Enum):
@@ -793,6 +794,24 @@ class Anatomy:
 
 def build_anatomy(spec: ModelSpec) -> Anatomy:
     """The component trees of the model the spec describes."""
-    return Anatomy(
+    anatomy = Anatomy(
         spec=spec, model=language_model(spec), mtp=multi_token_prediction(spec), vision=vision_model(spec)
     )
+    _check_tensor_sizes(anatomy)
+    return anatomy
+
+
+def _check_tensor_sizes(anatomy: Anatomy) -> None:
+    """Every tensor of the trees within what a tensor can hold: each dimension and the element count at
+    most 2^63 − 1 (MAX_SIZE: torch and engines count in int64, safetensors in u64). The spec bounds
+    each config size alone; a tensor's dims are products of them (heads × head width), known here."""
+    for tree in (anatomy.model, anatomy.mtp, anatomy.vision):
+        for node in tree.walk() if tree is not None else ():
+            for ref in node.tensors:
+                over = "a dimension" if max(ref.shape) > MAX_SIZE else "the element count"
+                if over == "a dimension" or math.prod(ref.shape) > MAX_SIZE:
+                    shape = ", ".join(f"{d:,}" for d in ref.shape)
+                    raise ConfigError(
+                        f"{anatomy.spec.name}: the config's sizes make {ref.display_name} [{shape}], "
+                        f"{over} over {MAX_SIZE:,} (2^63 − 1), more than a tensor holds"
+                    )

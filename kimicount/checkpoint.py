@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -17,8 +18,9 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from kimicount.errors import CheckpointError, SourceError, read_capped
-from kimicount.headers import MAX_HEADER_BYTES, FileHeader, Kind, TensorInfo, fast_json, read_local_header
+from kimicount.errors import CheckpointError, SourceError
+from kimicount.headers import MAX_HEADER_BYTES, FileHeader, Kind, TensorInfo, read_local_header
+from kimicount.reading import parse_checked, read_capped, short_json, shorten
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -84,20 +86,8 @@ class Checkpoint:
 
 
 def parse_index(text: str | bytes, where: str) -> Index:
-    """Parse an index file's contents; errors name the file and what is wrong."""
-    fast = fast_json(text)  # 13.4 MB for Kimi K2
-    if fast is not None:
-        try:
-            return _index_from_json(fast, where)
-        except CheckpointError:
-            pass  # said below, as the standard library's parse of the same text says it
-    try:
-        raw: Any = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{where}: not valid JSON: {error.msg} at line {error.lineno}") from error
-    except (RecursionError, ValueError) as error:  # nested too deeply, not UTF-8, a 5,000-digit number
-        raise CheckpointError(f"{where}: not valid JSON ({json_limit(error)})") from None
-    return _index_from_json(raw, where)
+    """Parse an index file's contents (13.4 MB for Kimi K2); errors name the file and what is wrong."""
+    return parse_checked(text, where, CheckpointError, lambda raw: _index_from_json(raw, where))
 
 
 def _index_from_json(raw: Any, where: str) -> Index:
@@ -112,22 +102,11 @@ def _index_from_json(raw: Any, where: str) -> Index:
         check_file_name(file, where)
     metadata = raw.get("metadata", {})
     if not isinstance(metadata, dict):
-        raise CheckpointError(f"{where}: metadata {json.dumps(metadata)} is not an object")
+        raise CheckpointError(f"{where}: metadata {short_json(metadata)} is not an object")
     total = metadata.get("total_size")
     if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
-        raise CheckpointError(f"{where}: metadata.total_size {json.dumps(total)} is not a byte count")
+        raise CheckpointError(f"{where}: metadata.total_size {short_json(total)} is not a byte count")
     return Index(weight_map=weight_map, total_size=total)
-
-
-def json_limit(error: Exception) -> str:
-    """Why Python's JSON parser refused a text that is not malformed as such, in words."""
-    if isinstance(error, RecursionError):
-        return "nested too deeply"
-    if isinstance(error, UnicodeDecodeError):
-        return "not UTF-8"
-    if "integer string conversion" in str(error):  # Python reads integers of at most 4,300 digits
-        return "an integer of more than 4,300 digits"
-    return str(error)
 
 
 def check_file_name(name: str, where: str) -> None:
@@ -149,7 +128,7 @@ def check_file_name(name: str, where: str) -> None:
         problem = f"a part of it is {longest:,} bytes long; a file name has at most {MAX_NAME_BYTES}"
     else:
         return
-    shown = json.dumps(name if len(name) <= 200 else name[:120] + "…", ensure_ascii=False)
+    shown = json.dumps(shorten(name), ensure_ascii=False)
     raise CheckpointError(
         f"{where}: names the file {shown}, which is not a plain relative name inside the checkpoint: "
         f"{problem}"
@@ -191,14 +170,16 @@ def checkpoint_files(folder: Path) -> tuple[list[Path], Index | None]:
     except OSError as error:  # a name too long, a symlink loop
         raise SourceError(f"{folder}: cannot read: {error.strerror or error}") from None
     index_path = folder / INDEX_FILE
-    if index_path.is_file():
+    # An index that is there but is no regular file (a dangling link in a Hub snapshot, a FIFO, a
+    # folder) is read all the same, to say so: passed over, the checkpoint would be checked without it.
+    if os.path.lexists(index_path):
         text = read_capped(index_path, MAX_INDEX_BYTES, "index", CheckpointError)
         index = parse_index(text, str(index_path))
         for name in index.files:
             if not (folder / name).is_file():
                 raise CheckpointError(f"{index_path}: names shard '{name}', which is not in {folder}")
         return [folder / name for name in index.files], index
-    if (folder / SINGLE_FILE).is_file():
+    if os.path.lexists(folder / SINGLE_FILE):  # read_local_header says if it is no regular file
         return [folder / SINGLE_FILE], None
     # Only regular files: opening a FIFO that happens to be named *.safetensors would block.
     shards = sorted(path for path in folder.glob("*.safetensors") if path.is_file())

@@ -7,9 +7,6 @@ Checks that several commands share live here too, so that they say the same thin
 
 from __future__ import annotations
 
-import stat
-from pathlib import Path
-
 
 class KimicountError(Exception):
     """Base class: bad input or an unreachable source. The CLI exits with 2."""
@@ -55,24 +52,3 @@ def require_positive(option: str, value: int) -> int:
     if value > MAX_COUNT:
         raise UsageError(f"{option} {value}: expected at most {MAX_COUNT:,} (2^63 − 1)")
     return value
-
-
-def read_capped(path: Path, limit: int, what: str, error: type[KimicountError]) -> bytes:
-    """The bytes of the regular file `path`, refused (as `error`, naming the file) before it is read when
-    it is larger than `limit` bytes, or not a regular file at all: a FIFO would block, a device never end.
-    """
-    try:
-        status = path.stat()
-        if not stat.S_ISREG(status.st_mode):
-            raise error(f"{path}: not a regular file")
-        if status.st_size > limit:
-            raise error(f"{path}: {status.st_size:,} bytes, more than any {what} ({limit:,} at most)")
-        with path.open("rb") as handle:
-            data = handle.read(limit + 1)
-    except FileNotFoundError:
-        raise error(f"{path}: no such file") from None
-    except OSError as failure:  # a directory, no permission, a name too long, a symlink loop
-        raise error(f"{path}: cannot read: {failure.strerror or failure}") from None
-    if len(data) > limit:  # it grew since
-        raise error(f"{path}: more than {limit:,} bytes, more than any {what}")
-    return data

@@ -14,9 +14,9 @@ and each error names the file and the tensor.
 
 from __future__ import annotations
 
-import json
 import math
 import operator
+import os
 import struct
 from collections import Counter
 from dataclasses import dataclass
@@ -27,11 +27,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from kimicount.errors import CheckpointError
-
-try:  # optional: a faster parser of the same JSON; without it, the standard library parses
-    import orjson
-except ImportError:  # pragma: no cover - exercised by the tests that hide it
-    orjson = None
+from kimicount.reading import parse_checked, short_json
 
 #: safetensors refuses headers larger than this (its MAX_HEADER_SIZE), so do we: a lying length
 #: prefix must not make us allocate or download gigabytes.
@@ -39,6 +35,8 @@ MAX_HEADER_BYTES = 100_000_000
 
 #: The most elements a tensor can have: its data_offsets are u64 bytes, and the smallest dtype is 4 bits.
 MAX_ELEMENTS = 2**65
+#: The largest data offset: safetensors stores them as u64.
+MAX_OFFSET = 2**64 - 1
 
 #: Bits per element of every dtype the safetensors format defines.
 DTYPE_BITS = MappingProxyType(
@@ -96,7 +94,8 @@ def kind_of(dtype: str, shape: tuple[int, ...]) -> Kind:
 
 @lru_cache(maxsize=4096)
 def kind_parts(kind: Kind) -> tuple[str, tuple[int, ...], int, int]:
-    """A kind's dtype, shape, elements and bytes (whole bytes: headers are checked so).
+    """A kind's dtype, shape, elements and bytes (whole bytes, and elements bounded: the kinds are those
+    of checked headers).
 
     >>> kind_parts("[2048, 7168] F8_E4M3"), kind_parts("[] F32")
     (('F8_E4M3', (2048, 7168), 14680064, 14680064), ('F32', (), 1, 4))
@@ -156,23 +155,11 @@ def parse_header(raw: bytes, file: str, file_size: int, where: str | None = None
     error messages (a full path or URL; defaults to `file`).
     """
     where = where or file
-    fast = fast_json(raw)
-    if fast is not None:
-        try:
-            return header_from_json(fast, file, where, file_size=file_size, header_size=len(raw))
-        except CheckpointError:
-            pass  # said below, as the standard library's parse of the same bytes says it
-    try:
-        parsed = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{where}: header is not valid JSON ({error})") from error
-    except RecursionError:
-        raise CheckpointError(f"{where}: header is not valid JSON (nested too deeply)") from None
-    except ValueError:  # Python reads integers of at most 4,300 digits
-        raise CheckpointError(
-            f"{where}: header is not valid JSON (an integer of more than 4,300 digits)"
-        ) from None
-    return header_from_json(parsed, file, where, file_size=file_size, header_size=len(raw))
+
+    def check(parsed: Any) -> FileHeader:
+        return header_from_json(parsed, file, where, file_size=file_size, header_size=len(raw))
+
+    return parse_checked(raw, where, CheckpointError, check, what="header")
 
 
 def header_from_json(
@@ -205,21 +192,6 @@ def header_from_json(
     return FileHeader(
         file, file_size, header_size, names, kinds, begins, ends, kind_counts, metadata, data_end
     )
-
-
-def fast_json(raw: bytes | str) -> Any | None:
-    """orjson's parse of `raw`, or None when orjson is not installed or refuses it.
-
-    Where orjson accepts, it agrees with the standard library (the last of duplicate keys wins, in the
-    first one's place) except for integers past 64 bits, which it makes floats: no check here accepts
-    a float. Where it refuses (lone surrogates, NaN, a BOM), the caller parses again with `json`, whose
-    errors are the ones reported."""
-    if orjson is None:
-        return None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
 
 
 class _KindNames(dict):
@@ -269,9 +241,10 @@ def _columns_in_bulk(entries: dict[str, Any]) -> _Columns | None:
     kinds = tuple(map(kinds_of.__getitem__, zip(dtypes, map(tuple, shapes))))  # each pair hashed once
     nbytes_of = {}
     for (dtype, shape), kind in kinds_of.items():
-        if min(shape, default=0) < 0 or math.prod(shape) * DTYPE_BITS[dtype] % 8:
+        elements = _elements(shape) if min(shape, default=0) >= 0 else None
+        if elements is None or elements * DTYPE_BITS[dtype] % 8:
             return None
-        nbytes_of[kind] = kind_parts(kind)[3]
+        nbytes_of[kind] = elements * DTYPE_BITS[dtype] // 8
     begins, ends = bounds[0::2], bounds[1::2]
     nbytes = list(map(nbytes_of.__getitem__, kinds))
     # Written in data order (the usual case), each tensor's bytes and the tiling are one check: every
@@ -286,7 +259,26 @@ def _columns_in_bulk(entries: dict[str, Any]) -> _Columns | None:
         starts, stops = zip(*sorted(zip(begins, ends)))
         if starts[0] != 0 or starts[1:] != stops[:-1]:
             return None
+    if stops[-1] > MAX_OFFSET:  # the last tensor ends past what a u64 offset holds
+        return None
     return tuple(entries), kinds, tuple(begins), tuple(ends), dict(Counter(kinds)), stops[-1]
+
+
+def _elements(shape: tuple[int, ...] | list[int]) -> int | None:
+    """The elements of a shape of non-negative dims, or None past MAX_ELEMENTS, in time linear in the
+    dims however large they are: each dim d >= 2 is at least 2^(bit_length(d) − 1), so when those
+    exponents add up past 65 the product is past MAX_ELEMENTS before it is computed (a header may hold
+    100,000 dims of 2^62); otherwise at most 65 dims are over 1 and the product is small.
+
+    >>> _elements((2048, 7168)), _elements(()), _elements((2**40, 2**40)), _elements((0,) + (2**62,) * 9)
+    (14680064, 1, None, 0)
+    """
+    if 0 in shape:
+        return 0
+    if sum(map(int.bit_length, shape)) - len(shape) > 65:
+        return None
+    elements = math.prod(shape)
+    return elements if elements <= MAX_ELEMENTS else None
 
 
 def _tensor_info(name: str, entry: Any, file: str, where_file: str) -> TensorInfo:
@@ -298,18 +290,20 @@ def _tensor_info(name: str, entry: Any, file: str, where_file: str) -> TensorInf
         begin, end = offsets
     except (TypeError, KeyError, ValueError):
         raise _invalid(name, entry, where_file) from None
-    elements = 1
-    for dim in shape if type(shape) is list else ("not a list",):
-        if type(dim) is not int or dim < 0:
-            raise _invalid(name, entry, where_file)
-        elements *= dim
-        if elements > MAX_ELEMENTS:  # checked as it grows: a shape of a million huge dims must not hang
-            raise CheckpointError(
-                f"{where_file}: tensor '{name}': shape of more elements than safetensors' u64 offsets "
-                "can hold"
-            )
+    if type(shape) is not list or not all(type(dim) is int and dim >= 0 for dim in shape):
+        raise _invalid(name, entry, where_file)
+    elements = _elements(shape)
+    if elements is None:  # bounded before it is multiplied out: a shape of a million huge dims must not hang
+        raise CheckpointError(
+            f"{where_file}: tensor '{name}': shape of more elements than safetensors' u64 offsets can hold"
+        )
     if type(begin) is not int or type(end) is not int or begin < 0 or end < begin:
         raise _invalid(name, entry, where_file)
+    if end > MAX_OFFSET:
+        raise CheckpointError(
+            f"{where_file}: tensor '{name}': data_offsets end past byte {MAX_OFFSET:,}, more than "
+            "safetensors' u64 offsets can hold"
+        )
     if elements * bits != (end - begin) * 8:
         raise CheckpointError(
             f"{where_file}: tensor '{name}': data_offsets [{begin}, {end}] hold {end - begin:,} bytes, "
@@ -332,12 +326,12 @@ def _invalid(name: str, entry: Any, where_file: str) -> CheckpointError:
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         return CheckpointError(
-            f"{where}: unknown dtype {json.dumps(dtype)} (safetensors dtypes: {', '.join(DTYPE_BITS)})"
+            f"{where}: unknown dtype {short_json(dtype)} (safetensors dtypes: {', '.join(DTYPE_BITS)})"
         )
     if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
-        return CheckpointError(f"{where}: shape {json.dumps(shape)} is not a list of non-negative integers")
+        return CheckpointError(f"{where}: shape {short_json(shape)} is not a list of non-negative integers")
     return CheckpointError(
-        f"{where}: data_offsets {json.dumps(offsets)} is not two ascending non-negative integers"
+        f"{where}: data_offsets {short_json(offsets)} is not two ascending non-negative integers"
     )
 
 
@@ -378,8 +372,10 @@ def read_local_header(path: Path, file: str) -> tuple[FileHeader, int]:
     """Read and validate the header of a local file, recorded under the name `file`; returns it and
     the bytes read (never the data)."""
     try:
+        if not path.is_file():  # a FIFO would block the open, a dangling link has nothing to read
+            raise CheckpointError(f"{path}: not a regular file")
         with path.open("rb") as handle:
-            size = path.stat().st_size
+            size = os.fstat(handle.fileno()).st_size
             length = header_length(handle.read(8), str(path), size)
             raw = handle.read(length)
     except OSError as error:

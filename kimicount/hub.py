@@ -1,19 +1,11 @@
-"""Everything that talks to the Hugging Face Hub, through huggingface_hub.
+"""Everything that talks to the Hugging Face Hub, through huggingface_hub: its protocol.
 
 Imported only when a `--repo` is named. huggingface_hub brings HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE,
-revisions, its download cache, its HTTP client and its retries; this module adds the fewest requests
-that read a checkpoint's headers, and three guarantees:
-
-- One deadline for the whole operation (`HubOptions.timeout`). huggingface_hub's timeouts bound each
-  read (HF_HUB_DOWNLOAD_TIMEOUT, HF_HUB_ETAG_TIMEOUT: 10 s; 60 s when it retries a HEAD), not the
-  operation: a server that trickles a byte a second never trips them, and a 500 costs five retries over
-  23 s. So the operation runs in a daemon thread that the caller waits for at most the deadline (Ctrl-C
-  ends the wait at once, whatever the thread is doing), and every request it sends has its timeouts cut
-  to the time left and stops reading when it runs out.
-- A connection that cannot be made (refused, no route to the host, a name that does not resolve) fails
-  at once: huggingface_hub would retry it for 23 s, to the same end. config.json then comes from the
-  Hub cache if it is there, as huggingface_hub does offline.
-- Retries are said (`HubOptions.note`), and what is being fetched from where (`HubOptions.status`).
+revisions, its download cache, its HTTP client and its retries; this module makes the fewest requests
+that read a checkpoint's headers, under the guarantees of kimicount.hub_transport: one deadline for the
+whole operation (`HubOptions.timeout`), a connection that cannot be made failing at once (config.json
+then comes from the Hub cache if it is there, as huggingface_hub does offline), retries said
+(`HubOptions.note`), and what is being fetched from where (`HubOptions.status`).
 
 Every failure becomes a SourceError whose single line says which repo, revision or file could not be
 had and why; what the files themselves say wrong is a CheckpointError.
@@ -21,17 +13,11 @@ had and why; what the files themselves say wrong is a CheckpointError.
 
 from __future__ import annotations
 
-import errno
-import json
-import queue
 import re
-import threading
-import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from huggingface_hub import constants, hf_hub_download, hf_hub_url, try_to_load_from_cache
 from huggingface_hub.errors import (
@@ -45,12 +31,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import (
-    build_hf_headers,
-    hf_raise_for_status,
-    http_stream_backoff,
-    set_client_factory,
-)
+from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_stream_backoff
 
 from kimicount.checkpoint import (
     INDEX_FILE,
@@ -60,26 +41,29 @@ from kimicount.checkpoint import (
     Index,
     assemble,
     check_file_name,
-    json_limit,
     parse_index,
+    paused_gc,
 )
 from kimicount.errors import CheckpointError, SourceError
 from kimicount.headers import MAX_HEADER_BYTES, FileHeader, header_from_json, header_length, parse_header
+from kimicount.hub_transport import (
+    COMMIT,
+    Operation,
+    OutOfTime,
+    Refused,
+    Unreachable,
+    capped,
+    first_line,
+    httpx,
+    in_background,
+    map_parallel,
+    run,
+)
+from kimicount.reading import parse_checked, shorten
 from kimicount.source import HubOptions
-from kimicount.spec import ModelSpec, load_config_file, spec_from_config
-
-# huggingface_hub >= 1.0 talks HTTP through httpx (some builds vendor it as httpx2); its errors are not
-# OSErrors, so they are caught by class.
-try:
-    import httpx2 as httpx
-except ImportError:  # pragma: no cover - depends on the huggingface_hub build
-    import httpx  # type: ignore[no-redef]
-
-T = TypeVar("T")
+from kimicount.spec import MAX_CONFIG_BYTES, ModelSpec, load_config_file, spec_from_config
 
 CONFIG_FILE = "config.json"
-#: Parallel header reads, as huggingface_hub's own thread map uses.
-MAX_WORKERS = 8
 #: Bytes to ask for when the header size cannot be estimated (a single model.safetensors).
 DEFAULT_WINDOW = 256 * 1024
 #: The bulk answer holds every shard's header (about 14 MB for Kimi K2). A larger one is not read:
@@ -87,255 +71,6 @@ DEFAULT_WINDOW = 256 * 1024
 MAX_BULK_BYTES = MAX_HEADER_BYTES
 #: The largest file size a Content-Range or Content-Length may state: safetensors offsets are u64.
 MAX_FILE_SIZE = 2**64 - 1
-
-
-# --- the operation: deadline, status, retries ------------------------------------------------------
-
-
-class OutOfTime(Exception):
-    """The operation's deadline has passed (raised in the threads that do its requests)."""
-
-
-class Unreachable(Exception):
-    """No connection could be made to the Hub: refused, no route, or a host name that does not resolve.
-    Not an httpx error, so that huggingface_hub passes it through instead of retrying it."""
-
-
-class _Operation:
-    """One Hub operation: when it must end, what it is doing (for the status line and the timeout
-    message), and the requests it has sent (a request sent again is a retry)."""
-
-    def __init__(self, options: HubOptions, where: str):
-        self.options = options
-        self.where = where
-        self.deadline = time.monotonic() + options.timeout
-        self.doing = "starting"
-        self.last_failure: str | None = None
-        self._sent: Counter[tuple[str, str, str | None]] = Counter()
-        self._failures: dict[tuple[str, str, str | None], str] = {}
-        self._lock = threading.Lock()
-
-    def status(self, text: str) -> None:
-        self.doing = text
-        self.options.status(text)
-
-    def check(self) -> None:
-        if time.monotonic() >= self.deadline:
-            raise OutOfTime(self.where)
-
-    def sending(self, request: httpx.Request) -> None:
-        """Before each request: stop if the time is up, cut its timeouts to the time left, and say so
-        when it repeats one that failed (huggingface_hub's retries)."""
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise OutOfTime(self.where)
-        timeouts = request.extensions.get("timeout") or {}
-        request.extensions["timeout"] = {
-            kind: min(timeouts.get(kind) or left, left) for kind in ("connect", "read", "write", "pool")
-        }
-        key = _key(request)
-        with self._lock:
-            retry, self._sent[key] = self._sent[key], self._sent[key] + 1
-            reason = self._failures.get(key)
-        if retry and reason:  # the same request again after it failed: huggingface_hub retries it
-            self.options.note(f"{request.method} {request.url}: {reason}; retry {retry}")
-
-    def failed(self, request: httpx.Request, reason: str) -> None:
-        with self._lock:
-            self._failures[_key(request)] = reason
-            self.last_failure = reason
-
-    def out_of_time(self) -> SourceError:
-        last = f" (last failure: {self.last_failure})" if self.last_failure else ""
-        return SourceError(
-            f"{self.where}: gave up after {self.options.timeout:g} s (--timeout, KIMICOUNT_TIMEOUT) while "
-            f"{self.doing}{last}"
-        )
-
-
-def _key(request: httpx.Request) -> tuple[str, str, str | None]:
-    return request.method, str(request.url), request.headers.get("Range")
-
-
-#: The operation each of our threads works for; the transport reads it.
-_thread = threading.local()
-
-
-def _run(options: HubOptions, where: str, work: Callable[[_Operation], T]) -> T:
-    """`work` in a daemon thread, waited for at most the deadline. A daemon thread is never joined at
-    exit, so neither a deadline nor Ctrl-C waits for a request that hangs."""
-    _watch_requests()
-    operation = _Operation(options, where)
-    results: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
-
-    def target() -> None:
-        _thread.operation = operation
-        try:
-            results.put((True, work(operation)))
-        except BaseException as error:  # noqa: BLE001 - handed to the caller, which raises it
-            results.put((False, error))
-
-    threading.Thread(target=target, name="kimicount-hub", daemon=True).start()
-    try:
-        # The wait is interruptible: Ctrl-C raises KeyboardInterrupt here at once.
-        ok, value = results.get(timeout=min(options.timeout, threading.TIMEOUT_MAX))
-    except queue.Empty:
-        raise operation.out_of_time() from None
-    if ok:
-        return value
-    if isinstance(value, OutOfTime):
-        raise operation.out_of_time() from None
-    raise value
-
-
-def _in_background(operation: _Operation, work: Callable[[], T]) -> Callable[[], T]:
-    """Start `work` in a daemon thread of the operation; returns the function that waits for its result."""
-    results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-
-    def target() -> None:
-        _thread.operation = operation
-        try:
-            results.put((True, work()))
-        except BaseException as error:  # noqa: BLE001 - handed to the caller, which raises it
-            results.put((False, error))
-
-    threading.Thread(target=target, name="kimicount-hub-side", daemon=True).start()
-
-    def result() -> T:
-        ok, value = results.get()
-        if ok:
-            return value
-        raise value
-
-    return result
-
-
-def _map_parallel(operation: _Operation, work: Callable[[str], T], items: list[str]) -> Iterator[T]:
-    """work(item) for every item, MAX_WORKERS at a time in daemon threads; results as they come, the
-    first error raised (the other threads then take no more items)."""
-    todo: queue.SimpleQueue[str] = queue.SimpleQueue()
-    for item in items:
-        todo.put(item)
-    done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-    stop = threading.Event()
-
-    def worker() -> None:
-        _thread.operation = operation
-        while not stop.is_set():
-            try:
-                item = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                done.put((True, work(item)))
-            except BaseException as error:  # noqa: BLE001 - handed to the collector, which raises it
-                stop.set()
-                done.put((False, error))
-                return
-
-    for _ in range(min(MAX_WORKERS, len(items))):
-        threading.Thread(target=worker, name="kimicount-hub-read", daemon=True).start()
-    for _ in items:
-        ok, value = done.get()
-        if not ok:
-            raise value
-        yield value
-
-
-class _Watched(httpx.BaseTransport):
-    """huggingface_hub's transport, with the operation's rules: deadline, retries said, and a connection
-    that cannot be made reported at once rather than retried."""
-
-    def __init__(self, inner: httpx.BaseTransport):
-        self._inner = inner
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        operation: _Operation | None = getattr(_thread, "operation", None)
-        if operation is None:  # not one of ours
-            return self._inner.handle_request(request)
-        operation.sending(request)
-        try:
-            response = self._inner.handle_request(request)
-        except httpx.ConnectError as error:
-            reason = _cannot_connect(error)
-            if reason:
-                raise Unreachable(reason) from error
-            operation.failed(request, _first_line(error))
-            raise
-        except httpx.TransportError as error:  # a timeout, a dropped connection: huggingface_hub retries
-            operation.failed(request, f"{type(error).__name__}: {_first_line(error)}")
-            raise
-        if response.status_code >= 500 or response.status_code in (408, 429):
-            operation.failed(request, f"HTTP {response.status_code} {response.reason_phrase}".strip())
-        response.stream = _UntilDeadline(response.stream, operation)
-        return response
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-class _UntilDeadline(httpx.SyncByteStream):
-    """A response body that stops at the deadline (a trickle never trips a read timeout)."""
-
-    def __init__(self, inner: Any, operation: _Operation):
-        self._inner = inner
-        self._operation = operation
-
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self._inner:
-            self._operation.check()
-            yield chunk
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-def _cannot_connect(error: BaseException) -> str | None:
-    """'connection refused', 'no route to host', 'cannot resolve the host name', or None (a timeout,
-    or anything else worth the retries)."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(seen, OSError) and seen.errno in _UNROUTABLE:
-            return seen.strerror.lower() if seen.strerror else "no route to the host"
-        if type(seen).__name__ == "gaierror":  # socket.gaierror: the host name does not resolve
-            return f"cannot resolve the host name ({seen.strerror or seen})"
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-_UNROUTABLE = {errno.ENETUNREACH, errno.EHOSTUNREACH}
-
-_watching = False
-
-
-def _watch_requests() -> None:
-    """Once per process: huggingface_hub's HTTP client, with its transports wrapped in _Watched. The
-    client is built by huggingface_hub's own factory (its hooks, redirects, proxies from the environment);
-    only the transports it mounts are wrapped."""
-    global _watching
-    if _watching:
-        return
-    from huggingface_hub.utils import _http
-
-    base = getattr(_http, "default_client_factory", None)
-    if base is None:  # pragma: no cover - another huggingface_hub: the deadline still holds, via _run
-        return
-
-    def factory() -> httpx.Client:
-        client = base()
-        if isinstance(getattr(client, "_transport", None), httpx.BaseTransport):
-            client._transport = _Watched(client._transport)
-        mounts = getattr(client, "_mounts", None)
-        if isinstance(mounts, dict):
-            client._mounts = {
-                pattern: _Watched(t) if t is not None else None for pattern, t in mounts.items()
-            }
-        return client
-
-    set_client_factory(factory)
-    _watching = True
 
 
 # --- errors ----------------------------------------------------------------------------------------
@@ -351,6 +86,8 @@ def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]
         raise
     except Unreachable as error:
         raise SourceError(f"{where}: cannot reach {constants.ENDPOINT}: {error}") from error
+    except Refused as error:
+        raise SourceError(f"{where}: {filename}: {error}") from error
     except GatedRepoError as error:
         raise SourceError(
             f"{where}: gated repo; accept its terms on the Hub and set HF_TOKEN or --token "
@@ -371,9 +108,9 @@ def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]
     except OfflineModeIsEnabled as error:
         raise SourceError(f"{where}: HF_HUB_OFFLINE is set and {filename} must be fetched") from error
     except HFValidationError as error:
-        raise SourceError(f"'{_shorten(repo)}': not a valid repo id ({_first_line(error)})") from error
+        raise SourceError(f"'{shorten(repo)}': not a valid repo id ({first_line(error)})") from error
     except HfHubHTTPError as error:
-        raise SourceError(f"{where}: {filename}: {_first_line(error)}") from error
+        raise SourceError(f"{where}: {filename}: {first_line(error)}") from error
     except httpx.TooManyRedirects as error:
         raise SourceError(
             f"{where}: {filename}: {constants.ENDPOINT} redirects in a loop ({error})"
@@ -381,16 +118,16 @@ def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]
     except httpx.DecodingError as error:
         raise SourceError(
             f"{where}: {filename}: the answer from {constants.ENDPOINT} cannot be decoded "
-            f"({_first_line(error)})"
+            f"({first_line(error)})"
         ) from error
     except httpx.TimeoutException as error:
         raise SourceError(
             f"{where}: {filename}: no answer from {constants.ENDPOINT} in time ({error})"
         ) from error
     except httpx.HTTPError as error:  # any other network failure
-        raise SourceError(f"{where}: cannot reach {constants.ENDPOINT}: {_first_line(error)}") from error
+        raise SourceError(f"{where}: cannot reach {constants.ENDPOINT}: {first_line(error)}") from error
     except httpx.InvalidURL as error:
-        raise SourceError(f"{where}: {filename}: not a valid URL ({_first_line(error)})") from error
+        raise SourceError(f"{where}: {filename}: not a valid URL ({first_line(error)})") from error
     except OSError as error:  # the Hub cache: a file name too long, a full disk, no permission
         raise SourceError(
             f"{where}: {filename}: {error.strerror or error} ({constants.HF_HUB_CACHE})"
@@ -407,17 +144,8 @@ def _why_not_fetched(error: LocalEntryNotFoundError, filename: str) -> str:
         return f"{constants.ENDPOINT} answered {answer} for {filename}, {not_cached}"
     if isinstance(cause, httpx.TimeoutException):
         return f"no answer from {constants.ENDPOINT} in time for {filename} ({cause}), {not_cached}"
-    detail = f" ({_first_line(cause)})" if cause is not None else ""
+    detail = f" ({first_line(cause)})" if cause is not None else ""
     return f"cannot reach {constants.ENDPOINT}{detail} {not_cached}"
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return _shorten(text.splitlines()[0]) if text else type(error).__name__
-
-
-def _shorten(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 # --- config ----------------------------------------------------------------------------------------
@@ -433,17 +161,19 @@ def download_config(repo: str, revision: str | None, options: HubOptions | None 
     """config.json of the repo at the revision, through the Hub cache (only that file is fetched)."""
     where = _where(repo, revision)
 
-    def work(operation: _Operation) -> Path:
+    def work(operation: Operation) -> Path:
         operation.status(f"fetching {CONFIG_FILE} of {where} from {constants.ENDPOINT}")
         return _config(operation, repo, revision)
 
-    return _run(options or HubOptions(), where, work)
+    return run(options or HubOptions(), where, work)
 
 
-def _config(operation: _Operation, repo: str, revision: str | None) -> Path:
+def _config(operation: Operation, repo: str, revision: str | None) -> Path:
     with hub_errors(repo, revision, CONFIG_FILE):
         try:
-            return Path(hf_hub_download(repo, CONFIG_FILE, revision=revision, token=operation.options.token))
+            with capped(MAX_CONFIG_BYTES, CONFIG_FILE):
+                path = hf_hub_download(repo, CONFIG_FILE, revision=revision, token=operation.options.token)
+            return Path(path)
         except Unreachable as error:
             cached = try_to_load_from_cache(repo, CONFIG_FILE, revision=revision)
             if not isinstance(cached, str):
@@ -474,20 +204,21 @@ def fetch_checkpoint(
     (another endpoint), main is read the same way.
     """
     where = _where(repo, revision)
-    return _run(options or HubOptions(), where, lambda op: _checkpoint(op, repo, revision, on_file))
+    with paused_gc():  # as read_folder: the headers are hundreds of thousands of objects, none in a cycle
+        return run(options or HubOptions(), where, lambda op: _checkpoint(op, repo, revision, on_file))
 
 
 def _checkpoint(
-    operation: _Operation, repo: str, revision: str | None, on_file: Callable[[str], None] | None
+    operation: Operation, repo: str, revision: str | None, on_file: Callable[[str], None] | None
 ) -> tuple[Path, Checkpoint]:
     source, endpoint = _where(repo, revision), constants.ENDPOINT
     on_main = revision in (None, constants.DEFAULT_REVISION)
     if on_main:
         operation.status(f"fetching {CONFIG_FILE} and the safetensors headers of {source} from {endpoint}")
-        beside = _in_background(operation, lambda: _bulk_headers(operation, repo, source))
+        beside = in_background(operation, lambda: _bulk_headers(operation, repo, source))
     else:
         operation.status(f"fetching {CONFIG_FILE} and {INDEX_FILE} of {source} from {endpoint}")
-        beside = _in_background(operation, lambda: _download_index(operation, repo, revision))
+        beside = in_background(operation, lambda: _download_index(operation, repo, revision))
     config = _config(operation, repo, revision)
     commit = config.parent.name  # the cache keeps files under snapshots/<commit>/
     if not _is_commit(commit):
@@ -510,7 +241,7 @@ def _checkpoint(
         return _read_remote_header(operation, repo, commit, file, windows.get(file, DEFAULT_WINDOW))
 
     headers, bytes_read, requests = [], 0, 0
-    for header, received, made in _map_parallel(operation, read, files):
+    for header, received, made in map_parallel(operation, read, files):
         headers.append(header)
         bytes_read += received
         requests += made
@@ -523,7 +254,7 @@ def _checkpoint(
     return config, assemble(source, headers, index, bytes_read, requests)
 
 
-def _bulk_headers(operation: _Operation, repo: str, source: str) -> Checkpoint | None:
+def _bulk_headers(operation: Operation, repo: str, source: str) -> Checkpoint | None:
     """Every shard header of `main` in one request, or None where it is not to be had that way (not a
     sharded repo, an endpoint without the route, an answer too large): the shards are then read one
     by one. The request is not retried; the shard reads are the fallback."""
@@ -540,10 +271,12 @@ def _bulk_headers(operation: _Operation, repo: str, source: str) -> Checkpoint |
         )
         return None
     where = f"{url} (the safetensors headers of {source})"
-    try:
-        answer = json.loads(body)
-    except (RecursionError, ValueError) as error:
-        raise CheckpointError(f"{where}: not valid JSON ({json_limit(error)})") from None
+    return parse_checked(body, where, CheckpointError, lambda answer: _bulk_checkpoint(answer, source, where))
+
+
+def _bulk_checkpoint(answer: Any, source: str, where: str) -> Checkpoint:
+    """The checkpoint the bulk endpoint's answer describes: {"index": the index without its weight map,
+    "headers": {shard: its header}}."""
     raw_headers = answer.get("headers") if isinstance(answer, dict) else None
     raw_index = answer.get("index", {}) if isinstance(answer, dict) else None
     if not isinstance(raw_headers, dict) or not raw_headers or not isinstance(raw_index, dict):
@@ -567,9 +300,7 @@ def _shape(value: Any) -> str:
     return f"a JSON {type(value).__name__}" if not isinstance(value, dict) else f"keys {sorted(value)[:5]}"
 
 
-def _download_index(
-    operation: _Operation, repo: str, revision: str | None
-) -> tuple[Index | None, str | None]:
+def _download_index(operation: Operation, repo: str, revision: str | None) -> tuple[Index | None, str | None]:
     """The shard index at the revision (None for a single-file checkpoint), and the commit the Hub says
     it read it at. One GET, not through the cache: at a commit it never changes, and its size is
     checked before it is read."""
@@ -599,7 +330,7 @@ def _windows(index: Index | None) -> dict[str, int]:
 
 
 def _read_remote_header(
-    operation: _Operation, repo: str, commit: str, file: str, window: int
+    operation: Operation, repo: str, commit: str, file: str, window: int
 ) -> tuple[FileHeader, int, int]:
     """One file's header by ranged GETs; returns it, the bytes received and the requests made."""
     url = hf_hub_url(repo, file, revision=commit)
@@ -655,7 +386,7 @@ def _get_range(url: str, start: int, length: int, token: str | None, where: str)
         encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             raise SourceError(
-                f"{where}: the server sent a byte range compressed as '{_shorten(encoding, 40)}'"
+                f"{where}: the server sent a byte range compressed as '{shorten(encoding, 40)}'"
             )
         if response.status_code == 206:  # "bytes first-last/total"
             skip, total = 0, _content_range_total(response.headers.get("Content-Range", ""), start, where)
@@ -681,7 +412,7 @@ def _content_range_total(value: str, start: int, where: str) -> int:
     match = re.fullmatch(r"bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})", value.strip())
     if not match:
         raise SourceError(
-            f"{where}: the server's Content-Range '{_shorten(value, 60)}' does not give the file size "
+            f"{where}: the server's Content-Range '{shorten(value, 60)}' does not give the file size "
             "as bytes first-last/size"
         )
     first, total = int(match[1]), int(match[3])
@@ -695,7 +426,7 @@ def _content_range_total(value: str, start: int, where: str) -> int:
 def _size(value: str, header: str, where: str) -> int:
     if not re.fullmatch(r"[0-9]{1,20}", value.strip()) or int(value) > MAX_FILE_SIZE:
         raise SourceError(
-            f"{where}: the server did not say how long the file is ({header} '{_shorten(value, 60)}')"
+            f"{where}: the server did not say how long the file is ({header} '{shorten(value, 60)}')"
         )
     return int(value)
 
@@ -717,10 +448,10 @@ def _raise_for_status(response: httpx.Response) -> None:
 
 
 def _is_commit(revision: str | None) -> bool:
-    return revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision) is not None
+    return revision is not None and COMMIT.fullmatch(revision) is not None
 
 
 def _where(repo: str, revision: str | None) -> str:
     """repo@revision, a commit shortened to 12 characters (and anything very long cut short)."""
     revision = revision or constants.DEFAULT_REVISION
-    return f"{_shorten(repo, 100)}@{revision[:12] if _is_commit(revision) else _shorten(revision, 100)}"
+    return f"{shorten(repo, 100)}@{revision[:12] if _is_commit(revision) else shorten(revision, 100)}"

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from kimicount.errors import UsageError, require_positive
+from kimicount.errors import ConfigError, UsageError, require_positive
 from kimicount.options import parse_dtype
-from kimicount.spec import ModelSpec
+from kimicount.spec import MAX_SIZE, ModelSpec
 
 
 class Layout(str, Enum):
@@ -393,6 +393,7 @@ def kv_cache_report(
     if budget is not None:
         require_positive("--budget", budget)
     check_tp(spec, tp)
+    check_cache_widths(spec)
     dtype = default_dtype(spec) if dtype is None else dtype
     e = element_bytes(dtype)
     chosen = list(layouts) or list(DEFAULT_LAYOUTS)
@@ -432,6 +433,27 @@ def context_sweep(report: KvCacheReport, points: int = 5) -> list[tuple[int, tup
 
 # parse_layout turns the CLI's text into the Layout values kv_cache_report takes (counts, sizes and
 # dtypes: kimicount.options); its errors name the option, since the text is what the user typed.
+
+
+def check_cache_widths(spec: ModelSpec) -> None:
+    """What one token caches in one layer is a tensor (heads × their widths, or the latent): its element
+    count at most MAX_SIZE (2^63 − 1). The spec bounds each config size alone; their products are
+    bounded here, where they are made. Flash's is the widest per-head layout, so naive's is bounded too.
+
+    >>> check_cache_widths(replace(k2, num_attention_heads=2**62))
+    Traceback (most recent call last):
+    kimicount.errors.ConfigError: moonshotai/Kimi-K2-Instruct: num_attention_heads × (qk_nope_head_dim + \
+qk_rope_head_dim + max(qk_head_dim, v_head_dim)) is 4611686018427387904 × (128 + 64 + 192) values per token \
+and layer, over 9,223,372,036,854,775,807 (2^63 − 1), more than a tensor holds
+    """
+    for layout in (Layout.flash, Layout.latent):
+        formula = FORMULAS[layout]
+        calculation, elements = formula.size(spec, 1)  # at 1 byte per element, its bytes are its elements
+        if elements > MAX_SIZE:
+            raise ConfigError(
+                f"{spec.name}: {formula.text.removesuffix(' × e')} is {calculation.removesuffix(' × 1')} "
+                f"values per token and layer, over {MAX_SIZE:,} (2^63 − 1), more than a tensor holds"
+            )
 
 
 def check_tp(spec: ModelSpec, tp: int) -> None:

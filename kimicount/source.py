@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from kimicount.errors import SourceError, UsageError
+from kimicount.reading import shorten
 from kimicount.spec import ModelSpec, bundled_spec, spec_from_path
 
 if TYPE_CHECKING:  # params and kv-cache read no checkpoint
@@ -41,7 +42,7 @@ class HubOptions:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.timeout) and self.timeout > 0):
-            raise UsageError(f"--timeout {self.timeout}: expected a positive number of seconds")
+            raise UsageError(f"timeout {self.timeout}: expected a positive number of seconds")
 
 
 def load_spec(
@@ -90,14 +91,47 @@ def load_checkpoint(
     checkpoint = read_folder(path, on_file)
     if config is None:
         config = path / "config.json"
-        if not config.is_file():
+        if not os.path.lexists(config):  # one that is there but no regular file is read, to say so
             raise UsageError(f"{path}: no config.json here; give --config")
     return spec_from_path(config), checkpoint
 
 
 def hub_module() -> ModuleType:
-    """kimicount.hub, imported on first use. HF_ENDPOINT is read as huggingface_hub is imported, and a
-    malformed one fails that import itself; so it is checked first, to say which variable is wrong."""
+    """kimicount.hub, imported on first use. huggingface_hub reads its HF_* environment variables as it
+    is imported, and a malformed one fails that import itself (HF_ENDPOINT=http://[bad,
+    HF_HUB_ETAG_TIMEOUT=abc) or every request later (HF_HUB_DOWNLOAD_TIMEOUT=-1): the ones it reads are
+    checked first, to name the variable and say what it should be. A ValueError from the import of any
+    other names the HF_* variables set; anything else is no fault of the environment."""
+    _check_hf_variables()
+    try:
+        from kimicount import hub
+    except ValueError as error:  # another variable huggingface_hub parses as it is imported (int(), a URL)
+        reason = shorten(" ".join(f"{type(error).__name__}: {error}".split()))
+        raise SourceError(
+            f"huggingface_hub cannot start with the HF_* environment variables set here "
+            f"({_hf_variables()}): {reason}"
+        ) from error
+    return hub
+
+
+def _hf_variables() -> str:
+    """HF_HUB_ETAG_TIMEOUT='abc', ... (a token's value left out)."""
+    shown = [
+        name if "TOKEN" in name else f"{name}={shorten(value, 60)!r}"
+        for name, value in sorted(os.environ.items())
+        if name.startswith("HF_")
+    ]
+    return ", ".join(shown) or "none"
+
+
+#: The variables huggingface_hub reads as whole seconds (0 or unset: its own default, 10 s).
+HF_SECONDS_VARIABLES = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
+
+
+def _check_hf_variables() -> None:
+    """HF_ENDPOINT an http(s) URL with a host; HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT whole
+    numbers of seconds, not negative (huggingface_hub parses them with int(), and a negative one fails
+    each request with "Timeout value out of range")."""
     endpoint = os.environ.get("HF_ENDPOINT")
     if endpoint:
         try:
@@ -108,12 +142,22 @@ def hub_module() -> ModuleType:
             valid = False
         if not valid:
             raise SourceError(
-                f"HF_ENDPOINT={endpoint[:200]!r}: not an http(s) URL with a host "
+                f"HF_ENDPOINT={shorten(endpoint)!r}: not an http(s) URL with a host "
                 "(e.g. https://huggingface.co)"
             )
-    from kimicount import hub
-
-    return hub
+    for name in HF_SECONDS_VARIABLES:
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        try:
+            valid = int(value) >= 0
+        except ValueError:  # not an integer, or one of more than 4,300 digits
+            valid = False
+        if not valid:
+            raise SourceError(
+                f"{name}={shorten(value, 60)!r}: expected a whole number of seconds, 0 or more "
+                "(0: huggingface_hub's default, 10)"
+            )
 
 
 def _hub_options_need_repo(revision: str | None, hub_options: HubOptions | None, repo: str | None) -> None:

@@ -21,7 +21,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from kimicount.errors import ConfigError, read_capped
+from kimicount.errors import ConfigError
+from kimicount.reading import parse_json, read_capped, short_json, shorten
 
 #: model_type values whose architecture kimicount models (MLA attention + DeepSeek MoE).
 SUPPORTED_MODEL_TYPES = ("kimi_k2", "deepseek_v3", "deepseek_v32", "deepseek_v2")
@@ -241,7 +242,7 @@ class _Reader:
         value = self.config[key]
         # bool is an int subclass in Python; `true` is never a size.
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"expected an integer, found {json.dumps(value)}")
+            raise self.fail(key, f"expected an integer, found {short_json(value)}")
         if value < minimum:
             bound = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise self.fail(key, f"expected {bound}, found {value if value > -(10**30) else _show(value)}")
@@ -266,7 +267,7 @@ class _Reader:
     def boolean(self, key: str, default: bool) -> bool:
         value = self.config.get(key, default)
         if not isinstance(value, bool):
-            raise self.fail(key, f"expected true or false, found {json.dumps(value)}")
+            raise self.fail(key, f"expected true or false, found {short_json(value)}")
         return value
 
     def string(self, key: str, default: str | None = None) -> str:
@@ -274,7 +275,7 @@ class _Reader:
         if value is None:
             raise self.fail(key, "missing (required)")
         if not isinstance(value, str):
-            raise self.fail(key, f"expected a string, found {json.dumps(value)}")
+            raise self.fail(key, f"expected a string, found {short_json(value)}")
         return value
 
 
@@ -298,7 +299,7 @@ def _multimodal_spec(read: _Reader, model_type: str, name: str) -> ModelSpec:
     text = read.config.get("text_config")
     if not isinstance(text, dict):
         raise read.fail(
-            "text_config", f"expected an object (the language model's config), found {json.dumps(text)}"
+            "text_config", f"expected an object (the language model's config), found {short_json(text)}"
         )
     text_read = _Reader(text, f"{read.where} text_config")
     if "quantization_config" not in text and "quantization_config" in read.config:
@@ -402,7 +403,7 @@ def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | Other
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise read.fail("quantization_config", f"expected an object, found {json.dumps(raw)}")
+        raise read.fail("quantization_config", f"expected an object, found {short_json(raw)}")
     sub = _Reader(raw, f"{read.where} quantization_config")
     method = sub.string("quant_method")
     if method == "compressed-tensors":
@@ -413,7 +414,7 @@ def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | Other
     block = raw.get("weight_block_size")
     if not isinstance(block, list) or len(block) != 2 or not all(_is_positive_int(b) for b in block):
         raise sub.fail(
-            "weight_block_size", f"expected two integers from 1 to 2^63 − 1, found {_short_json(block)}"
+            "weight_block_size", f"expected two integers from 1 to 2^63 − 1, found {short_json(block)}"
         )
     fmt = sub.string("fmt", "e4m3")
     if fmt not in FP8_FORMATS:
@@ -462,13 +463,13 @@ def _patterns(read: _Reader, key: str) -> tuple[str, ...]:
     """compressed-tensors' module names and `re:` patterns; each pattern must compile."""
     value = read.config.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise read.fail(key, f"expected a list of strings, found {_short_json(value)}")
+        raise read.fail(key, f"expected a list of strings, found {short_json(value)}")
     for pattern in value:
         if pattern.startswith("re:"):
             try:
                 re.compile(pattern[3:])
             except (re.error, RecursionError, OverflowError) as error:
-                problem = f"{_short_json(pattern)} is not a regular expression ({error})"
+                problem = f"{short_json(pattern)} is not a regular expression ({error})"
                 raise read.fail(key, problem) from None
     return tuple(value)
 
@@ -487,12 +488,12 @@ _VISION_KEYS = (
 def _vision(read: _Reader, text_hidden_size: int) -> VisionSpec:
     raw = read.config.get("vision_config")
     if not isinstance(raw, dict):
-        raise read.fail("vision_config", f"expected an object, found {json.dumps(raw)}")
+        raise read.fail("vision_config", f"expected an object, found {short_json(raw)}")
     vision = _Reader(raw, f"{read.where} vision_config")
     merge = raw.get("merge_kernel_size")
     if not isinstance(merge, list) or len(merge) != 2 or not all(_is_positive_int(m) for m in merge):
         raise vision.fail(
-            "merge_kernel_size", f"expected two integers from 1 to 2^63 − 1, found {_short_json(merge)}"
+            "merge_kernel_size", f"expected two integers from 1 to 2^63 − 1, found {short_json(merge)}"
         )
     text_hidden = vision.integer("text_hidden_size", default=text_hidden_size)
     if text_hidden != text_hidden_size:
@@ -502,11 +503,6 @@ def _vision(read: _Reader, text_hidden_size: int) -> VisionSpec:
     sizes = dict(zip(_VISION_KEYS, (vision.integer(key) for key in _VISION_KEYS)))
     vision.bounded("vt_num_hidden_layers", sizes["vt_num_hidden_layers"], MAX_LAYERS, "layers")
     return VisionSpec(*sizes.values(), merge_kernel=(merge[0], merge[1]), text_hidden_size=text_hidden)
-
-
-def _short_json(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 80 else text[:60] + "…"
 
 
 def _is_positive_int(value: Any) -> bool:
@@ -544,21 +540,7 @@ MAX_CONFIG_BYTES = 16 * 2**20
 
 def load_config_file(path: Path) -> Any:
     """Read and parse a config.json file; errors name the file."""
-    data = read_capped(path, MAX_CONFIG_BYTES, "config.json", ConfigError)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ConfigError(f"{path}: cannot read: {error}") from error
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(
-            f"{path}: not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
-        ) from error
-    except RecursionError:
-        raise ConfigError(f"{path}: not valid JSON: nested too deeply") from None
-    except ValueError as error:  # Python reads integers of at most 4,300 digits
-        raise ConfigError(f"{path}: not valid JSON: an integer of more than 4,300 digits ({error})") from None
+    return parse_json(read_capped(path, MAX_CONFIG_BYTES, "config.json", ConfigError), str(path), ConfigError)
 
 
 def spec_from_path(path: Path) -> ModelSpec:
@@ -567,17 +549,12 @@ def spec_from_path(path: Path) -> ModelSpec:
         if path.is_dir():
             path = path / "config.json"
     except OSError as error:  # a name too long for the file system
-        raise ConfigError(f"{_short_path(path)}: cannot read: {error.strerror or error}") from None
+        raise ConfigError(f"{shorten(str(path))}: cannot read: {error.strerror or error}") from None
     config = load_config_file(path)
     # A model is named after its folder (…/Kimi-K2-Instruct/config.json), or a config file after itself.
     folder = path.resolve().parent.name
     name = folder if path.name == "config.json" and folder else path.stem
     return spec_from_config(config, name=name, where=str(path))
-
-
-def _short_path(path: Path) -> str:
-    text = str(path)
-    return text if len(text) <= 200 else f"{text[:120]}… ({len(text):,} characters)"
 
 
 def bundled_spec() -> ModelSpec:

@@ -113,10 +113,7 @@ def _error(status: int, code: str, message: str) -> Response:
 
 def _serve(request: Request, content: bytes | Path, commit: str, ignore_range: bool = False) -> Response:
     size = content.stat().st_size if isinstance(content, Path) else len(content)
-    etag = hashlib.sha256(
-        f"{commit}:{size}:{content if isinstance(content, Path) else ''}".encode()
-    ).hexdigest()
-    headers = {"X-Repo-Commit": commit, "ETag": f'"{etag}"', "Accept-Ranges": "bytes"}
+    headers = {"X-Repo-Commit": commit, "ETag": f'"{_etag(content)}"', "Accept-Ranges": "bytes"}
     if request.method == "HEAD":
         response = Response(b"", status=200, headers=headers)
         response.headers["Content-Length"] = str(size)
@@ -132,6 +129,23 @@ def _serve(request: Request, content: bytes | Path, commit: str, ignore_range: b
         status = 206
         headers["Content-Range"] = f"bytes {start}-{end}/{size}"
     return Response(_read(content, start, end + 1 - start), status=status, headers=headers)
+
+
+#: Files given as a Path larger than this are not read for their ETag (see _etag).
+_HASHED_PATH_BYTES = 64 * 2**20
+
+
+def _etag(content: bytes | Path) -> str:
+    """The ETag the Hub sends: the sha256 of the content (the LFS object id, as for the safetensors
+    files the Hub keeps in LFS). A Path over 64 MiB (the benchmarks' full-size shards, sparse files of up
+    to 1 TB) is not read for it: its ETag is the sha256 of its path, size and modification time, which
+    changes when the file does, as a content hash would."""
+    if isinstance(content, bytes):
+        return hashlib.sha256(content).hexdigest()
+    status = content.stat()
+    if status.st_size > _HASHED_PATH_BYTES:
+        return hashlib.sha256(f"{content}:{status.st_size}:{status.st_mtime_ns}".encode()).hexdigest()
+    return hashlib.sha256(content.read_bytes()).hexdigest()
 
 
 def _read(content: bytes | Path, start: int, length: int) -> bytes:

@@ -107,6 +107,48 @@ def test_1_a_hub_index_cannot_name_another_repos_file(hub):
     assert not [path for _, path, _ in fake.requests if path.startswith("/other/")]
 
 
+def files_outside(tmp_path: Path, hf_home: Path) -> set[Path]:
+    return {path for path in tmp_path.rglob("*") if hf_home not in path.parents and path != hf_home}
+
+
+ETAG_EXPECTED = "is not an ETag (letters, digits, '-' and '_', quoted)"
+COMMIT_EXPECTED = "is not a commit hash (40 hex digits)"
+
+
+@pytest.mark.parametrize(
+    "status, header, value, expected",
+    [
+        (200, "ETag", '"../../../../escape2"', ETAG_EXPECTED),  # the blob: blobs/<etag>
+        (200, "X-Linked-Etag", '"../../../../escape3"', ETAG_EXPECTED),
+        # the snapshot: snapshots/<commit>/config.json
+        (200, "X-Repo-Commit", "../../../../../escape", COMMIT_EXPECTED),
+        (200, "X-Repo-Commit", "main", COMMIT_EXPECTED),  # a plain name, but no commit
+        (404, "X-Repo-Commit", "../../../../escape4", COMMIT_EXPECTED),  # noted in .no_exist/<commit>/
+    ],
+)
+def test_1_the_hubs_answer_cannot_name_a_path_outside_the_cache(
+    hub, tmp_path, status, header, value, expected
+):
+    from werkzeug import Response
+
+    fake, env = hub
+    before = files_outside(tmp_path, tmp_path / "hf")
+
+    def answer(request):
+        headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{"e" * 64}"', header: value}
+        if status == 404:
+            headers |= {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found"}
+        response = Response(b"" if request.method == "HEAD" else K2_CONFIG, status=status, headers=headers)
+        response.headers["Content-Length"] = str(len(K2_CONFIG))
+        response.automatically_set_content_length = False
+        return response
+
+    fake.override = at_path("/config.json", answer)
+    result = run_kimicount("params", "--repo", "org/tiny", env=env)
+    one_line_error(result, f"org/tiny@main: config.json: the server's {header} {value!r} {expected}")
+    assert files_outside(tmp_path, tmp_path / "hf") == before
+
+
 # --- 2. config sizes bounded before anything is built from them ------------------------------------
 
 
@@ -145,6 +187,41 @@ def config_with(tmp_path: Path, changes: dict, base: Path = KIMI_K2 / "config.js
 def test_2_config_sizes_are_bounded(tmp_path, command, changes, needle):
     result = run_kimicount(*command, "--config", config_with(tmp_path, changes), timeout=60)
     one_line_error(result, needle)
+
+
+@pytest.mark.parametrize("command", ["params", "verify"])
+def test_2_a_tensor_the_config_makes_too_large_is_refused(tmp_path, command):
+    # 2^62 heads × qk_head_dim 192: q_b_proj has 885,443,715,538,058,477,568 rows, each size alone bounded
+    path = config_with(tmp_path, {"num_attention_heads": 2**62})
+    folder = checkpoint_folder(tmp_path / "ckpt", shards={"model.safetensors": NORM})
+    args = ["--config", path] if command == "params" else ["--path", str(folder), "--config", path]
+    one_line_error(
+        run_kimicount(command, *args),
+        "q_b_proj.weight [885,443,715,538,058,477,568, 1,536], a dimension over 9,223,372,036,854,775,807",
+    )
+    # the element count: 2^31 × 2^32 rows and columns each fit, their product does not
+    path = config_with(tmp_path, {"vocab_size": 2**31, "hidden_size": 2**32})
+    one_line_error(
+        run_kimicount("params", "--config", path),
+        "model.embed_tokens.weight [2,147,483,648, 4,294,967,296], the element count over",
+    )
+
+
+def test_2_a_kv_cache_entry_the_config_makes_too_large_is_refused(tmp_path):
+    # 2^62 heads × (128 + 64 + 192) values: 1,770,887,431,076,116,955,136 per token per layer in flash's
+    # layout, each config size alone bounded
+    path = config_with(tmp_path, {"num_attention_heads": 2**62})
+    one_line_error(
+        run_kimicount("kv-cache", "--config", path, "--layout", "latent"),
+        "num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim + max(qk_head_dim, v_head_dim)) is "
+        "4611686018427387904 × (128 + 64 + 192) values per token and layer, over 9,223,372,036,854,775,807",
+    )
+    # the latent alone: 2^63 − 1 + 64 values
+    path = config_with(tmp_path, {"kv_lora_rank": 2**63 - 1})
+    one_line_error(
+        run_kimicount("kv-cache", "--config", path, "--layout", "naive"),
+        "(kv_lora_rank + qk_rope_head_dim) is (9223372036854775807 + 64) values per token and layer",
+    )
 
 
 def test_2_vision_layers_are_bounded(tmp_path):
@@ -211,6 +288,37 @@ def test_4_a_server_that_never_answers(tmp_path):
         result = run_kimicount("verify", "--repo", "org/x", "--timeout", "2", env=env, timeout=45)
     one_line_error(result, "org/x@main: gave up after 2 s")
     assert time.monotonic() - start < 20
+
+
+def test_4_the_deadline_is_read_only_for_the_hub(tmp_path):
+    warning = (
+        "kimicount: warning: --timeout has no effect without --repo (it bounds what is asked of the Hub)\n"
+    )
+    result = run_kimicount("params", "--json", "--timeout", "5")
+    assert result.returncode == 0 and result.stderr == warning, result.stderr
+    assert json.loads(result.stdout)["total"] == 1_026_408_232_448  # Kimi K2, as DESIGN.md gives it
+    folder = checkpoint_folder(tmp_path / "ckpt", shards={"model.safetensors": NORM})
+    result = run_kimicount("verify", "--path", str(folder), "--timeout", "abc")
+    assert result.returncode == 1 and result.stderr == warning, result.stderr  # a mismatch: most is missing
+    # a variable set for other runs is no business of one that asks nothing of the Hub
+    result = run_kimicount("params", "--json", env={"KIMICOUNT_TIMEOUT": "abc"})
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+@pytest.mark.parametrize(
+    "option, variable, needle",
+    [
+        ([], "-1", "KIMICOUNT_TIMEOUT=-1: expected a positive number of seconds"),
+        ([], "abc", "KIMICOUNT_TIMEOUT=abc: expected a number of seconds"),
+        (["--timeout", "-1"], "abc", "--timeout -1: expected a positive number of seconds"),
+        (["--timeout", "nan"], None, "--timeout nan: expected a positive number of seconds"),
+    ],
+)
+def test_4_a_bad_deadline_is_named_where_it_was_given(hub, option, variable, needle):
+    fake, env = hub
+    env = env if variable is None else {**env, "KIMICOUNT_TIMEOUT": variable}
+    one_line_error(run_kimicount("params", "--repo", "org/tiny", *option, env=env), needle)
+    assert fake.requests == []
 
 
 def interrupt_when(command: list[str], env: dict[str, str], ready) -> tuple[subprocess.Popen, float]:
@@ -311,6 +419,83 @@ def test_5_a_hub_index_or_bulk_answer_said_too_large_is_not_read(hub):
     assert "reading them shard by shard" in result.stderr
 
 
+def cache_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file() and not path.is_symlink())
+
+
+def test_5_a_hub_config_said_too_large_is_not_downloaded(hub, tmp_path):
+    fake, env = hub
+    fake.repos["org/tiny"].files["config.json"] = b" " * 17 * 2**20 + K2_CONFIG  # valid JSON, 17 MiB
+    result = run_kimicount("params", "--repo", "org/tiny", env=env, timeout=60)
+    size = 17 * 2**20 + len(K2_CONFIG)
+    one_line_error(result, f"config.json: {size:,} bytes, more than any config.json (16,777,216 at most)")
+    assert ("GET", "/org/tiny/resolve/main/config.json", None) not in fake.requests
+    assert cache_bytes(tmp_path / "hf") < 2**20
+
+
+# A library user's own client, set before kimicount runs: its header on every request, and kimicount's
+# size cap on the config (which only its wrapping of the client's transport enforces) all the same.
+LIBRARY_USER = """
+from huggingface_hub.utils import get_session, set_client_factory
+Client = type(get_session())
+set_client_factory(lambda: Client(headers={"X-Library-User": "yes"}, follow_redirects=True))
+from kimicount.errors import SourceError
+from kimicount.source import HubOptions, load_spec
+try:
+    load_spec(repo="org/tiny", hub_options=HubOptions(timeout=30))
+except SourceError as error:
+    print(error)
+"""
+
+
+def test_5_the_cap_holds_on_a_client_factory_the_library_user_set(hub, tmp_path):
+    from werkzeug import Request
+
+    fake, env = hub
+    fake.repos["org/tiny"].files["config.json"] = b" " * 17 * 2**20 + K2_CONFIG
+    seen: list[str | None] = []
+
+    def note(request: Request) -> None:
+        seen.append(request.headers.get("X-Library-User"))
+
+    fake.override = lambda request: note(request)
+    result = subprocess.run(
+        [sys.executable, "-c", LIBRARY_USER],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=60,
+        check=False,
+    )
+    size = 17 * 2**20 + len(K2_CONFIG)
+    assert result.stdout.endswith(
+        f"config.json: {size:,} bytes, more than any config.json (16,777,216 at most)\n"
+    )
+    assert seen and set(seen) == {"yes"}  # every request went through the user's client
+    assert ("GET", "/org/tiny/resolve/main/config.json", None) not in fake.requests
+    assert cache_bytes(tmp_path / "hf") < 2**20
+
+
+def test_5_a_hub_config_larger_than_it_said_is_cut_off(hub, tmp_path):
+    from werkzeug import Response
+
+    fake, env = hub
+
+    def small_at_head(request):  # the HEAD says a few KB; the GET sends 40 MiB without saying so
+        headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{"e" * 64}"'}
+        if request.method == "HEAD":
+            response = Response(b"", headers=headers)
+            response.headers["Content-Length"] = str(len(K2_CONFIG))
+            response.automatically_set_content_length = False
+            return response
+        return Response((b" " * 2**20 for _ in range(40)), headers=headers, direct_passthrough=True)
+
+    fake.override = at_path("/config.json", small_at_head)
+    result = run_kimicount("params", "--repo", "org/tiny", env=env, timeout=60)
+    one_line_error(result, "config.json: more than 16,777,216 bytes, more than any config.json")
+    assert cache_bytes(tmp_path / "hf") <= 17 * 2**20
+
+
 # --- 6. a Hub index of very many shards is sized in one pass ------------------------------------------
 
 
@@ -337,6 +522,35 @@ def test_7_a_fifo_named_like_a_shard_or_a_config_is_not_opened(tmp_path):
     one_line_error(
         run_kimicount("params", "--config", str(tmp_path / "config.json"), timeout=30), "not a regular file"
     )
+
+
+def make_irregular(path: Path, kind: str) -> str:
+    """`path` made a dangling link, a FIFO or a folder; returns what reading it says."""
+    if kind == "dangling link":
+        path.symlink_to(path.parent / "gone")
+        return "which is not there"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    return "not a regular file"
+
+
+@pytest.mark.parametrize("kind", ["dangling link", "fifo", "folder"])
+def test_7_an_index_config_or_single_file_that_is_no_regular_file_is_said(tmp_path, kind):
+    # Passed over, the index would go unchecked: the single file beside it would be verified alone.
+    folder = checkpoint_folder(tmp_path / "ckpt", shards={"model.safetensors": NORM})
+    needle = make_irregular(folder / INDEX, kind)
+    one_line_error(run_kimicount("verify", "--path", str(folder), timeout=30), f"{folder / INDEX}: ", needle)
+    folder = checkpoint_folder(tmp_path / "ckpt2", shards={"model.safetensors": NORM})
+    (folder / "config.json").unlink()
+    needle = make_irregular(folder / "config.json", kind)
+    if kind == "folder":  # read as --config reads a folder: the config.json inside it
+        needle = "config.json/config.json: no such file"
+    one_line_error(run_kimicount("verify", "--path", str(folder), timeout=30), "config.json: ", needle)
+    folder = checkpoint_folder(tmp_path / "ckpt3")
+    needle = make_irregular(folder / "model.safetensors", kind)
+    one_line_error(run_kimicount("verify", "--path", str(folder), timeout=30), "model.safetensors: ")
 
 
 # --- 8–10. what a Hub server says wrong -------------------------------------------------------------------
@@ -444,6 +658,54 @@ def test_12_a_shape_too_large_to_print(tmp_path):
     one_line_error(result, "tensor 'x': shape of more elements than safetensors' u64 offsets can hold")
 
 
+def test_12_a_shape_of_100000_huge_dims_is_refused_at_once(tmp_path):
+    # The product of 100,000 dims of 2^62 has 6.2 million bits: multiplying it out takes minutes.
+    dims = ", ".join([str(2**62)] * 100_000)
+    raw = (
+        f'{{"x": {{"dtype": "BF16", "shape": [{dims}], "data_offsets": [0, 2]}}, '
+        f'"y": {{"dtype": "BF16", "shape": [{dims}, 3], "data_offsets": [2, 4]}}}}'
+    ).encode()
+    folder = checkpoint_folder(tmp_path / "ckpt")
+    write_header_only(folder / "model.safetensors", {}, raw_header=raw)
+    start = time.monotonic()
+    result = run_kimicount("verify", "--path", str(folder), timeout=60)
+    one_line_error(result, "tensor 'x': shape of more elements than safetensors' u64 offsets can hold")
+    assert time.monotonic() - start < 20
+
+
+@pytest.mark.parametrize(
+    "entry, needle",
+    [
+        (  # 2^80 elements: no u64 byte offset reaches them
+            {"dtype": "BF16", "shape": [2**40, 2**40], "data_offsets": [0, 2**81]},
+            "tensor 'x': shape of more elements than safetensors' u64 offsets can hold",
+        ),
+        (  # 2^64 elements of 8 bytes: the shape is possible, the offsets are not
+            {"dtype": "F64", "shape": [2**32, 2**32], "data_offsets": [0, 2**67]},
+            "tensor 'x': data_offsets end past byte 18,446,744,073,709,551,615",
+        ),
+    ],
+)
+def test_12_a_header_and_the_bulk_answer_are_held_to_the_same_bounds(hub, tmp_path, entry, needle):
+    # The same header, as a local file (its columns checked in bulk, then tensor by tensor) and in the
+    # Hub's bulk answer: refused in the same words, wherever it comes from.
+    from werkzeug import Response
+
+    header = {"x": entry}
+    folder = checkpoint_folder(tmp_path / "ckpt")
+    write_header_only(folder / "model.safetensors", {}, raw_header=json.dumps(header).encode())
+    local = one_line_error(run_kimicount("verify", "--path", str(folder)), needle)
+    fake, env = hub
+    answer = {"index": {}, "headers": {"model.safetensors": header}}
+    fake.override = lambda request: (
+        Response(json.dumps(answer), content_type="application/json")
+        if "/safetensors-metadata/" in request.path
+        else None
+    )
+    remote = one_line_error(run_kimicount("verify", "--repo", "org/tiny", env=env), needle)
+    assert local.partition("tensor 'x'")[2] == remote.partition("tensor 'x'")[2]
+
+
 def test_13_symlink_loops_and_names_too_long(tmp_path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     one_line_error(run_kimicount("params", "--config", str(tmp_path / "loop")), "loop: cannot read")
@@ -478,6 +740,19 @@ def test_14_output_degrades_to_what_the_encoding_holds(tmp_path, encoding):
             assert json.loads(text)["tree"]["children"][0]["calculation"] == "163,840 × 7,168"
 
 
+def test_14_errors_on_stderr_degrade_too(tmp_path):
+    config = config_with(tmp_path, {"hidden_size": 2**64})
+    result = subprocess.run(
+        [sys.executable, "-m", "kimicount", "params", "--config", config],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.endswith(b"is over 9,223,372,036,854,775,807 (2^63 - 1, the largest tensor size)\n")
+
+
 # --- 15. start-up ------------------------------------------------------------------------------------------
 
 
@@ -486,6 +761,22 @@ def test_15_a_malformed_hf_endpoint(tmp_path):
         "params", "--repo", "a/b", env={"HF_ENDPOINT": "http://[bad", "HF_HOME": str(tmp_path)}
     )
     one_line_error(result, "HF_ENDPOINT='http://[bad': not an http(s) URL")
+
+
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("HF_HUB_ETAG_TIMEOUT", "abc"),  # fails huggingface_hub's import
+        ("HF_HUB_ETAG_TIMEOUT", ""),
+        ("HF_HUB_DOWNLOAD_TIMEOUT", "-5"),  # fails every request it makes
+        ("HF_HUB_DOWNLOAD_TIMEOUT", "1.5"),
+    ],
+)
+def test_15_a_malformed_hf_variable(hub, variable, value):
+    fake, env = hub
+    result = run_kimicount("params", "--repo", "org/tiny", env={**env, variable: value})
+    one_line_error(result, f"{variable}='{value}': expected a whole number of seconds, 0 or more")
+    assert fake.requests == []
 
 
 def test_15_ctrl_c_during_the_start_up_imports():
@@ -534,7 +825,33 @@ def test_16_a_closed_stdout_pipe_is_not_a_mismatch():
         )
     finally:
         os.close(write)
-    assert result.returncode in (0, 141) and result.stderr == "", result.stderr
+    assert result.returncode == 141 and result.stderr == "", result.stderr
+
+
+@pytest.mark.parametrize("closed", ["a pipe without its reader", "no stderr at all (2>&-)"])
+def test_16_a_closed_stderr_is_not_a_mismatch(closed):
+    # The warning that 10,000,000 tokens is past max_position_embeddings cannot be written; the work is
+    # done all the same, and the run ends with 0, not 1 (a mismatch).
+    command = [sys.executable, "-m", "kimicount", "kv-cache", "--tokens", "1e7", "--json"]
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        if closed == "a pipe without its reader":
+            result = subprocess.run(
+                command, stdout=subprocess.PIPE, stderr=write, text=True, timeout=60, check=False
+            )
+        else:  # the shell closes descriptor 2; Python then sets sys.stderr to None
+            result = subprocess.run(
+                ["sh", "-c", 'exec "$@" 2>&-', "sh", *command],
+                stdout=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+    finally:
+        os.close(write)
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["tokens"] == 10_000_000
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")

@@ -356,7 +356,10 @@ def test_cuda_without_a_gpu_exits_2():
 
 def test_without_torch_it_says_how_to_install_it():
     # torch really cannot be imported in this interpreter: None in sys.modules makes `import torch` fail
-    code = "import sys; sys.modules['torch'] = None; sys.argv = ['kimicount', 'measure']; import kimicount.cli as c; c.main()"
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.argv = ['kimicount', 'measure']; "
+        "from kimicount.__main__ import main; main()"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )

@@ -199,7 +199,7 @@ def test_missing_and_unreadable_config(tmp_path):
     _fails_cleanly(invoke("params", "--config", str(tmp_path)), f"{tmp_path}/config.json: no such file")
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    _fails_cleanly(invoke("params", "--config", str(binary)), "binary.json: cannot read")
+    _fails_cleanly(invoke("params", "--config", str(binary)), "binary.json: not valid JSON (not UTF-8")
 
 
 def test_conflicting_model_options():

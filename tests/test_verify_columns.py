@@ -1,7 +1,10 @@
-"""verify's fast path (headers checked as columns, tensors matched by groups of kinds, orjson when
-installed) against its reference (the standard library's JSON, tensor by tensor): the same verdict and
-the same one-line error on every header, with and without orjson, and the cases where orjson parses
-differently from the standard library."""
+"""Headers as verify's fast path reads them (every entry checked column by column, orjson when
+installed), each test run twice: with orjson and with the standard library alone. Every malformed header
+is refused with the one-line message written out here, naming the tensor and what is wrong; well-formed
+headers read to the same names, kinds and offsets; where orjson parses differently from the standard
+library (integers past 64 bits, NaN, lone surrogates, duplicate keys), the standard library's reading
+stands. And end to end: a tiny checkpoint written by safetensors itself verifies the same without
+orjson, and a packed lm_head in K2.5's layout is counted against its config."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import struct
 
 import pytest
 
-from kimicount import headers
+from kimicount import reading
 from kimicount.checkpoint import parse_index
 from kimicount.errors import CheckpointError
 from kimicount.headers import parse_header
@@ -25,7 +28,7 @@ def parser(request, monkeypatch):
     if request.param == "orjson":
         pytest.importorskip("orjson")
     else:
-        monkeypatch.setattr(headers, "orjson", None)
+        monkeypatch.setattr(reading, "orjson", None)
     return request.param
 
 
@@ -178,7 +181,7 @@ def test_tiny_real_checkpoint_without_orjson(tmp_path, monkeypatch):
     # library alone: the same verdict and counts as tests/test_verify.py finds with orjson.
     folder = write_tiny_fp8_checkpoint(tmp_path / "tiny")
     with_orjson = invoke("verify", "--path", str(folder), "--json")
-    monkeypatch.setattr(headers, "orjson", None)
+    monkeypatch.setattr(reading, "orjson", None)
     without = invoke("verify", "--path", str(folder), "--json")
     assert with_orjson.exit_code == without.exit_code == 0
     assert json.loads(with_orjson.stdout) == json.loads(without.stdout)

@@ -13,6 +13,6 @@ errors, output in any encoding) is `exits`; the typer app and its root options a
 """
 
 from kimicount.cli import flops, kv_cache, measure, params, plan, verify  # noqa: F401 (each registers its command)
-from kimicount.cli.app import app, main
+from kimicount.cli.app import app
 
-__all__ = ["app", "main"]
+__all__ = ["app"]

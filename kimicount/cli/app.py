@@ -45,8 +45,3 @@ def root(
         os.environ.setdefault("HF_HUB_VERBOSITY", "error")
     # One progress display: kimicount's own line says what is fetched from where (_activity).
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-
-
-def main() -> None:
-    """The CLI (the console script and `python -m kimicount` run it through kimicount.__main__)."""
-    app()

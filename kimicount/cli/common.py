@@ -7,6 +7,8 @@ Counts, sizes and dtypes arrive as text, read by kimicount.options the same way 
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +22,7 @@ import typer
 from kimicount.cli.exits import say
 from kimicount.errors import UsageError
 from kimicount.options import DTYPE_METAVAR, parse_count
+from kimicount.reading import shorten
 
 if TYPE_CHECKING:
     from kimicount.source import HubOptions
@@ -79,12 +82,12 @@ TokenOption = Annotated[
     ),
 ]
 TimeoutOption = Annotated[
-    float | None,
+    str | None,
     typer.Option(
         "--timeout",
-        envvar="KIMICOUNT_TIMEOUT",
         metavar="SECONDS",
-        help="Give up on the Hub after this long, every request and retry together (default 300).",
+        help="Give up on the Hub after this long, every request and retry together (default: "
+        "KIMICOUNT_TIMEOUT, or 300).",
         show_default=False,
     ),
 ]
@@ -102,7 +105,8 @@ def repo_id(model: str | None, repo: str | None) -> str | None:
 
 
 def warn(message: str) -> None:
-    typer.echo(f"kimicount: warning: {message}", err=True)
+    """One warning line on stderr (lost, not an error, when stderr is closed)."""
+    say(f"kimicount: warning: {message}")
 
 
 def ignored(ctx: typer.Context, why: str, *names: str) -> None:
@@ -138,20 +142,51 @@ class _Activity:
     on_file: Callable[[str], None] | None  # called per local file read
 
 
+def hub_timeout(option: str | None) -> float:
+    """The Hub deadline [s]: --timeout, else KIMICOUNT_TIMEOUT (read only when a Hub is named), else
+    300; errors name whichever was given.
+
+    >>> hub_timeout("2.5"), hub_timeout(None) > 0
+    (2.5, True)
+    >>> hub_timeout("-1")
+    Traceback (most recent call last):
+    kimicount.errors.UsageError: --timeout -1: expected a positive number of seconds
+    """
+    from kimicount.source import DEFAULT_TIMEOUT
+
+    if option is not None:
+        text, shown = option, f"--timeout {shorten(option, 40)}"
+    elif "KIMICOUNT_TIMEOUT" in os.environ:
+        text = os.environ["KIMICOUNT_TIMEOUT"]
+        shown = f"KIMICOUNT_TIMEOUT={shorten(text, 40)}"
+    else:
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise UsageError(f"{shown}: expected a number of seconds") from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"{shown}: expected a positive number of seconds")
+    return seconds
+
+
 @contextmanager
 def progress(
-    live: bool, repo: str | None, token: str | None, timeout: float | None, local_files: bool = False
+    live: bool, repo: str | None, token: str | None, timeout: str | None, local_files: bool = False
 ) -> Iterator[_Activity]:
     """What a command is reading, said on stderr. On a terminal (and without --json), while a Hub repo
     or local checkpoint files are read: one transient line, what is being fetched from where or how many
     files have been read, with each Hub retry printed above it. Elsewhere: only the retries, one line
     each."""
-    from kimicount.source import DEFAULT_TIMEOUT, HubOptions
+    from kimicount.source import HubOptions
+
+    if repo is None and token is not None:
+        raise UsageError("--token needs --repo")
+    if repo is None and timeout is not None:  # as a view says of the options it does not use
+        warn("--timeout has no effect without --repo (it bounds what is asked of the Hub)")
 
     def hub(status: Callable[[str], None], note: Callable[[str], None]) -> HubOptions | None:
-        if repo is None and token is None:
-            return None
-        return HubOptions(token, DEFAULT_TIMEOUT if timeout is None else timeout, status, note)
+        return None if repo is None else HubOptions(token, hub_timeout(timeout), status, note)
 
     def note_line(text: str) -> None:
         say(f"kimicount: {text}")
@@ -192,7 +227,7 @@ def load_model(
     repo: str | None,
     revision: str | None,
     token: str | None,
-    timeout: float | None,
+    timeout: str | None,
     *,
     live: bool,
 ) -> ModelSpec:

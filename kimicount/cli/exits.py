@@ -83,14 +83,12 @@ def _fail(line: str) -> int:
 
 
 def _exit(code: int) -> None:
-    """End the run with `code`. When a Hub request abandoned at its deadline or by Ctrl-C is still
-    running in its thread, the process ends at once (os._exit, once the output is flushed): the
-    interpreter's shutdown would otherwise wait for huggingface_hub's clean-up beside that thread, and
-    can crash tearing it down."""
-    import threading
-
-    lingering = any(t.name.startswith("kimicount-hub") for t in threading.enumerate())
-    if lingering and sys.stdout is sys.__stdout__:  # a real process, not a test runner's capture
+    """End the run with `code`. When a Hub operation left threads running (its deadline passed, Ctrl-C,
+    or one request failed while others were still out), the process ends at once (os._exit, once the
+    output is flushed): the interpreter's shutdown would otherwise wait for huggingface_hub's clean-up
+    beside those threads, and can crash tearing it down."""
+    transport = sys.modules.get("kimicount.hub_transport")  # imported only when a Hub was used
+    if transport is not None and transport.abandoned and sys.stdout is sys.__stdout__:  # not a test's capture
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -149,7 +147,10 @@ def _silence(stream: TextIO) -> None:
 
 
 def say(line: str) -> None:
-    """One line on stderr; a closed stderr loses it rather than raising a second error."""
+    """One line on stderr; a closed stderr loses it rather than raising a second error: a pipe whose
+    reader has gone, or no stderr at all (`2>&-`, where Python sets sys.stderr to None)."""
+    if sys.stderr is None:
+        return
     try:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
@@ -192,8 +193,10 @@ def degrade_unencodable_output() -> None:
     """Let stdout and stderr write what their encoding cannot hold as ASCII look-alikes (× as x)
     instead of failing with UnicodeEncodeError: one codec error handler, for every writer."""
     codecs.register_error("kimicount-ascii", _ascii_fallback)
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure") and getattr(stream, "errors", "strict") == "strict":
+    # Python's own defaults (stderr's is backslashreplace, which would print \u2212); not a handler the
+    # user chose in PYTHONIOENCODING.
+    for stream, default in ((sys.stdout, "strict"), (sys.stderr, "backslashreplace")):
+        if hasattr(stream, "reconfigure") and getattr(stream, "errors", default) == default:
             stream.reconfigure(errors="kimicount-ascii")
 
 

@@ -1,0 +1,122 @@
+"""Reading input that nobody here wrote: local files refused by size before they are read, JSON parsed
+into one-line errors that say where and why, and long text cut short for those messages.
+
+Configs, indexes and safetensors headers all go through here, so that each of them is capped, parsed
+and reported the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kimicount.errors import KimicountError
+
+try:  # optional: a faster parser of the same JSON; without it, the standard library parses
+    import orjson
+except ImportError:  # pragma: no cover - exercised by the tests that hide it
+    orjson = None
+
+T = TypeVar("T")
+
+
+def read_capped(path: Path, limit: int, what: str, error: type[KimicountError]) -> bytes:
+    """The bytes of the regular file `path`, refused (as `error`, naming the file) before it is read when
+    it is larger than `limit` bytes, or not a regular file at all: a FIFO would block, a device never end.
+    """
+    try:
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode):
+            raise error(f"{path}: not a regular file")
+        if status.st_size > limit:
+            raise error(f"{path}: {status.st_size:,} bytes, more than any {what} ({limit:,} at most)")
+        with path.open("rb") as handle:
+            data = handle.read(limit + 1)
+    except FileNotFoundError:
+        if path.is_symlink():  # a Hub snapshot's link into blobs/ whose blob is gone, say
+            raise error(f"{path}: a link to {shorten(os.readlink(path))}, which is not there") from None
+        raise error(f"{path}: no such file") from None
+    except OSError as failure:  # a directory, no permission, a name too long, a symlink loop
+        raise error(f"{path}: cannot read: {failure.strerror or failure}") from None
+    if len(data) > limit:  # it grew since
+        raise error(f"{path}: more than {limit:,} bytes, more than any {what}")
+    return data
+
+
+def parse_json(data: bytes | str, where: str, error: type[KimicountError], what: str = "") -> Any:
+    """The JSON value of `data` (UTF-8), as the standard library parses it; whatever it refuses is one
+    `error` naming `where` (and `what` there: "header") and why.
+
+    >>> parse_json(b'{"a": [1, 2]}', "f", ValueError)
+    {'a': [1, 2]}
+    >>> parse_json(b'{"a": ', "config.json", ValueError)
+    Traceback (most recent call last):
+    ValueError: config.json: not valid JSON (Expecting value at line 1 column 7)
+    >>> parse_json(b'[' * 100_000, "h", ValueError, what="header")
+    Traceback (most recent call last):
+    ValueError: h: header is not valid JSON (nested too deeply)
+    """
+    try:
+        return json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
+    except UnicodeDecodeError as failure:
+        reason = f"not UTF-8: {failure.reason} at byte {failure.start:,}"
+    except json.JSONDecodeError as failure:
+        reason = f"{failure.msg} at line {failure.lineno} column {failure.colno}"
+    except RecursionError:
+        reason = "nested too deeply"
+    except ValueError as failure:  # Python reads integers of at most 4,300 digits
+        limit = "integer string conversion" in str(failure)
+        reason = "an integer of more than 4,300 digits" if limit else shorten(str(failure))
+    raise error(f"{where}: {what + ' is ' if what else ''}not valid JSON ({reason})") from None
+
+
+def fast_json(data: bytes | str) -> Any | None:
+    """orjson's parse of `data`, or None when orjson is not installed or refuses it.
+
+    Where orjson accepts, it agrees with the standard library (the last of duplicate keys wins, in the
+    first one's place) except for integers past 64 bits, which it makes floats: no check here accepts
+    a float. Where it refuses (lone surrogates, NaN, a BOM), the standard library parses again."""
+    if orjson is None:
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def parse_checked(
+    data: bytes | str, where: str, error: type[KimicountError], check: Callable[[Any], T], what: str = ""
+) -> T:
+    """check(the JSON value of `data`): parsed by orjson when it is installed and `check` accepts what
+    it made (an index or a header of 14 MB parses about twice as fast); otherwise by the standard library,
+    whose parse, and `check`'s error on it, is what is reported (an integer past 64 bits is one exactly
+    there)."""
+    fast = fast_json(data)
+    if fast is not None:
+        try:
+            return check(fast)
+        except error:
+            pass  # said below, from the standard library's parse of the same bytes
+    return check(parse_json(data, where, error, what))
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    """`text`, or its first `limit` characters and how long it was: a name, value or path for a message.
+
+    >>> shorten("org/name"), shorten("x" * 5000, 10)
+    ('org/name', 'xxxxxxxxxx… (5,000 characters)')
+    """
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def short_json(value: Any, limit: int = 80) -> str:
+    """A JSON value as a message shows it: its JSON text, shortened.
+
+    >>> short_json([1, True, "x"]), short_json(list(range(1000)), 12)
+    ('[1, true, "x"]', '[0, 1, 2, 3,… (4,890 characters)')
+    """
+    return shorten(json.dumps(value), limit)
