@@ -351,6 +351,7 @@ class Placement:
         return sum(c.bytes_per_gpu[stage] for c in self.components if c.kind in kinds)
 
     def has(self, kind: Kind) -> bool:
+        """Whether any component is of this kind."""
         return any(c.kind is kind for c in self.components)
 
     def kv_layers(self, stage: int) -> int:

@@ -69,6 +69,7 @@ def memory_text(gpu: Accelerator) -> str:
 
 
 def render_plan(console: Console, report: PlanReport) -> None:
+    """The verdict, the weights per GPU, one GPU's memory and bar, the KV cache, --min-gpus."""
     spec, gpu, parallel = report.spec, report.gpu, report.parallel
     colour = "green" if report.fits else "red"
     say(

@@ -22,6 +22,7 @@ from kimicount.speed import Step, compute_bound_from
 
 
 def accelerator_json(gpu: Accelerator, count: int) -> dict[str, Any]:
+    """The accelerator's figures and where each comes from (nvidia-smi's total, CUDA's)."""
     return {
         "count": count,
         "type": gpu.name,
@@ -40,6 +41,7 @@ def accelerator_json(gpu: Accelerator, count: int) -> dict[str, Any]:
 
 
 def parallel_json(parallel: Parallel) -> dict[str, Any]:
+    """The layout's sizes; "ep" is 1 when expert parallelism is off."""
     return {
         "label": parallel.label,
         "engine": "vLLM",  # whose layout: its DP attention, EP size TP × DP, PP split
@@ -53,6 +55,7 @@ def parallel_json(parallel: Parallel) -> dict[str, Any]:
 
 
 def plan_json(report: PlanReport) -> dict[str, Any]:
+    """`kimicount plan --json`: the keys of the module docstring."""
     spec, placement = report.spec, report.placement
     reserve = report.reserve
     fullest = report.fullest

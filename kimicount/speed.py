@@ -73,6 +73,7 @@ class StageStep:
 
     @property
     def total_flops(self) -> Fraction:
+        """Σ FLOPs over the compute dtypes: expected. [FLOPs]"""
         return sum(self.flops.values(), Fraction(0))
 
     @property
@@ -82,6 +83,7 @@ class StageStep:
 
     @property
     def bound(self) -> str:
+        """'compute' when the FLOPs take longer than the bytes, else 'memory'."""
         return "compute" if self.compute_time > self.memory_time else "memory"
 
 
@@ -113,10 +115,12 @@ class Step:
 
     @property
     def slowest(self) -> StageStep:
+        """The stage whose GPU takes longest: it sets the pipeline's pace."""
         return max(self.stages, key=lambda s: s.time)
 
     @property
     def bound(self) -> str:
+        """What bounds the slowest stage."""
         return self.slowest.bound
 
     @property
@@ -137,6 +141,7 @@ class Step:
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
+        """tokens_per_s ÷ the GPUs that work on it. [tokens/s]"""
         return self.tokens_per_s / self.gpus
 
     @property
