@@ -440,7 +440,7 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
 
     >>> check_tp(k2, 6)
     Traceback (most recent call last):
-    kimicount.errors.UsageError: --tp 6: does not divide the 64 attention heads of moonshotai/Kimi-K2-Instruct (num_attention_heads); use --tp 1, 2, 4, 8, 16, 32 or 64
+    kimicount.errors.UsageError: --tp 6: does not divide the 64 attention heads of moonshotai/Kimi-K2-Instruct (num_attention_heads); use 1, 2, 4, 8, 16, 32 or 64
     """
     heads = spec.num_attention_heads
     if heads % tp:
@@ -451,7 +451,7 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
             choices = f"a divisor of {heads:,}"
         noun = "attention head" if heads == 1 else "attention heads"
         raise UsageError(
-            f"--tp {tp}: does not divide the {heads} {noun} of {spec.name} (num_attention_heads); use --tp {choices}"
+            f"--tp {tp}: does not divide the {heads} {noun} of {spec.name} (num_attention_heads); use {choices}"
         )
 
 

@@ -248,7 +248,7 @@ def test_repo_reads_the_config_from_the_hub(hub):  # noqa: F811
         (["--budget", "lots"], ["--budget 'lots': expected a size such as 80GiB"]),
         (["--budget", "80 GiBs"], ["--budget '80 GiBs'", "GiB"]),
         (["--budget", "0GiB"], ["--budget '0GiB': expected at least 1 byte"]),
-        (["--tp", "3"], ["--tp 3: does not divide the 64 attention heads", "use --tp 1, 2, 4, 8, 16, 32 or 64"]),
+        (["--tp", "3"], ["--tp 3: does not divide the 64 attention heads", "use 1, 2, 4, 8, 16, 32 or 64"]),
         (["--tp", "0"], ["--tp 0: expected a positive integer"]),
         (["--plot", "/nonexistent-dir/kv.svg"], ["--plot /nonexistent-dir/kv.svg: cannot write"]),
     ],
@@ -319,8 +319,8 @@ def test_bad_input_in_a_subprocess_is_one_line():
 
 
 def test_tp_with_a_single_head_names_the_one_choice(write_config, kimi_config):
-    # one head has one divisor: the message says "use --tp 1", not an empty list with a dangling "or"
+    # one head has one divisor: the message says "use 1", not an empty list with a dangling "or" ("use  or 1")
     path = write_config({**kimi_config, "num_attention_heads": 1})
     line = _fails_cleanly(invoke("kv-cache", "--config", str(path), "--tp", "2"), "--tp 2")
-    assert line.endswith("(num_attention_heads); use --tp 1")
+    assert line.endswith("(num_attention_heads); use 1")
     assert "does not divide the 1 attention head of " in line
