@@ -165,11 +165,17 @@ def sequence_pages(tokens: int, block_size: int, dcp: int = 1) -> int:
 
 @dataclass(frozen=True)
 class DeploymentOptions:
-    """What an engine is told besides the parallel layout: the share of memory it may use, what it
-    keeps back (`reserve`, or the defaults the estimate reads), or the KV pool it printed
-    (`kv_memory`), the cache's dtype, layout and page size, the longest sequence, and what it loads
-    besides the language model. Sizes in bytes; None: the engine's default or the config's."""
+    """What an engine is told: the parallel layout as typed (`tp` None: what pp and dp leave; `ep`
+    None or 1: off), the share of memory it may use, what it keeps back (`reserve`, or the defaults
+    the estimate reads), or the KV pool it printed (`kv_memory`), the cache's dtype, layout and page
+    size, the longest sequence, and what it loads besides the language model. Sizes in bytes; None:
+    the engine's default or the config's."""
 
+    tp: int | None = None
+    pp: int = 1
+    dp: int = 1
+    ep: int | None = None
+    dcp: int = 1
     utilization: Fraction = Fraction(9, 10)
     reserve: int | None = None
     max_batched_tokens: int | None = None
@@ -203,6 +209,14 @@ class DeploymentOptions:
                 f"--mtp: {anatomy.spec.name} has no multi-token-prediction layer (num_nextn_predict_layers 0)"
             )
         element_bytes(self.dtype(anatomy.spec), "--kv-dtype")
+
+    def parallel(self, spec: ModelSpec, gpus: int) -> Parallel:
+        """The layout of `gpus` GPUs these options describe, checked (placement.parallel_layout).
+
+        >>> DeploymentOptions(dp=8, ep=8).parallel(k2, 8).label
+        'DP8 + EP8'
+        """
+        return parallel_layout(spec, gpus, tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep, dcp=self.dcp)
 
     def context(self, spec: ModelSpec) -> int:
         """max_model_len, or the config's max_position_embeddings. [tokens]"""
@@ -310,6 +324,14 @@ class PlanReport:
         return reserve + (("cuda_memory",) if self.gpu.cuda_memory_estimated else ())
 
     @property
+    def search_estimated_inputs(self) -> tuple[str, ...]:
+        """The estimates the --min-gpus search rests on: it sizes every layout from usable memory less
+        the reserve (never from --kv-memory), so the reserve unless --reserve gave it, and an estimated
+        CUDA total."""
+        reserve = ("reserve",) if self.options.reserve is None else ()
+        return reserve + (("cuda_memory",) if self.gpu.cuda_memory_estimated else ())
+
+    @property
     def estimate(self) -> bool:
         """Whether the pool and what follows from it are estimates."""
         return bool(self.estimated_inputs)
@@ -396,21 +418,22 @@ def plan(
     anatomy: Anatomy,
     gpu: Accelerator,
     count: int,
-    *,
-    tp: int | None = None,
-    pp: int = 1,
-    dp: int = 1,
-    ep: int | None = None,
-    dcp: int = 1,
     options: DeploymentOptions = DeploymentOptions(),
+    *,
     min_gpus: bool = False,
 ) -> PlanReport:
     """Check the options, place the model on `count` GPUs and size its KV cache. With `min_gpus`, also
     search the fewest GPUs of this type that hold the weights, the reserve and one sequence of
-    max_model_len."""
+    max_model_len (in layouts of its own: the search ignores the options' layout).
+
+    >>> from kimicount.anatomy import build_anatomy
+    >>> from kimicount.hardware import ACCELERATORS
+    >>> report = plan(build_anatomy(k2), ACCELERATORS["H200"], 16, DeploymentOptions(kv_memory=40 * 2**30))
+    >>> report.parallel.label, report.tokens_per_gpu  # floor(40 GiB ÷ (64 × 70,272 B)) × 64
+    ('TP16', 611136)
+    """
     options.check(anatomy)
-    parallel = parallel_layout(anatomy.spec, count, tp=tp, pp=pp, dp=dp, ep=ep, dcp=dcp)
-    report = plan_memory(anatomy, gpu, parallel, options)
+    report = plan_memory(anatomy, gpu, options.parallel(anatomy.spec, count), options)
     if not min_gpus:
         return report
     return replace(report, min_gpus=fewest_gpus(anatomy, gpu, options), min_gpus_asked=True)

@@ -32,9 +32,11 @@ BAR_PARTS = {
 ESTIMATED_INPUTS = {"reserve": "the estimated reserve", "cuda_memory": "the estimated CUDA total"}
 
 
-def estimated_from(report: PlanReport) -> str:
-    """'the estimated reserve', 'the estimated reserve and the estimated CUDA total', or ''."""
-    return " and ".join(ESTIMATED_INPUTS[name] for name in report.estimated_inputs)
+def estimated_from(report: PlanReport, names: tuple[str, ...] | None = None) -> str:
+    """'the estimated reserve', 'the estimated reserve and the estimated CUDA total', or '': the
+    estimates the pool rests on, or those `names`."""
+    names = report.estimated_inputs if names is None else names
+    return " and ".join(ESTIMATED_INPUTS[name] for name in names)
 
 
 def verdict(report: PlanReport) -> str:
@@ -305,7 +307,9 @@ def _kv(console: Console, report: PlanReport) -> None:
 
 
 def _min_gpus(report: PlanReport) -> str:
-    estimated = f" (estimated: it rests on {estimated_from(report)})" if report.estimate else ""
+    """The --min-gpus sentence, labelled with the estimates the search rests on."""
+    names = report.search_estimated_inputs
+    estimated = f" (estimated: it rests on {estimated_from(report, names)})" if names else ""
     if report.min_gpus is None:
         return f"--min-gpus: no layout of up to {search_limit(report.spec):,} × {report.gpu.name} holds it{estimated}."
     gpus, parallel = report.min_gpus

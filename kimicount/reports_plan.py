@@ -131,7 +131,8 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
         else {
             "count": report.min_gpus[0],
             "parallel": parallel_json(report.min_gpus[1]),
-            "estimate": estimate,
+            "estimate": bool(report.search_estimated_inputs),
+            "estimated_inputs": list(report.search_estimated_inputs),
         },
     }
 

@@ -514,8 +514,11 @@ def test_what_rests_on_an_estimate_is_labelled():
     out = invoke("plan", "--gpus", "8xMI325X", "--config", K25, "--text-only", "--reserve", "4GiB").stdout
     assert "262,144 MiB nominal (no device report found)" in flat(out)
     assert "CUDA's total, an estimated 262,128 MiB" in flat(out)
-    # a pool an engine printed rests on nothing estimated
-    assert plan_json("--gpus", "8xH200", "--kv-memory", "40GiB")["estimate"] is False
+    # a pool an engine printed rests on nothing estimated, but --min-gpus still sizes every layout from
+    # usable memory less the estimated reserve
+    printed = plan_json("--gpus", "8xH200", "--kv-memory", "40GiB", "--min-gpus")
+    assert printed["estimate"] is False
+    assert (printed["min_gpus"]["estimate"], printed["min_gpus"]["estimated_inputs"]) == (True, ["reserve"])
     # a memory the user gives is the user's: labelled as given, not estimated
     custom = plan_json(
         "--gpus", "8", "--gpu-memory", "141GiB", "--config", K25, "--text-only", "--reserve", "4GiB"

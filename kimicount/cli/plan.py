@@ -259,14 +259,12 @@ def plan_command(
         bf16_flops=None if peak_bf16 is None else parse_flops(peak_bf16, "--peak-bf16"),
         fp8_flops=None if peak_fp8 is None else parse_flops(peak_fp8, "--peak-fp8"),
     )
-    layout = {
-        "tp": count_or_none(tp, "--tp"),
-        "pp": parse_count(pp, "--pp"),
-        "dp": parse_count(dp, "--dp"),
-        "ep": count_or_none(ep, "--ep"),
-        "dcp": parse_count(dcp, "--dcp"),
-    }
     options = DeploymentOptions(
+        tp=count_or_none(tp, "--tp"),
+        pp=parse_count(pp, "--pp"),
+        dp=parse_count(dp, "--dp"),
+        ep=count_or_none(ep, "--ep"),
+        dcp=parse_count(dcp, "--dcp"),
         utilization=Fraction(str(gpu_memory_utilization)),
         reserve=None if reserve is None else parse_size(reserve, "--reserve"),
         max_batched_tokens=count_or_none(max_batched_tokens, "--max-batched-tokens"),
@@ -286,7 +284,7 @@ def plan_command(
     spec = load_model(model, config, repo, revision, token, timeout, live=not as_json)
     anatomy = build_anatomy(spec)
     require_modelled(anatomy.spec)
-    report = plan(anatomy, gpu, count, **layout, options=options, min_gpus=min_gpus)
+    report = plan(anatomy, gpu, count, options, min_gpus=min_gpus)
     speed = None
     if step != (None, None):
         from kimicount.speed import step_floor, sweep
