@@ -31,6 +31,8 @@ from fractions import Fraction
 from functools import lru_cache
 
 from kimicount.anatomy import Node, Role, TensorRef
+from kimicount.errors import require_positive
+from kimicount.kvcache import Layout, bytes_per_token_per_layer
 from kimicount.spec import ModelSpec
 from kimicount.storage import fp8_quantized
 
@@ -234,9 +236,34 @@ def is_matmul(ref: TensorRef) -> bool:
     return ref.role in _MATMULS and len(ref.shape) == 2 and ref.pattern.endswith(".weight")
 
 
-def compute_dtype(spec: ModelSpec, ref: TensorRef) -> str:
+def is_kv_b_proj(ref: TensorRef) -> bool:
+    """Part of kv_b_proj, the matrix whose halves are W_UK (key content) and W_UV (values)."""
+    return ".kv_b_proj." in ref.pattern
+
+
+def vllm_bf16_absorption(spec: ModelSpec) -> bool:
+    """Whether vLLM keeps BF16 copies of W_UK and W_UV beside kv_b_proj: when kv_b_proj is quantized
+    (FP8), its MLA layer dequantizes it at load time, having no quantized batched matmul for the two
+    absorptions; an unquantized kv_b_proj is only viewed.
+
+    >>> vllm_bf16_absorption(k2)
+    True
+    """
+    return fp8_quantized(spec, Role.LINEAR)
+
+
+def compute_dtype(spec: ModelSpec, ref: TensorRef, way: Mla | None = None) -> str:
     """The dtype a matmul runs in: 'fp8' for an FP8 checkpoint's Linears (W8A8), else 'bf16' (INT4
-    weights are dequantized and multiply bf16 activations: W4A16)."""
+    weights are dequantized and multiply bf16 activations: W4A16). In the absorbed decode the two
+    absorptions, kv_b_proj's FLOPs, run on vLLM's BF16 copies: 'bf16'.
+
+    >>> from kimicount.anatomy import key_content_up_projection
+    >>> ref = key_content_up_projection(k2, [1]).tensors[0]
+    >>> compute_dtype(k2, ref), compute_dtype(k2, ref, Mla.absorbed)
+    ('fp8', 'bf16')
+    """
+    if way is Mla.absorbed and is_kv_b_proj(ref):
+        return "bf16"
     return "fp8" if fp8_quantized(spec, ref.role) else "bf16"
 
 
@@ -437,8 +464,6 @@ class FlopsReport:
     @property
     def naive_to_latent_bytes(self) -> float:
         """How many times the latent's cache bytes the naive cache reads per position (35.6 for Kimi K2)."""
-        from kimicount.kvcache import Layout, bytes_per_token_per_layer
-
         return bytes_per_token_per_layer(self.spec, Layout.naive, 2) / bytes_per_token_per_layer(
             self.spec, Layout.latent, 2
         )
@@ -447,8 +472,6 @@ class FlopsReport:
 def flops_report(spec: ModelSpec, model: Node, *, tokens: int, context: int) -> FlopsReport:
     """FLOPs per token of `model` (the language model's tree) for a prefill of `tokens` and a decode
     step at `context`."""
-    from kimicount.errors import require_positive
-
     require_positive("--tokens", tokens)
     require_positive("--context", context)
     return FlopsReport(spec, model, tokens, context, flops_map(spec, model))

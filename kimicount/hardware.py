@@ -1,14 +1,17 @@
-"""Accelerators: memory as the device reports it, HBM bandwidth and dense peak FLOP/s, with sources.
+"""Accelerators: memory, HBM bandwidth and dense peak FLOP/s, each figure with where it comes from.
 
-`plan` needs three numbers per GPU: the memory an engine sizes itself against (what nvidia-smi or
-rocm-smi report as total, not the marketing figure: an H200 "141 GB" reports 143,771 MiB), the HBM
-bandwidth that bounds a memory-bound decode step, and the dense (not 2:4-sparse) tensor-core peak of
-the dtypes the weights compute in. Each entry says where its numbers come from; `--gpu-memory`,
-`--hbm-bandwidth`, `--peak-bf16` and `--peak-fp8` override any of them.
+`plan` needs three things per GPU. Memory, twice: the total the vendor's tool reports (nvidia-smi,
+rocm-smi: an H200 "141 GB" shows 143,771 MiB), printed so the user recognises the part, and the total
+CUDA (or HIP) reports to a program, which is what engines size themselves against (vLLM multiplies
+`torch.cuda.mem_get_info()`'s total by --gpu-memory-utilization) and which the driver keeps a few
+hundred MiB under nvidia-smi's (an H200: 143,156 MiB). Then the HBM bandwidth that bounds a memory-bound
+decode step, and the dense (not 2:4-sparse) tensor-core peak of the dtypes the weights compute in.
+Each entry says where each figure comes from; a CUDA total no public log gives is estimated, and
+says how. `--gpu-memory`, `--hbm-bandwidth`, `--peak-bf16` and `--peak-fp8` override any of them.
 
     >>> count, gpu = parse_gpus("8xH200")
-    >>> count, gpu.name, gpu.memory_bytes // 2**20, gpu.hbm_bandwidth
-    (8, 'H200', 143771, 4800000000000)
+    >>> count, gpu.name, gpu.memory_bytes // 2**20, gpu.cuda_memory_bytes // 2**20, gpu.hbm_bandwidth
+    (8, 'H200', 143771, 143156, 4800000000000)
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ TERA = 10**12
 class Accelerator:
     """One accelerator type. Sizes in bytes, rates in bytes/s and FLOP/s (Python ints).
 
+    `memory_bytes` is the total as `memory_source` gives it (nvidia-smi, rocm-smi, a nominal size or
+    --gpu-memory); `cuda_memory_bytes` the total CUDA or HIP reports to a program, which engines size
+    against, from `cuda_memory_source`, an estimate when `cuda_memory_estimated`.
     `fp8_flops` is None where the chip has no FP8 tensor cores (A100): FP8 weights then compute in BF16.
     `overridden` names the figures the user replaced (they are no longer the table's).
     """
@@ -35,10 +41,14 @@ class Accelerator:
     name: str
     description: str
     memory_bytes: int
+    memory_source: str
+    cuda_memory_bytes: int
+    cuda_memory_source: str
     hbm_bandwidth: int
     bf16_flops: int
     fp8_flops: int | None
     source: str
+    cuda_memory_estimated: bool = False
     overridden: tuple[str, ...] = ()
 
     def peak_flops(self, compute: str) -> int:
@@ -53,13 +63,27 @@ class Accelerator:
         return self.bf16_flops
 
 
-def _tflops(sparse_or_dense: str) -> int:
-    """TFLOPS text from a datasheet as FLOP/s, exactly ('989.5' -> 989,500,000,000,000)."""
-    return int(Fraction(sparse_or_dense) * TERA)
+def _tflops(dense: str) -> int:
+    """A datasheet's dense TFLOPS as FLOP/s, exactly ('989.5' -> 989,500,000,000,000).
+
+    >>> _tflops("989.5")
+    989500000000000
+    """
+    return int(Fraction(dense) * TERA)
 
 
-#: The table. Memory: the total the device reports (nvidia-smi / rocm-smi), as public logs of each show
-#: it. Peaks: dense tensor-core FLOP/s, half the datasheets' "with sparsity" figures where they give those.
+#: What a program sees of an H100 SXM5 (torch.cuda.get_device_properties; prints from 81,082 to 81,090
+#: MiB are public, the driver's reservation moving a few MiB between versions).
+H100_CUDA_MIB = 81_090
+#: What nvidia-smi and CUDA report of a B200 (public logs): the part the driver keeps, used to estimate
+#: the GB200's CUDA total from its nvidia-smi total.
+B200_SMI_MIB, B200_CUDA_MIB = 183_359, 182_642
+#: rocm-smi and HIP report an MI300X's 192 GiB as 196,592 MiB: 16 MiB under the nominal size.
+MI300X_MIB = 196_592
+
+#: The table. Memory: the total nvidia-smi / rocm-smi report, and the total CUDA / HIP report, as public
+#: logs of each part show them. Peaks: dense tensor-core FLOP/s, half the datasheets' "with sparsity"
+#: figures where they give those.
 ACCELERATORS: dict[str, Accelerator] = {
     gpu.name: gpu
     for gpu in (
@@ -67,6 +91,9 @@ ACCELERATORS: dict[str, Accelerator] = {
             "A100-80GB",
             "NVIDIA A100 SXM4 80GB",
             81_920 * MIB,
+            "nvidia-smi",
+            81_050 * MIB,
+            "PyTorch's out-of-memory message on an A100 80GB: 'total capacity of 79.15 GiB', to 5 MiB",
             2_039 * 10**9,
             _tflops("312"),
             None,
@@ -77,6 +104,9 @@ ACCELERATORS: dict[str, Accelerator] = {
             "H100",
             "NVIDIA H100 SXM5 80GB",
             81_559 * MIB,
+            "nvidia-smi",
+            H100_CUDA_MIB * MIB,
+            "torch.cuda.get_device_properties on an H100 80GB HBM3, public logs: 81,082 to 81,090 MiB",
             3_350 * 10**9,
             _tflops("989.5"),
             _tflops("1979"),
@@ -87,16 +117,23 @@ ACCELERATORS: dict[str, Accelerator] = {
             "H800",
             "NVIDIA H800 SXM5 80GB",
             81_559 * MIB,
+            "nvidia-smi",
+            H100_CUDA_MIB * MIB,
+            "the H100 SXM5's: same HBM3 and nvidia-smi total; no public H800 figure",
             3_350 * 10**9,
             _tflops("989.5"),
             _tflops("1979"),
             "NVIDIA H800 SXM5: H100 SXM5's memory, bandwidth and tensor cores (NVLink cut to 400 GB/s); "
             "nvidia-smi: 81,559 MiB",
+            cuda_memory_estimated=True,
         ),
         Accelerator(
             "H20",
             "NVIDIA H20 96GB",
             97_871 * MIB,
+            "nvidia-smi",
+            97_285 * MIB,
+            "torch.cuda.get_device_properties on an H20, public logs",
             4_000 * 10**9,
             _tflops("148"),
             _tflops("296"),
@@ -106,6 +143,9 @@ ACCELERATORS: dict[str, Accelerator] = {
             "H200",
             "NVIDIA H200 SXM 141GB",
             143_771 * MIB,
+            "nvidia-smi",
+            143_156 * MIB,
+            "torch.cuda.get_device_properties on an H200, a public log: total_memory=143156MB",
             4_800 * 10**9,
             _tflops("989.5"),
             _tflops("1979"),
@@ -115,7 +155,10 @@ ACCELERATORS: dict[str, Accelerator] = {
         Accelerator(
             "B200",
             "NVIDIA B200 (HGX, 1,000 W)",
-            183_359 * MIB,
+            B200_SMI_MIB * MIB,
+            "nvidia-smi",
+            B200_CUDA_MIB * MIB,
+            "torch.cuda.get_device_properties on a B200, a public log; another shows 182,631",
             7_700 * 10**9,
             _tflops("2250"),
             _tflops("4500"),
@@ -126,16 +169,23 @@ ACCELERATORS: dict[str, Accelerator] = {
             "GB200",
             "NVIDIA GB200 NVL72, one Blackwell GPU (1,200 W)",
             189_471 * MIB,
+            "nvidia-smi",
+            (189_471 - (B200_SMI_MIB - B200_CUDA_MIB)) * MIB,
+            "nvidia-smi's less the 717 MiB a B200's driver keeps; no public GB200 figure",
             8_000 * 10**9,
             _tflops("2500"),
             _tflops("5000"),
             "NVIDIA GB200 NVL72 datasheet, per GPU: 8 TB/s, BF16 5 and FP8 10 PFLOPS with sparsity, "
             "half dense; nvidia-smi: 189,471 MiB",
+            cuda_memory_estimated=True,
         ),
         Accelerator(
             "MI300X",
             "AMD Instinct MI300X 192GB",
-            196_592 * MIB,
+            MI300X_MIB * MIB,
+            "rocm-smi",
+            MI300X_MIB * MIB,
+            "torch.cuda.get_device_properties on an MI300X (ROCm), the same as rocm-smi's",
             5_300 * 10**9,
             _tflops("1307.4"),
             _tflops("2614.9"),
@@ -146,11 +196,15 @@ ACCELERATORS: dict[str, Accelerator] = {
             "MI325X",
             "AMD Instinct MI325X 256GB",
             256 * 1024 * MIB,
+            "nominal",
+            (256 * 1024 - (192 * 1024 - MI300X_MIB)) * MIB,
+            "the nominal size less the 16 MiB an MI300X reports under its 192 GiB; no public figure",
             6_000 * 10**9,
             _tflops("1307.4"),
             _tflops("2614.9"),
             "AMD MI325X datasheet: 256 GB HBM3E at 6 TB/s, BF16 1,307.4 and FP8 2,614.9 TFLOPS dense; "
-            "memory: the nominal 256 GiB (no device report found; an MI300X reports 16 MiB under its 192 GiB)",
+            "memory: the nominal 256 GiB (no device report found)",
+            cuda_memory_estimated=True,
         ),
     )
 }
@@ -198,10 +252,25 @@ def parse_gpus(text: str) -> tuple[int, Accelerator | None]:
     return count, None if match["kind"] is None else find_accelerator(match["kind"])
 
 
+#: Where a memory given by --gpu-memory comes from, as the plan prints it.
+GIVEN_MEMORY = "--gpu-memory"
+GIVEN_CUDA_MEMORY = "--gpu-memory, taken as the total CUDA reports"
+
+
 def custom_accelerator(memory_bytes: int) -> Accelerator:
     """A GPU known only by its memory (--gpus N --gpu-memory SIZE): no bandwidth or FLOP/s until given."""
     return Accelerator(
-        "GPU", "a GPU given by --gpu-memory", memory_bytes, 0, 0, None, "--gpu-memory", ("memory",)
+        name="GPU",
+        description="a GPU given by --gpu-memory",
+        memory_bytes=memory_bytes,
+        memory_source=GIVEN_MEMORY,
+        cuda_memory_bytes=memory_bytes,
+        cuda_memory_source=GIVEN_CUDA_MEMORY,
+        hbm_bandwidth=0,
+        bf16_flops=0,
+        fp8_flops=None,
+        source="--gpu-memory",
+        overridden=("memory",),
     )
 
 
@@ -213,7 +282,13 @@ def with_overrides(
     bf16_flops: int | None = None,
     fp8_flops: int | None = None,
 ) -> Accelerator:
-    """The entry with the user's figures in place of the table's; `overridden` says which."""
+    """The entry with the user's figures in place of the table's; `overridden` says which. A memory
+    given replaces both totals: the engine is then sized against it.
+
+    >>> gpu = with_overrides(ACCELERATORS["H200"], memory_bytes=141 * 2**30)
+    >>> gpu.cuda_memory_bytes == gpu.memory_bytes == 141 * 2**30, gpu.memory_source, gpu.overridden
+    (True, '--gpu-memory', ('memory',))
+    """
     changes = {
         key: value
         for key, value in (
@@ -227,6 +302,13 @@ def with_overrides(
     if not changes:
         return gpu
     named = tuple(dict.fromkeys(gpu.overridden + tuple(k.split("_")[0] for k in changes)))
+    if memory_bytes is not None:
+        changes.update(
+            memory_source=GIVEN_MEMORY,
+            cuda_memory_bytes=memory_bytes,
+            cuda_memory_source=GIVEN_CUDA_MEMORY,
+            cuda_memory_estimated=False,
+        )
     return replace(gpu, **changes, overridden=named)
 
 

@@ -457,17 +457,23 @@ and layer, over 9,223,372,036,854,775,807 (2^63 − 1), more than a tensor holds
 
 
 def check_tp(spec: ModelSpec, tp: int) -> None:
-    """Tensor parallelism gives each rank num_attention_heads / tp whole heads; refuse any other tp."""
+    """Tensor parallelism gives each rank num_attention_heads / tp whole heads; refuse any other tp,
+    naming the values that work.
+
+    >>> check_tp(k2, 6)
+    Traceback (most recent call last):
+    kimicount.errors.UsageError: --tp 6: does not divide the 64 attention heads of moonshotai/Kimi-K2-Instruct (num_attention_heads); use 1, 2, 4, 8, 16, 32 or 64
+    """
     heads = spec.num_attention_heads
     if heads % tp:
         if heads <= 2**16:  # the choices, listed; beyond, the search alone would hang
-            divisors = [d for d in range(1, heads + 1) if heads % d == 0]
-            choices = ", ".join(map(str, divisors[:-1])) + f" or {divisors[-1]}"
+            divisors = [str(d) for d in range(1, heads + 1) if heads % d == 0]
+            choices = divisors[0] if len(divisors) == 1 else f"{', '.join(divisors[:-1])} or {divisors[-1]}"
         else:
             choices = f"a divisor of {heads:,}"
+        noun = "attention head" if heads == 1 else "attention heads"
         raise UsageError(
-            f"--tp {tp}: does not divide the {heads} attention heads of {spec.name} "
-            f"(num_attention_heads); use {choices}"
+            f"--tp {tp}: does not divide the {heads} {noun} of {spec.name} (num_attention_heads); use {choices}"
         )
 
 

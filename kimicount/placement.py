@@ -1,7 +1,7 @@
 """Where each weight lives: the parallel layout, and the bytes of every component on one GPU.
 
-Engines shard DeepSeek-V3-style models the same way (vLLM's deepseek_v2.py, SGLang's deepseek_v2.py);
-the rule follows from the module a tensor belongs to:
+The layout is vLLM's (its deepseek_v2.py, its linear and fused-MoE layers); the rule follows from the
+module a tensor belongs to:
 
 | module | rule under tensor parallelism (TP ranks) |
 |---|---|
@@ -18,6 +18,15 @@ the routed experts span all TP × DP ranks. Pipeline parallelism gives each stag
 partition: the remainder goes to the stages before the last), the embedding to the first and the
 final norm and head to the last.
 
+SGLang's data-parallel attention differs by default: its TP group spans all TP × DP GPUs, and only the
+attention is per DP rank. The dense MLP is split over the whole group, the output head too unless
+--enable-dp-lm-head, and the shared expert too unless DeepEP runs the MoE; kimicount does not model it.
+
+vLLM also keeps, beside an FP8 kv_b_proj, BF16 copies of its two halves, W_UK and W_UV, for the
+absorbed decode ("we currently do not have quantized bmm's ... we just store fp16/bf16 copies", its MLA
+layer's process_weights_after_loading; a quantized kv_b_proj is dequantized there, an unquantized one
+is only viewed). They are a component of their own here, split by heads as kv_b_proj is.
+
 A rank's bytes are the storage bytes of its shard, computed by the storage model (`ref_memory`) on the
 shard's shape, so FP8 block scales and INT4 group scales are split exactly as the weights are. Shapes
 an engine cannot split (heads not divisible by TP, a split that cuts an FP8 block or an INT4 group)
@@ -33,7 +42,8 @@ from functools import lru_cache
 
 from kimicount.anatomy import Anatomy, Node, Role, TensorRef
 from kimicount.errors import UsageError, require_positive
-from kimicount.kvcache import check_tp
+from kimicount.flow import is_kv_b_proj, vllm_bf16_absorption
+from kimicount.kvcache import DTYPE_BYTES, check_tp, default_dtype
 from kimicount.spec import ModelSpec
 from kimicount.storage import fp8_quantized, packable, ref_memory
 
@@ -93,14 +103,16 @@ def parallel_layout(
 ) -> Parallel:
     """The layout the options describe, checked against the model; TP takes whatever pp and dp leave.
 
-    `ep` is the EP size the user typed: engines size expert parallelism as TP × DP (vLLM's
-    --enable-expert-parallel, SGLang's --ep-size), so any other value is refused.
+    `ep` is the EP size the user typed: None or 1 is expert parallelism off; on, engines size it as
+    TP × DP (vLLM's --enable-expert-parallel, SGLang's --ep-size), so any other value is refused.
 
-    >>> parallel_layout(k2, 8), parallel_layout(k2, 8, dp=8, ep=8).label
-    (Parallel(tp=8, pp=1, dp=1, ep=False, dcp=1), 'DP8 + EP8')
+    >>> parallel_layout(k2, 8), parallel_layout(k2, 8, dp=8, ep=8).label, parallel_layout(k2, 8, ep=1).ep
+    (Parallel(tp=8, pp=1, dp=1, ep=False, dcp=1), 'DP8 + EP8', False)
     """
     for option, value in (("--gpus", gpus), ("--pp", pp), ("--dp", dp), ("--dcp", dcp)):
         require_positive(option, value)
+    if ep is not None:
+        require_positive("--ep", ep)
     if tp is None:
         if gpus % (pp * dp):
             raise UsageError(f"--gpus {gpus}: does not divide into --pp {pp} × --dp {dp} groups")
@@ -113,12 +125,31 @@ def parallel_layout(
         raise UsageError(f"--pp {pp}: more stages than the {spec.num_hidden_layers} layers of {spec.name}")
     if tp % dcp:
         raise UsageError(f"--dcp {dcp}: must divide --tp {tp} (decode-context parallelism splits a TP group)")
-    if ep is not None and ep not in (0, 1, tp * dp):
+    if ep not in (None, 1, tp * dp):
         raise UsageError(
-            f"--ep {ep}: engines make expert parallelism span all TP × DP ranks, {tp} × {dp} = {tp * dp} here "
-            f"(vLLM --enable-expert-parallel, SGLang --ep-size); use --ep {tp * dp} or leave it out"
+            f"--ep {ep}: expert parallelism is off (--ep 1) or spans all TP × DP ranks, {tp} × {dp} = "
+            f"{tp * dp} here (vLLM --enable-expert-parallel, SGLang --ep-size); use --ep {tp * dp} or --ep 1"
         )
-    return Parallel(tp=tp, pp=pp, dp=dp, ep=bool(ep) and tp * dp > 1, dcp=dcp)
+    return Parallel(tp=tp, pp=pp, dp=dp, ep=ep == tp * dp and tp * dp > 1, dcp=dcp)
+
+
+def experts_per_gpu(spec: ModelSpec, parallel: Parallel) -> int:
+    """Whole routed experts on the fullest GPU under expert parallelism: ceil(E / EP). [experts]
+
+    >>> experts_per_gpu(k2, Parallel(dp=8, ep=True)), experts_per_gpu(k2, Parallel(dp=10, ep=True))
+    (48, 39)
+    """
+    return -(-spec.n_routed_experts // parallel.moe_ranks)
+
+
+def expert_width_per_gpu(spec: ModelSpec, parallel: Parallel) -> int:
+    """An expert's intermediate width on one GPU: whole under EP, else split over the TP × DP ranks.
+    [columns]
+
+    >>> expert_width_per_gpu(k2, Parallel(tp=8)), expert_width_per_gpu(k2, Parallel(dp=8, ep=True))
+    (256, 2048)
+    """
+    return spec.moe_intermediate_size // (1 if parallel.ep else parallel.moe_ranks)
 
 
 def pipeline_stages(num_layers: int, pp: int) -> list[tuple[int, ...]]:
@@ -229,8 +260,7 @@ def shard(
         return Shard(replace(ref, shape=(padded // parallel.tp, *ref.shape[1:])), rule, parallel.tp, 0)
     if rule is Rule.experts:
         if parallel.ep:
-            local = -(-spec.n_routed_experts // parallel.moe_ranks)
-            return Shard(replace(ref, experts=local), rule, parallel.moe_ranks)
+            return Shard(replace(ref, experts=experts_per_gpu(spec, parallel)), rule, parallel.moe_ranks)
         parts = parallel.moe_ranks
         option = f"--tp {parallel.tp} × --dp {parallel.dp}" if parallel.dp > 1 else f"--tp {parallel.tp}"
     else:
@@ -277,15 +307,30 @@ def shard_bytes(spec: ModelSpec, ref: TensorRef) -> int:
 # --- one GPU's weights, per component ---------------------------------------------------------------
 
 
+class Kind(str, Enum):
+    """What a component is to a forward pass (the speed floor reads it): which bytes a step reads."""
+
+    weights = "weights"  # read whole by every step
+    kv_b_proj = "kv_b_proj"  # read by prefill; by the absorbed decode too unless vLLM's copies stand in
+    absorption = "absorption copies"  # vLLM's BF16 W_UK, W_UV: read by the absorbed decode
+    routed_experts = "routed experts"  # read in the share the step's tokens touch
+    embedding = "embedding"  # a lookup: a step reads its tokens' rows only
+    mtp = "multi-token prediction"  # runs only when speculative decoding drafts
+    vision = "vision"  # runs on images only
+
+
 @dataclass(frozen=True)
 class PlacedComponent:
-    """A component (all its layers) under a layout: its rule in words, its bytes in the whole model, and
-    its bytes on the fullest GPU of each pipeline stage."""
+    """A component (all its layers) under a layout: its rule in words, its bytes in the whole model's
+    checkpoint (0 for what an engine makes at load time: `in_checkpoint` False), and its bytes on the
+    fullest GPU of each pipeline stage."""
 
     name: str
     rule: str
     model_bytes: int
     bytes_per_gpu: tuple[int, ...]  # one per stage
+    kind: Kind = Kind.weights
+    in_checkpoint: bool = True
 
 
 @dataclass(frozen=True)
@@ -301,6 +346,14 @@ class Placement:
         """Σ bytes on the fullest GPU of `stage`. [bytes]"""
         return sum(c.bytes_per_gpu[stage] for c in self.components)
 
+    def kind_bytes(self, stage: int, *kinds: Kind) -> int:
+        """Σ bytes of the components of these kinds on the fullest GPU of `stage`. [bytes]"""
+        return sum(c.bytes_per_gpu[stage] for c in self.components if c.kind in kinds)
+
+    def has(self, kind: Kind) -> bool:
+        """Whether any component is of this kind."""
+        return any(c.kind is kind for c in self.components)
+
     def kv_layers(self, stage: int) -> int:
         """Layers whose KV cache the stage holds: its main layers, and the MTP layers on the last."""
         return len(self.stages[stage]) + (self.mtp_layers if stage == len(self.stages) - 1 else 0)
@@ -310,9 +363,22 @@ class Placement:
 class _Row:
     """A component row being summed over its tensors."""
 
+    kind: Kind
     model_bytes: int = 0
     per_stage: list[int] = field(default_factory=list)
     shards: list[Shard] = field(default_factory=list)
+
+
+def _kind(node: Node) -> Kind:
+    """A language-model leaf's kind, from its tensors."""
+    refs = node.tensors
+    if all(ref.experts for ref in refs):
+        return Kind.routed_experts
+    if any(ref.role is Role.EMBEDDING for ref in refs):
+        return Kind.embedding
+    if all(is_kv_b_proj(ref) for ref in refs):
+        return Kind.kv_b_proj
+    return Kind.weights
 
 
 def _leaves(node: Node) -> Iterator[Node]:
@@ -328,54 +394,74 @@ def place(anatomy: Anatomy, parallel: Parallel, *, mtp: bool = False, vision: bo
     summed). With `mtp` (speculative decoding) the MTP module's own layer is one row, on the last stage;
     its embedding and head are the main model's, which engines share with it. With `vision` the vision
     tower and projector are one row on the first stage (the image encoder runs before layer 0),
-    replicated.
+    replicated. When kv_b_proj is quantized, vLLM's BF16 copies of W_UK and W_UV are one row more
+    (ABSORPTION_COPIES): each GPU's kv_b_proj shard again, at 2 bytes an element, not in the checkpoint.
 
     >>> from kimicount.anatomy import build_anatomy
     >>> placement = place(build_anatomy(k2), Parallel(tp=8))
     >>> [(c.name, c.bytes_per_gpu) for c in placement.components][:2]
     [('Token embedding', (293601280,)), ('Attention RMSNorm', (874496,))]
+    >>> placement.components[-1].name, placement.components[-1].bytes_per_gpu  # 61 × 8 heads × 256 × 512 × 2
+    ("vLLM's BF16 W_UK, W_UV", (127926272,))
     """
     spec = anatomy.spec
     stages = pipeline_stages(spec.num_hidden_layers, parallel.pp)
     count = len(stages)
     rows: dict[str, _Row] = {}
+    copies = _Row(Kind.absorption, per_stage=[0] * count)  # vLLM's dequantized kv_b_proj, per stage
+    copy_bytes = DTYPE_BYTES[default_dtype(spec)] if vllm_bf16_absorption(spec) else 0
 
-    def add(name: str, ref: TensorRef, stage_layers: dict[int, Sequence[int] | None]) -> None:
-        row = rows.setdefault(name, _Row(per_stage=[0] * count))
+    def add(name: str, kind: Kind, ref: TensorRef, stage_layers: dict[int, Sequence[int] | None]) -> None:
+        row = rows.setdefault(name, _Row(kind, per_stage=[0] * count))
         row.model_bytes += shard_bytes(spec, ref)
         for stage, kept in stage_layers.items():
             placed = shard(spec, ref, parallel, kept)
             if placed is not None:
                 row.per_stage[stage] += shard_bytes(spec, placed.ref)
                 row.shards.append(placed)
+                if copy_bytes and is_kv_b_proj(ref):
+                    copies.per_stage[stage] += placed.ref.elements * placed.ref.copies * copy_bytes
+                    copies.shards.append(placed)
 
     for node in _leaves(anatomy.model):
         for ref in node.tensors:
             if ref.layers:
-                add(node.name, ref, dict(enumerate(stages)))
+                add(node.name, _kind(node), ref, dict(enumerate(stages)))
             else:  # the embedding goes to the first stage; the final norm and the head to the last
-                add(node.name, ref, {0 if ref.role is Role.EMBEDDING else count - 1: None})
+                add(node.name, _kind(node), ref, {0 if ref.role is Role.EMBEDDING else count - 1: None})
     if mtp and anatomy.mtp is not None:
         for node in _leaves(anatomy.mtp):
             for ref in node.tensors:
-                add("Multi-token prediction", ref, {count - 1: spec.mtp_layers})
+                add("Multi-token prediction", Kind.mtp, ref, {count - 1: spec.mtp_layers})
     if vision and anatomy.vision is not None:
         for node in _leaves(anatomy.vision):
             for ref in node.tensors:
-                row = rows.setdefault("Vision tower and projector", _Row(per_stage=[0] * count))
+                row = rows.setdefault("Vision tower and projector", _Row(Kind.vision, per_stage=[0] * count))
                 row.model_bytes += shard_bytes(spec, ref)
                 row.per_stage[0] += shard_bytes(spec, ref)
                 row.shards.append(Shard(ref, Rule.replicated))
-    components = tuple(
-        PlacedComponent(name, rules_text(spec, parallel, row.shards), row.model_bytes, tuple(row.per_stage))
+    components = [
+        PlacedComponent(
+            name, rules_text(spec, parallel, row.shards), row.model_bytes, tuple(row.per_stage), row.kind
+        )
         for name, row in rows.items()
-    )
+    ]
+    if copies.shards:
+        rule = f"{ABSORPTION_RULE}, {rule_text(spec, parallel, Rule.heads, copies.shards)}"
+        components.append(
+            PlacedComponent(ABSORPTION_COPIES, rule, 0, tuple(copies.per_stage), Kind.absorption, False)
+        )
     mtp_layers = len(spec.mtp_layers) if mtp and anatomy.mtp is not None else 0
-    return Placement(parallel, tuple(stages), components, mtp_layers)
+    return Placement(parallel, tuple(stages), tuple(components), mtp_layers)
+
+
+#: The row of vLLM's BF16 copies of kv_b_proj, and its rule.
+ABSORPTION_COPIES = "vLLM's BF16 W_UK, W_UV"
+ABSORPTION_RULE = "kv_b_proj in BF16"
 
 
 def rules_text(spec: ModelSpec, parallel: Parallel, shards: Sequence[Shard]) -> str:
-    """The rule of a component with this layout's numbers ('split by heads: 8 of 64 per GPU'); a
+    """The rule of a component with this layout's numbers ('by heads: 8 of 64'); a
     component whose tensors follow different rules names each (the shared rotary key is replicated,
     the MTP layer mixes them all)."""
     by_rule: dict[Rule, list[Shard]] = {}
@@ -406,7 +492,7 @@ def rule_text(spec: ModelSpec, parallel: Parallel, rule: Rule, shards: Sequence[
     experts = spec.n_routed_experts
     if parallel.ep:
         fullest = "" if experts % parallel.moe_ranks == 0 else " (the fullest GPU)"
-        return f"whole experts: {first.ref.experts} of {experts}{fullest}"
+        return f"whole experts: {experts_per_gpu(spec, parallel)} of {experts}{fullest}"
     if parallel.moe_ranks == 1:
         return "whole"
     width = spec.moe_intermediate_size

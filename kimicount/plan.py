@@ -1,14 +1,19 @@
 """`kimicount plan`: one GPU's memory under a deployment, and how much KV cache is left for context.
 
-Per GPU, as engines size it (vLLM's `determine_available_memory`, then its KV-cache config):
+Per GPU, as vLLM sizes it (its worker's `determine_available_memory`, then its KV-cache config):
 
-    pool   = floor(memory × gpu_memory_utilization) − weights − reserve          (or --kv-memory)
-    tokens = floor(pool ÷ (block_size × KV bytes per token on this GPU)) × block_size
+    pool   = ceil(CUDA's total × gpu_memory_utilization) − weights − reserve      (or --kv-memory)
+    pages  = floor(pool ÷ (block_size × KV bytes per token on this GPU));  tokens = pages × block_size
     context held by one replica = tokens × DCP;  by the deployment = × DP
+    one sequence of max_model_len takes ceil(max_model_len ÷ (block_size × DCP)) pages on each GPU;
+    maximum concurrency = pages ÷ that, as vLLM prints it
 
-Everything is exact but the reserve (the engine's activation peak, sampler buffers, CUDA graphs and
-communication buffers), which is an estimate, labelled so, with its formula; `--reserve` replaces
-it and `--kv-memory` skips the whole subtraction, starting from the figure an engine printed.
+CUDA's total is what `torch.cuda.mem_get_info()` reports, a few hundred MiB under nvidia-smi's (vLLM's
+MemorySnapshot, then its request_memory rounds the product up). The
+pool and all that follows from it are exact given the reserve (the engine's activation peak, sampler
+buffers, CUDA graphs and communication buffers), which is an estimate, labelled so, with its formula;
+so is the CUDA total of a GPU no public log gives. `--reserve` replaces the one, `--gpu-memory` the
+other, and `--kv-memory` skips the whole subtraction, starting from the figure an engine printed.
 Under pipeline parallelism every stage is sized and the deployment holds what its fullest stage
 allows, as vLLM takes the smallest block count of all its workers.
 """
@@ -17,14 +22,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from kimicount.anatomy import Anatomy
 from kimicount.errors import UsageError, require_positive
 from kimicount.hardware import Accelerator
-from kimicount.kvcache import Layout, LayoutCache, Workload, default_dtype, element_bytes, layout_cache
-from kimicount.placement import Parallel, Placement, parallel_layout, place
+from kimicount.kvcache import (
+    Layout,
+    LayoutCache,
+    Workload,
+    bytes_per_token_per_layer,
+    default_dtype,
+    element_bytes,
+    layout_cache,
+)
+from kimicount.placement import Parallel, Placement, expert_width_per_gpu, parallel_layout, place
+from kimicount.spec import ModelSpec
 
 GIB = 2**30
 
@@ -46,7 +60,7 @@ def engine_batch_defaults(gpu: Accelerator) -> tuple[int, int]:
     >>> engine_batch_defaults(ACCELERATORS["H200"]), engine_batch_defaults(ACCELERATORS["A100-80GB"])
     ((8192, 1024), (2048, 256))
     """
-    large = gpu.memory_bytes >= 70 * GIB and not gpu.name.startswith("A100")
+    large = gpu.cuda_memory_bytes >= 70 * GIB and not gpu.name.startswith("A100")
     return LARGE_GPU_DEFAULTS if large else SMALL_GPU_DEFAULTS
 
 
@@ -83,20 +97,15 @@ RESERVE_ASSUMES = (
 )
 
 
-def reserve_estimate(
-    anatomy: Anatomy, parallel: Parallel, max_batched_tokens: int, max_num_seqs: int
-) -> Reserve:
-    """The reserve an engine takes, estimated from the largest transient buffers of its profile run.
-    [bytes]
+def reserve_estimate(spec: ModelSpec, width: int, max_batched_tokens: int, max_num_seqs: int) -> Reserve:
+    """The reserve an engine takes, estimated from the largest transient buffers of its profile run,
+    with experts `width` wide on each GPU (placement.expert_width_per_gpu). [bytes]
 
-    >>> from kimicount.anatomy import build_anatomy
-    >>> reserve = reserve_estimate(build_anatomy(k2), Parallel(tp=8), 8192, 1024)
+    >>> reserve = reserve_estimate(k2, 256, 8192, 1024)
     >>> [bytes_ for _, _, bytes_ in reserve.terms]  # 8,192 × 88,064 × 2; 1,024 × 163,840 × 16; 2 GiB
     [1442840576, 2684354560, 2147483648]
     """
-    spec = anatomy.spec
     k, hidden = spec.num_experts_per_tok, spec.hidden_size
-    width = spec.moe_intermediate_size // (1 if parallel.ep else parallel.moe_ranks)
     per_token = k * max(2 * width, hidden) + k * width + 4 * hidden
     rows = min(max_num_seqs, max_batched_tokens)
     terms = (
@@ -117,10 +126,21 @@ def reserve_estimate(
     )
 
 
+def usable_memory(gpu: Accelerator, utilization: Fraction) -> int:
+    """What vLLM lets itself use of one GPU, its request_memory: ceil(CUDA's total ×
+    gpu_memory_utilization). [bytes]
+
+    >>> from kimicount.hardware import ACCELERATORS
+    >>> usable_memory(ACCELERATORS["H200"], Fraction(9, 10))  # ceil(143,156 MiB × 0.9)
+    135098951271
+    """
+    return math.ceil(gpu.cuda_memory_bytes * utilization)
+
+
 # --- the KV cache ----------------------------------------------------------------------------------
 
 
-def engine_layout(spec, dtype: str, layout: Layout | None) -> Layout:
+def engine_layout(spec: ModelSpec, dtype: str, layout: Layout | None) -> Layout:
     """The cache layout engines use for MLA: the latent; with an fp8 cache on DeepSeek-V3.2 (sparse
     FlashMLA), FlashMLA's 656-byte fp8 record (vLLM's fp8_ds_mla). Dense MLA models keep a plain fp8
     latent (vLLM's fp8_e4m3). `layout` overrides.
@@ -131,6 +151,94 @@ def engine_layout(spec, dtype: str, layout: Layout | None) -> Layout:
     if layout is not None:
         return layout
     return Layout.flashmla_fp8 if dtype == "fp8" and spec.indexer is not None else Layout.latent
+
+
+def sequence_pages(tokens: int, block_size: int, dcp: int = 1) -> int:
+    """Pages one sequence of `tokens` takes on each GPU, its tokens split by DCP: vLLM's
+    cdiv(cdiv(tokens, dcp), block_size), which is ceil(tokens ÷ (block_size × dcp)). [pages]
+
+    >>> sequence_pages(262_144, 64), sequence_pages(1000, 64), sequence_pages(262_144, 64, 8)
+    (4096, 16, 512)
+    """
+    return -(-tokens // (block_size * dcp))
+
+
+@dataclass(frozen=True)
+class DeploymentOptions:
+    """What an engine is told: the parallel layout as typed (`tp` None: what pp and dp leave; `ep`
+    None or 1: off), the share of memory it may use, what it keeps back (`reserve`, or the defaults
+    the estimate reads), or the KV pool it printed (`kv_memory`), the cache's dtype, layout and page
+    size, the longest sequence, and what it loads besides the language model. Sizes in bytes; None:
+    the engine's default or the config's."""
+
+    tp: int | None = None
+    pp: int = 1
+    dp: int = 1
+    ep: int | None = None
+    dcp: int = 1
+    utilization: Fraction = Fraction(9, 10)
+    reserve: int | None = None
+    max_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    kv_memory: int | None = None
+    kv_dtype: str | None = None
+    kv_layout: Layout | None = None
+    block_size: int = 64
+    max_model_len: int | None = None
+    mtp: bool = False
+    vision: bool = True
+
+    def check(self, anatomy: Anatomy) -> None:
+        """Refuse, in one line, an option no engine takes."""
+        if not 0 < self.utilization <= 1:
+            raise UsageError(
+                f"--gpu-memory-utilization {float(self.utilization):g}: expected a fraction in (0, 1]"
+            )
+        for option, value in (
+            ("--block-size", self.block_size),
+            ("--max-model-len", self.max_model_len),
+            ("--max-batched-tokens", self.max_batched_tokens),
+            ("--max-num-seqs", self.max_num_seqs),
+            ("--reserve", self.reserve),
+            ("--kv-memory", self.kv_memory),
+        ):
+            if value is not None:
+                require_positive(option, value)
+        if self.mtp and anatomy.mtp is None:
+            raise UsageError(
+                f"--mtp: {anatomy.spec.name} has no multi-token-prediction layer (num_nextn_predict_layers 0)"
+            )
+        element_bytes(self.dtype(anatomy.spec), "--kv-dtype")
+
+    def parallel(self, spec: ModelSpec, gpus: int) -> Parallel:
+        """The layout of `gpus` GPUs these options describe, checked (placement.parallel_layout).
+
+        >>> DeploymentOptions(dp=8, ep=8).parallel(k2, 8).label
+        'DP8 + EP8'
+        """
+        return parallel_layout(spec, gpus, tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep, dcp=self.dcp)
+
+    def context(self, spec: ModelSpec) -> int:
+        """max_model_len, or the config's max_position_embeddings. [tokens]"""
+        return self.max_model_len or spec.max_position_embeddings
+
+    def dtype(self, spec: ModelSpec) -> str:
+        """The cache dtype: --kv-dtype, or the model's."""
+        return default_dtype(spec) if self.kv_dtype is None else self.kv_dtype
+
+    def reserve_for(self, anatomy: Anatomy, gpu: Accelerator, parallel: Parallel) -> Reserve | None:
+        """What is kept back: None under --kv-memory, the given --reserve, or the estimate."""
+        if self.kv_memory is not None:
+            return None
+        if self.reserve is not None:
+            return Reserve(self.reserve, False)
+        tokens, sequences = engine_batch_defaults(gpu)
+        return reserve_estimate(
+            anatomy.spec,
+            expert_width_per_gpu(anatomy.spec, parallel),
+            self.max_batched_tokens or tokens,
+            self.max_num_seqs or sequences,
+        )
 
 
 @dataclass(frozen=True)
@@ -173,30 +281,70 @@ class PlanReport:
     count: int
     parallel: Parallel
     placement: Placement
-    utilization: Fraction
+    options: DeploymentOptions
     reserve: Reserve | None  # None when --kv-memory gave the pool
-    kv_memory: int | None
     layout: Layout
     dtype: str
-    block_size: int
-    max_model_len: int
     stages: tuple[StageMemory, ...]
     min_gpus: tuple[int, Parallel] | None = None
     min_gpus_asked: bool = False
 
     @property
-    def spec(self):
+    def spec(self) -> ModelSpec:
         return self.anatomy.spec
 
     @property
+    def utilization(self) -> Fraction:
+        return self.options.utilization
+
+    @property
+    def kv_memory(self) -> int | None:
+        return self.options.kv_memory
+
+    @property
+    def block_size(self) -> int:
+        return self.options.block_size
+
+    @property
+    def max_model_len(self) -> int:
+        return self.options.context(self.spec)
+
+    @property
     def usable(self) -> int:
-        """floor(memory × gpu_memory_utilization). [bytes]"""
-        return math.floor(self.gpu.memory_bytes * self.utilization)
+        """usable_memory: ceil(CUDA's total × gpu_memory_utilization). [bytes]"""
+        return usable_memory(self.gpu, self.utilization)
+
+    @property
+    def estimated_inputs(self) -> tuple[str, ...]:
+        """The estimates the pool rests on, and so every figure that follows from it (tokens, concurrency,
+        the verdict, the fewest GPUs): 'reserve', 'cuda_memory'; none under --kv-memory."""
+        if self.kv_memory is not None:
+            return ()
+        reserve = ("reserve",) if self.reserve is not None and self.reserve.estimate else ()
+        return reserve + (("cuda_memory",) if self.gpu.cuda_memory_estimated else ())
+
+    @property
+    def search_estimated_inputs(self) -> tuple[str, ...]:
+        """The estimates the --min-gpus search rests on: it sizes every layout from usable memory less
+        the reserve (never from --kv-memory), so the reserve unless --reserve gave it, and an estimated
+        CUDA total."""
+        reserve = ("reserve",) if self.options.reserve is None else ()
+        return reserve + (("cuda_memory",) if self.gpu.cuda_memory_estimated else ())
+
+    @property
+    def estimate(self) -> bool:
+        """Whether the pool and what follows from it are estimates."""
+        return bool(self.estimated_inputs)
+
+    @property
+    def pages_per_gpu(self) -> int:
+        """KV pages on each GPU of the fullest stage (every stage must hold the same tokens). [pages]"""
+        return min(stage.tokens for stage in self.stages) // self.block_size
 
     @property
     def tokens_per_gpu(self) -> int:
-        """KV tokens on each GPU of the fullest stage (every stage must hold the same tokens). [tokens]"""
-        return min(stage.tokens for stage in self.stages)
+        """pages_per_gpu × block_size. [tokens]"""
+        return self.pages_per_gpu * self.block_size
 
     @property
     def tokens_per_replica(self) -> int:
@@ -210,20 +358,20 @@ class PlanReport:
         return self.tokens_per_replica * self.parallel.dp
 
     @property
-    def sequence_tokens(self) -> int:
-        """One sequence of max_model_len, in whole pages across the DCP ranks. [tokens]"""
-        page = self.block_size * self.parallel.dcp
-        return -(-self.max_model_len // page) * page
+    def sequence_pages(self) -> int:
+        """Pages one sequence of max_model_len takes on each GPU. [pages]"""
+        return sequence_pages(self.max_model_len, self.block_size, self.parallel.dcp)
 
     @property
     def max_concurrency(self) -> float:
-        """tokens_per_replica ÷ max_model_len, as vLLM prints it ('2.73x')."""
-        return self.tokens_per_replica / self.max_model_len
+        """pages_per_gpu ÷ sequence_pages, as vLLM prints it ('2.73x'; its num_blocks ÷
+        cdiv(max_model_len, block_size), DCP splitting max_model_len first)."""
+        return self.pages_per_gpu / self.sequence_pages
 
     @property
     def sequences_per_replica(self) -> int:
         """Whole sequences of max_model_len one replica holds at once. [sequences]"""
-        return self.tokens_per_replica // self.sequence_tokens
+        return self.pages_per_gpu // self.sequence_pages
 
     @property
     def fits(self) -> bool:
@@ -233,7 +381,7 @@ class PlanReport:
     @property
     def short_by(self) -> int:
         """The most bytes any GPU lacks for one sequence of max_model_len (0 when it fits). [bytes]"""
-        one = self.sequence_tokens // self.parallel.dcp
+        one = self.sequence_pages * self.block_size
         return max(0, *(one * stage.bytes_per_token - stage.pool for stage in self.stages))
 
     @property
@@ -243,135 +391,52 @@ class PlanReport:
 
 
 def plan_memory(
-    anatomy: Anatomy,
-    gpu: Accelerator,
-    parallel: Parallel,
-    *,
-    utilization: Fraction = Fraction(9, 10),
-    reserve: int | None = None,
-    max_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    kv_memory: int | None = None,
-    kv_dtype: str | None = None,
-    kv_layout: Layout | None = None,
-    block_size: int = 64,
-    max_model_len: int | None = None,
-    mtp: bool = False,
-    vision: bool = True,
-) -> tuple[Placement, Reserve | None, tuple[StageMemory, ...], Layout, str]:
-    """Place the weights and size every stage's KV pool; see `plan` for the options."""
+    anatomy: Anatomy, gpu: Accelerator, parallel: Parallel, options: DeploymentOptions
+) -> PlanReport:
+    """Place the weights on `parallel.gpus` GPUs and size every stage's KV pool (options checked)."""
     spec = anatomy.spec
-    placement = place(anatomy, parallel, mtp=mtp, vision=vision)
-    dtype = default_dtype(spec) if kv_dtype is None else kv_dtype
-    e = element_bytes(dtype, "--kv-dtype")
-    layout = engine_layout(spec, dtype, kv_layout)
-    usable = math.floor(gpu.memory_bytes * utilization)
-    if kv_memory is not None:
-        taken = None
-    elif reserve is not None:
-        taken = Reserve(reserve, False)
-    else:
-        tokens_default, seqs_default = engine_batch_defaults(gpu)
-        taken = reserve_estimate(
-            anatomy, parallel, max_batched_tokens or tokens_default, max_num_seqs or seqs_default
-        )
+    placement = place(anatomy, parallel, mtp=options.mtp, vision=options.vision)
+    dtype = options.dtype(spec)
+    layout = engine_layout(spec, dtype, options.kv_layout)
+    reserve = options.reserve_for(anatomy, gpu, parallel)
+    usable = usable_memory(gpu, options.utilization)
+    workload = Workload(tokens=options.context(spec), block_size=options.block_size, tp=parallel.tp)
     stages = []
     for index, layers in enumerate(placement.stages):
         kv_layers = placement.kv_layers(index)
-        workload = Workload(
-            tokens=max_model_len or spec.max_position_embeddings, block_size=block_size, tp=parallel.tp
-        )
         weights = placement.weight_bytes(index)
-        pool = kv_memory if kv_memory is not None else usable - weights - taken.bytes
-        stages.append(
-            StageMemory(
-                index, layers, kv_layers, weights, 0 if taken is None else taken.bytes, pool,
-                layout_cache(spec, layout, e, kv_layers, workload),
-            )
-        )  # fmt: skip
-    return placement, taken, tuple(stages), layout, dtype
+        kept = 0 if reserve is None else reserve.bytes
+        pool = options.kv_memory if options.kv_memory is not None else usable - weights - kept
+        cache = layout_cache(spec, layout, element_bytes(dtype, "--kv-dtype"), kv_layers, workload)
+        stages.append(StageMemory(index, layers, kv_layers, weights, kept, pool, cache))
+    return PlanReport(
+        anatomy, gpu, parallel.gpus, parallel, placement, options, reserve, layout, dtype, tuple(stages)
+    )
 
 
 def plan(
     anatomy: Anatomy,
     gpu: Accelerator,
     count: int,
+    options: DeploymentOptions = DeploymentOptions(),
     *,
-    tp: int | None = None,
-    pp: int = 1,
-    dp: int = 1,
-    ep: int | None = None,
-    dcp: int = 1,
-    utilization: Fraction = Fraction(9, 10),
-    reserve: int | None = None,
-    max_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    kv_memory: int | None = None,
-    kv_dtype: str | None = None,
-    kv_layout: Layout | None = None,
-    block_size: int = 64,
-    max_model_len: int | None = None,
-    mtp: bool = False,
-    vision: bool = True,
     min_gpus: bool = False,
 ) -> PlanReport:
-    """Check the options, place the model on `count` GPUs and size its KV cache.
+    """Check the options, place the model on `count` GPUs and size its KV cache. With `min_gpus`, also
+    search the fewest GPUs of this type that hold the weights, the reserve and one sequence of
+    max_model_len (in layouts of its own: the search ignores the options' layout).
 
-    `reserve`, `kv_memory` are bytes; `max_model_len` defaults to the config's max_position_embeddings.
-    With `min_gpus`, also search the fewest GPUs of this type that hold the weights, the reserve and
-    one sequence of max_model_len.
+    >>> from kimicount.anatomy import build_anatomy
+    >>> from kimicount.hardware import ACCELERATORS
+    >>> report = plan(build_anatomy(k2), ACCELERATORS["H200"], 16, DeploymentOptions(kv_memory=40 * 2**30))
+    >>> report.parallel.label, report.tokens_per_gpu  # floor(40 GiB ÷ (64 × 70,272 B)) × 64
+    ('TP16', 611136)
     """
-    spec = anatomy.spec
-    if not 0 < utilization <= 1:
-        raise UsageError(f"--gpu-memory-utilization {float(utilization):g}: expected a fraction in (0, 1]")
-    for option, value in (
-        ("--block-size", block_size),
-        ("--max-model-len", max_model_len),
-        ("--max-batched-tokens", max_batched_tokens),
-        ("--max-num-seqs", max_num_seqs),
-        ("--reserve", reserve),
-        ("--kv-memory", kv_memory),
-    ):
-        if value is not None:
-            require_positive(option, value)
-    if mtp and anatomy.mtp is None:
-        raise UsageError(
-            f"--mtp: {spec.name} has no multi-token-prediction layer (num_nextn_predict_layers 0)"
-        )
-    parallel = parallel_layout(spec, count, tp=tp, pp=pp, dp=dp, ep=ep, dcp=dcp)
-    options = {
-        "utilization": utilization,
-        "reserve": reserve,
-        "max_batched_tokens": max_batched_tokens,
-        "max_num_seqs": max_num_seqs,
-        "kv_dtype": kv_dtype,
-        "kv_layout": kv_layout,
-        "block_size": block_size,
-        "max_model_len": max_model_len,
-        "mtp": mtp,
-        "vision": vision,
-    }
-    placement, taken, stages, layout, dtype = plan_memory(
-        anatomy, gpu, parallel, kv_memory=kv_memory, **options
-    )
-    fewest = fewest_gpus(anatomy, gpu, **options) if min_gpus else None
-    return PlanReport(
-        anatomy=anatomy,
-        gpu=gpu,
-        count=count,
-        parallel=parallel,
-        placement=placement,
-        utilization=utilization,
-        reserve=taken,
-        kv_memory=kv_memory,
-        layout=layout,
-        dtype=dtype,
-        block_size=block_size,
-        max_model_len=max_model_len or spec.max_position_embeddings,
-        stages=stages,
-        min_gpus=fewest,
-        min_gpus_asked=min_gpus,
-    )
+    options.check(anatomy)
+    report = plan_memory(anatomy, gpu, options.parallel(anatomy.spec, count), options)
+    if not min_gpus:
+        return report
+    return replace(report, min_gpus=fewest_gpus(anatomy, gpu, options), min_gpus_asked=True)
 
 
 # --- the fewest GPUs -------------------------------------------------------------------------------
@@ -380,10 +445,10 @@ def plan(
 MAX_SEARCH_GPUS = 4096
 
 
-def candidate_layouts(spec, gpus: int) -> Iterator[Parallel]:
+def candidate_layouts(spec: ModelSpec, gpus: int) -> Iterator[Parallel]:
     """Layouts of `gpus` GPUs worth trying, simplest first: TP alone, TP with EP, DP attention with EP,
     then TP × PP with and without EP (fewer stages first). Layouts the model cannot run are skipped."""
-    tried: list[dict] = [{"tp": gpus}, {"tp": gpus, "ep": gpus}, {"tp": 1, "dp": gpus, "ep": gpus}]
+    tried: list[dict[str, int]] = [{"tp": gpus}, {"tp": gpus, "ep": gpus}, {"tp": 1, "dp": gpus, "ep": gpus}]
     for pp in range(2, min(gpus, spec.num_hidden_layers) + 1):
         if gpus % pp == 0:
             tried += [{"tp": gpus // pp, "pp": pp}, {"tp": gpus // pp, "pp": pp, "ep": gpus // pp}]
@@ -394,25 +459,52 @@ def candidate_layouts(spec, gpus: int) -> Iterator[Parallel]:
             continue
 
 
-def fewest_gpus(anatomy: Anatomy, gpu: Accelerator, **options) -> tuple[int, Parallel] | None:
-    """The fewest GPUs of this type, and a layout, on which every GPU holds its weights, the reserve
-    and one sequence of max_model_len; None when nothing up to MAX_SEARCH_GPUS does."""
+def search_limit(spec: ModelSpec) -> int:
+    """The most GPUs worth trying: past H × layers no TP × PP layout exists (TP divides the heads, PP
+    at most one layer a stage) and past E experts DP + EP holds one expert per GPU, as at E; so no
+    larger count puts less on its fullest GPU. At most MAX_SEARCH_GPUS. [GPUs]
+
+    >>> search_limit(k2)  # 64 heads × 61 layers
+    3904
+    """
+    return min(MAX_SEARCH_GPUS, max(spec.num_attention_heads * spec.num_hidden_layers, spec.n_routed_experts))
+
+
+def least_need(anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions) -> int:
+    """Bytes every layout needs on its fullest GPU, however many GPUs: one layer's KV of one sequence
+    (a stage holds at least one layer; the search tries no DCP) and the reserve with the narrowest
+    experts (width 0 in the estimate). [bytes]"""
     spec = anatomy.spec
-    usable = math.floor(gpu.memory_bytes * options["utilization"])
+    dtype = options.dtype(spec)
+    layout = engine_layout(spec, dtype, options.kv_layout)
+    kv = bytes_per_token_per_layer(spec, layout, element_bytes(dtype, "--kv-dtype"))
+    one = sequence_pages(options.context(spec), options.block_size) * options.block_size * kv
+    if options.reserve is not None:
+        return one + options.reserve
+    tokens, sequences = engine_batch_defaults(gpu)
+    floor = reserve_estimate(spec, 0, options.max_batched_tokens or tokens, options.max_num_seqs or sequences)
+    return one + floor.bytes
+
+
+def fewest_gpus(
+    anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions
+) -> tuple[int, Parallel] | None:
+    """The fewest GPUs of this type, and a layout, on which every GPU holds its weights, the reserve
+    and one sequence of max_model_len; None when no count up to search_limit does, or at once when
+    even least_need exceeds a GPU's usable memory."""
+    spec = anatomy.spec
+    usable = usable_memory(gpu, options.utilization)
+    if least_need(anatomy, gpu, options) > usable:
+        return None
+    search = replace(options, kv_memory=None)
     whole = sum(
-        c.model_bytes
-        for c in place(anatomy, Parallel(), mtp=options["mtp"], vision=options["vision"]).components
+        c.model_bytes for c in place(anatomy, Parallel(), mtp=options.mtp, vision=options.vision).components
     )
-    start = max(1, whole // usable)
-    for gpus in range(start, MAX_SEARCH_GPUS + 1):
+    for gpus in range(max(1, whole // usable), search_limit(spec) + 1):
         for parallel in candidate_layouts(spec, gpus):
             try:
-                _, _, stages, _, _ = plan_memory(anatomy, gpu, parallel, kv_memory=None, **options)
+                if plan_memory(anatomy, gpu, parallel, search).fits:
+                    return gpus, parallel
             except UsageError:  # a split an engine cannot make (FP8 blocks, INT4 groups)
                 continue
-            length = options["max_model_len"] or spec.max_position_embeddings
-            page = options["block_size"] * parallel.dcp
-            one = -(-length // page) * page // parallel.dcp
-            if all(stage.pool >= one * stage.bytes_per_token for stage in stages):
-                return gpus, parallel
     return None

@@ -1,6 +1,7 @@
-"""What every view shares: consoles, number formats, and tables that fit the terminal without cutting a
-number. The views themselves are one module per command: render_params.py, render_kv_cache.py,
-render_verify.py, render_measure.py. They read results and compute nothing.
+"""What every view shares: consoles, number formats, prose and tables that fit the terminal without
+cutting a number. The views themselves are one module per command: render_params.py, render_kv_cache.py,
+render_verify.py, render_measure.py, render_plan.py (plan and its speed floor) and render_flow.py
+(flops). They read results and compute nothing.
 
 Numbers are right-justified with thousands separators; each function takes the Console to draw on,
 so tests pin width and colour (`Console(width=…, color_system=None)`) and compare text.
@@ -29,14 +30,24 @@ def make_console(stderr: bool = False) -> Console:
     return Console(file=stream, width=width, highlight=False)
 
 
-def show(console: Console, *renderables: RenderableType) -> None:
-    """Print; off a terminal, without the padding rich leaves at the end of table lines."""
+def show(console: Console, *renderables: RenderableType, width: int | None = None) -> None:
+    """Print (`width` columns at most, if given); off a terminal, without the padding rich leaves at the
+    end of table lines."""
     if console.is_terminal:
-        console.print(*renderables)
+        console.print(*renderables, width=width)
         return
     with console.capture() as captured:
-        console.print(*renderables)
+        console.print(*renderables, width=width)
     console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+#: Prose wraps at this width (or the terminal's, if narrower), at spaces: numbers are never cut.
+PROSE_WIDTH = 100
+
+
+def say(console: Console, text: str = "") -> None:
+    """Print a paragraph wrapped at PROSE_WIDTH columns (or the console's, if narrower)."""
+    show(console, text, width=min(console.width, PROSE_WIDTH))
 
 
 def human(count: float, unit: str = "") -> str:
@@ -85,6 +96,19 @@ def plural(number: int, noun: str) -> str:
     ('1 sequence', '4,096 tokens')
     """
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+def flops_text(flops: float) -> str:
+    """Three significant digits with an SI prefix: '63.4 GFLOP', '168 MFLOP'.
+
+    >>> flops_text(63_372_132_352), flops_text(167_772_160), flops_text(1.5e15)
+    ('63.4 GFLOP', '168 MFLOP', '1.5 PFLOP')
+    """
+    flops = float(flops)
+    for scale, prefix in ((10**15, "P"), (10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "k")):
+        if flops >= scale:
+            return f"{flops / scale:.3g} {prefix}FLOP"
+    return f"{flops:.3g} FLOP"
 
 
 def times(ratio: float) -> str:

@@ -9,9 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kimicount.anatomy import Node
-from kimicount.flow import FlopsReport, Mla, node_calculation, node_compute, node_layers
-from kimicount.render import show
-from kimicount.render_plan import fitting_table, say
+from kimicount.flow import FlopsReport, Mla, node_calculation, node_compute, node_layers, vllm_bf16_absorption
+from kimicount.render import Column, fitted, flops_text, say, show, show_fitted
 
 
 def _tree(node: Node, max_depth: int | None) -> Iterator[tuple[str, Node]]:
@@ -28,19 +27,6 @@ def _tree(node: Node, max_depth: int | None) -> Iterator[tuple[str, Node]]:
     yield from walk(node, "", "", 0)
 
 
-def flops_text(flops: float) -> str:
-    """Three significant digits with an SI prefix: '63.4 GFLOP', '168 MFLOP'.
-
-    >>> flops_text(63_372_132_352), flops_text(167_772_160), flops_text(1.5e15)
-    ('63.4 GFLOP', '168 MFLOP', '1.5 PFLOP')
-    """
-    flops = float(flops)
-    for scale, prefix in ((10**15, "P"), (10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "k")):
-        if flops >= scale:
-            return f"{flops / scale:.3g} {prefix}FLOP"
-    return f"{flops:.3g} FLOP"
-
-
 def render_flops(console: Console, report: FlopsReport, *, max_depth: int | None = None) -> None:
     spec = report.spec
     say(
@@ -54,26 +40,24 @@ def render_flops(console: Console, report: FlopsReport, *, max_depth: int | None
         "shared experts always. Norms, activations, RoPE and softmax are not counted.",
     )
 
-    def build(dropped: set[str]) -> Table:
-        table = Table(box=None, pad_edge=False, header_style="bold")
-        table.add_column("Component", no_wrap=True)
-        if "Per instance" not in dropped:
-            table.add_column("Per instance")
-        table.add_column("Layers", justify="right", no_wrap=True)
-        table.add_column("FLOPs per token", justify="right", no_wrap=True)
-        if "Compute" not in dropped:
-            table.add_column("Compute", no_wrap=True)
-        for label, node in _tree(report.model, max_depth):
-            cells = [label]
-            if "Per instance" not in dropped:
-                cells.append(node_calculation(spec, node))
-            cells += [f"{node_layers(spec, node):,}" if node.tensors else "", f"{report.flops[id(node)]:,}"]
-            if "Compute" not in dropped:
-                cells.append(node_compute(spec, node))
-            table.add_row(*cells)
-        return table
-
-    show(console, fitting_table(console, build, ("Per instance", "Compute")))
+    columns = (
+        Column("Component"),
+        Column("Per instance", drop=2),
+        Column("Layers", number=True),
+        Column("FLOPs per token", number=True),
+        Column("Compute", drop=1),
+    )
+    rows = (
+        (
+            label,
+            node_calculation(spec, node),
+            f"{node_layers(spec, node):,}" if node.tensors else "",
+            f"{report.flops[id(node)]:,}",
+            node_compute(spec, node),
+        )
+        for label, node in _tree(report.model, max_depth)
+    )
+    show_fitted(console, *fitted(console, columns, rows))
     show(console)
     _attention(console, report)
 
@@ -87,27 +71,24 @@ def _attention(console: Console, report: FlopsReport) -> None:
         "positions.",
     )
 
-    def build(dropped: set[str]) -> Table:
-        table = Table(box=None, pad_edge=False, header_style="bold")
-        table.add_column("Way")
-        shown = [
-            c
-            for c in ("Prefill per layer", "Decode per layer", "Prefill, all", "Decode, all")
-            if c not in dropped
-        ]
-        for column in shown:
-            table.add_column(column, justify="right", no_wrap=True)
-        for way in Mla:
-            cells = {
-                "Prefill per layer": f"{round(report.prefill(way)):,}",
-                "Decode per layer": f"{report.decode(way).flops:,}",
-                "Prefill, all": flops_text(report.prefill_total(way)),
-                "Decode, all": flops_text(report.decode_total(way)),
-            }
-            table.add_row(way.value, *(cells[c] for c in shown))
-        return table
-
-    show(console, fitting_table(console, build, ("Prefill per layer", "Decode per layer")))
+    columns = (
+        Column("Way"),
+        Column("Prefill per layer", number=True, drop=2),
+        Column("Decode per layer", number=True, drop=1),
+        Column("Prefill, all", number=True),
+        Column("Decode, all", number=True),
+    )
+    rows = (
+        (
+            way.value,
+            f"{round(report.prefill(way)):,}",
+            f"{report.decode(way).flops:,}",
+            flops_text(report.prefill_total(way)),
+            flops_text(report.decode_total(way)),
+        )
+        for way in Mla
+    )
+    show_fitted(console, *fitted(console, columns, rows))
     show(console)
     formulas = Table.grid(padding=(0, 2))
     formulas.add_column()
@@ -128,7 +109,12 @@ def _attention(console: Console, report: FlopsReport) -> None:
         console,
         f'"All" adds every matmul ({report.matmul_flops:,} FLOPs per token). The absorbed way runs W_UK '
         f"({nope} → {rank} per head) on the query and W_UV ({rank} → {value}) on the output: 2 × {heads} × "
-        f"{nope} × {rank} + 2 × {heads} × {rank} × {value} FLOPs, kv_b_proj's own count, in its rows above.",
+        f"{nope} × {rank} + 2 × {heads} × {rank} × {value} FLOPs, kv_b_proj's own count, in its rows above"
+        + (
+            "; vLLM runs them in BF16, on copies of W_UK and W_UV it dequantizes from the FP8 kv_b_proj at load."
+            if vllm_bf16_absorption(spec)
+            else "."
+        ),
     )
     crossover = report.crossover
     say(

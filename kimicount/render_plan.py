@@ -1,22 +1,23 @@
-"""`kimicount plan` for people: where the weights go, one GPU's memory as a bar, the KV cache it holds.
+"""`kimicount plan` for people: where the weights go, one GPU's memory as a bar, the KV cache it holds,
+and the speed floor of a decode step.
 
-Reads a PlanReport; computes nothing but layout. Shared helpers (console, units) come from render.
+Reads a PlanReport and the speed module's Steps; computes nothing but layout. Shared helpers (console,
+prose, units, tables that fit) come from render.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 
-from kimicount.plan import PlanReport, StageMemory
-from kimicount.render import human_bytes, show
+from kimicount.flow import Mla
+from kimicount.hardware import GIVEN_MEMORY, Accelerator
+from kimicount.placement import Kind
+from kimicount.plan import PlanReport, StageMemory, search_limit
+from kimicount.render import Column, fitted, flops_text, human_bytes, plural, say, show, show_fitted
+from kimicount.speed import Step, compute_bound_from
 from kimicount.storage import quantization_summary
 
-#: Prose wraps at this width (or the terminal's, if narrower), at spaces: numbers are never cut.
-PROSE_WIDTH = 100
 #: The memory bar's width in characters.
 BAR_WIDTH = 60
 #: (character, colour) of each part of the bar.
@@ -27,50 +28,50 @@ BAR_PARTS = {
     "unused pool": ("░", "#98df8a"),
     "headroom": ("·", "#7f7f7f"),
 }
+#: How each estimate the pool can rest on is named in a sentence.
+ESTIMATED_INPUTS = {"reserve": "the estimated reserve", "cuda_memory": "the estimated CUDA total"}
 
 
-def say(console: Console, text: str = "") -> None:
-    """Print a paragraph wrapped at PROSE_WIDTH columns; off a terminal without trailing spaces."""
-    width = min(console.width, PROSE_WIDTH)
-    if console.is_terminal:
-        console.print(text, width=width)
-        return
-    with console.capture() as captured:
-        console.print(text, width=width)
-    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
-
-
-def fitting_table(console: Console, build: Callable[[set[str]], Table], optional: Sequence[str]) -> Table:
-    """`build(dropped)` with as many of the `optional` columns as the console's width holds, dropped in
-    that order: rich would otherwise squeeze the columns and cut numbers."""
-    dropped: set[str] = set()
-    table = build(dropped)
-    for column in optional:
-        natural = Measurement.get(console, console.options.update_width(10**6), table).maximum
-        if natural <= console.width:
-            break
-        dropped.add(column)
-        table = build(dropped)
-    return table
-
-
-def plural(number: int, noun: str) -> str:
-    """'1 GPU', '8 GPUs', '715,072 tokens'.
-
-    >>> plural(1, "stage"), plural(715_072, "token")
-    ('1 stage', '715,072 tokens')
-    """
-    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+def estimated_from(report: PlanReport, names: tuple[str, ...] | None = None) -> str:
+    """'the estimated reserve', 'the estimated reserve and the estimated CUDA total', or '': the
+    estimates the pool rests on, or those `names`."""
+    names = report.estimated_inputs if names is None else names
+    return " and ".join(ESTIMATED_INPUTS[name] for name in names)
 
 
 def verdict(report: PlanReport) -> str:
-    """'fits: 715,072 tokens of context per replica' or 'does not fit: short by 8.9 GiB per GPU'."""
+    """'fits, 757,312 tokens of KV cache in all' or 'does not fit: short by 8.9 GiB per GPU', then
+    '(estimated: it rests on the estimated reserve)' when the pool does."""
     if report.fits:
-        return f"fits, {report.tokens_total:,} tokens of KV cache in all"
-    return f"does not fit: short by {human_bytes(report.short_by)} per GPU"
+        text = f"fits, {report.tokens_total:,} tokens of KV cache in all"
+    else:
+        text = f"does not fit: short by {human_bytes(report.short_by)} per GPU"
+    return text + (f" (estimated: it rests on {estimated_from(report)})" if report.estimate else "")
+
+
+def memory_text(gpu: Accelerator) -> str:
+    """Where the GPU's memory figures come from: the vendor tool's total, shown so the part is
+    recognised, and CUDA's, which vLLM sizes against and the plan uses."""
+    if gpu.memory_source == GIVEN_MEMORY:
+        return (
+            f"{human_bytes(gpu.memory_bytes)} ({gpu.memory_bytes:,} B) as given by --gpu-memory, used as the "
+            "total CUDA reports"
+        )
+    reported = f"{gpu.memory_bytes // 2**20:,} MiB"
+    shown = (
+        f"{reported} nominal (no device report found)"
+        if gpu.memory_source == "nominal"
+        else f"{reported} as {gpu.memory_source} reports it"
+    )
+    about = "an estimated " if gpu.cuda_memory_estimated else ""
+    return (
+        f"{shown}; the plan uses CUDA's total, {about}{gpu.cuda_memory_bytes // 2**20:,} MiB, which vLLM "
+        f"sizes against ({gpu.cuda_memory_source})"
+    )
 
 
 def render_plan(console: Console, report: PlanReport) -> None:
+    """The verdict, the weights per GPU, one GPU's memory and bar, the KV cache, --min-gpus."""
     spec, gpu, parallel = report.spec, report.gpu, report.parallel
     colour = "green" if report.fits else "red"
     say(
@@ -79,16 +80,15 @@ def render_plan(console: Console, report: PlanReport) -> None:
         f"[bold {colour}]{verdict(report)}[/]",
     )
     overridden = f"; given: {', '.join(gpu.overridden)}" if gpu.overridden else ""
-    say(
-        console,
-        f"{gpu.name}: {gpu.description}, {gpu.memory_bytes // 2**20:,} MiB as the device reports it{overridden}",
-    )
+    say(console, f"{gpu.name}: {gpu.description}, {memory_text(gpu)}{overridden}")
     say(console)
     say(console, f"Weights on one GPU, as stored: {quantization_summary(spec)}.")
-    show(console, _weights_table(report))
+    _weights_table(console, report)
+    if parallel.dp > 1:
+        say(console, dp_text(parallel.dp))
     if len(report.stages) > 1:
         show(console)
-        show(console, _stages_table(report))
+        _stages_table(console, report)
     show(console)
     _memory(console, report, report.fullest)
     show(console)
@@ -98,41 +98,68 @@ def render_plan(console: Console, report: PlanReport) -> None:
         say(console, _min_gpus(report))
 
 
-def _weights_table(report: PlanReport) -> Table:
+def dp_text(dp: int) -> str:
+    """What --dp means here: vLLM's data-parallel attention (SGLang's differs)."""
+    return (
+        f"DP{dp} is vLLM's data-parallel attention: each of the {dp} replicas holds the whole attention, dense "
+        "MLP, shared expert, embedding and head, and keeps its own sequences; only the routed experts span "
+        "all GPUs. (SGLang's DP attention splits the dense MLP and the head over all GPUs: not modelled.)"
+    )
+
+
+def _weights_table(console: Console, report: PlanReport) -> None:
     """One row per component: its split, its bytes in the whole model and on one GPU of each stage."""
     stages = len(report.stages)
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("Component", no_wrap=True)
-    table.add_column("Split per GPU", overflow="fold")
-    table.add_column("Whole model", justify="right", no_wrap=True)
-    for index in range(stages):
-        table.add_column("Per GPU" if stages == 1 else f"Stage {index}", justify="right", no_wrap=True)
-    for c in report.placement.components:
-        table.add_row(c.name, c.rule, human_bytes(c.model_bytes), *(human_bytes(b) for b in c.bytes_per_gpu))
-    whole = sum(c.model_bytes for c in report.placement.components)
+    columns = [
+        Column("Component"),
+        Column("Split per GPU", wraps=True, min_width=20),
+        Column("Whole model", number=True),
+        *(Column("Per GPU" if stages == 1 else f"Stage {i}", number=True) for i in range(stages)),
+    ]
+    components = report.placement.components
+    rows = [
+        [
+            c.name,
+            c.rule,
+            human_bytes(c.model_bytes) if c.in_checkpoint else "not stored",
+            *(human_bytes(b) for b in c.bytes_per_gpu),
+        ]
+        for c in components
+    ]
+    whole = sum(c.model_bytes for c in components)
     totals = (f"[bold]{human_bytes(report.placement.weight_bytes(i))}[/]" for i in range(stages))
-    table.add_row("[bold]Total[/]", "", human_bytes(whole), *totals)
-    return table
+    rows.append(["[bold]Total[/]", "", human_bytes(whole), *totals])
+    show_fitted(console, *fitted(console, columns, rows))
+    if report.placement.has(Kind.absorption):
+        say(
+            console,
+            "vLLM's BF16 W_UK, W_UV: vLLM's MLA layer keeps BF16 copies of an FP8 kv_b_proj's two halves for "
+            "the absorbed decode (it has no FP8 batched matmul for them); not in the checkpoint.",
+        )
 
 
-def _stages_table(report: PlanReport) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("Stage", justify="right")
-    table.add_column("Layers")
-    for column in ("KV layers", "Weights", "Reserve", "KV pool", "Tokens per GPU"):
-        table.add_column(column, justify="right")
-    for s in report.stages:
-        span = f"{s.layers[0]}–{s.layers[-1]}" if len(s.layers) > 1 else str(s.layers[0])
-        table.add_row(
+def _stages_table(console: Console, report: PlanReport) -> None:
+    columns = [
+        Column("Stage", number=True),
+        Column("Layers"),
+        *(
+            Column(name, number=True)
+            for name in ("KV layers", "Weights", "Reserve", "KV pool", "Tokens per GPU")
+        ),
+    ]
+    rows = [
+        [
             str(s.stage),
-            span,
+            f"{s.layers[0]}–{s.layers[-1]}" if len(s.layers) > 1 else str(s.layers[0]),
             str(s.kv_layers),
             human_bytes(s.weights),
             human_bytes(s.reserve),
             _signed(s.pool),
             f"{s.tokens:,}",
-        )
-    return table
+        ]
+        for s in report.stages
+    ]
+    show_fitted(console, *fitted(console, columns, rows))
 
 
 def _signed(count: int) -> str:
@@ -147,7 +174,8 @@ def _memory(console: Console, report: PlanReport, stage: StageMemory) -> None:
     for justify in ("left", "right", "right"):
         grid.add_column(justify=justify)
     utilization = f"{float(report.utilization):g}"
-    grid.add_row("Memory", f"{gpu.memory_bytes:,} B", human_bytes(gpu.memory_bytes))
+    about = " (an estimate)" if gpu.cuda_memory_estimated else ""
+    grid.add_row(f"CUDA's total{about}", f"{gpu.cuda_memory_bytes:,} B", human_bytes(gpu.cuda_memory_bytes))
     if report.kv_memory is None:
         grid.add_row(
             f"Usable: × {utilization} (--gpu-memory-utilization)",
@@ -157,7 +185,8 @@ def _memory(console: Console, report: PlanReport, stage: StageMemory) -> None:
         grid.add_row("− weights", f"{stage.weights:,} B", human_bytes(stage.weights))
         label = "− reserve (an estimate, below)" if report.reserve.estimate else "− reserve (--reserve)"
         grid.add_row(label, f"{stage.reserve:,} B", human_bytes(stage.reserve))
-        grid.add_row("= KV cache pool", f"{stage.pool:,} B", _signed(stage.pool))
+        pool = "= KV cache pool (an estimate)" if report.estimate else "= KV cache pool"
+        grid.add_row(pool, f"{stage.pool:,} B", _signed(stage.pool))
     else:
         grid.add_row("Weights", f"{stage.weights:,} B", human_bytes(stage.weights))
         grid.add_row("KV cache pool (--kv-memory)", f"{stage.pool:,} B", human_bytes(stage.pool))
@@ -176,9 +205,10 @@ def _memory(console: Console, report: PlanReport, stage: StageMemory) -> None:
 
 
 def bar_parts(report: PlanReport, stage: StageMemory) -> list[tuple[str, int]]:
-    """(part, bytes) across one GPU's memory: weights, reserve, the KV cache's whole pages, the rest of
-    the pool, and what the utilization leaves (headroom). A pool below zero shows as no KV."""
-    memory = report.gpu.memory_bytes
+    """(part, bytes) across one GPU's memory as CUDA reports it: weights, reserve, the KV cache's whole
+    pages, the rest of the pool, and what the utilization leaves (headroom). A pool below zero shows as
+    no KV."""
+    memory = report.gpu.cuda_memory_bytes
     kv = stage.kv_bytes
     pool = max(stage.pool, 0)
     parts = [
@@ -194,7 +224,7 @@ def bar_parts(report: PlanReport, stage: StageMemory) -> list[tuple[str, int]]:
 
 def _bar(report: PlanReport, stage: StageMemory) -> tuple[str, str]:
     parts = bar_parts(report, stage)
-    total = max(report.gpu.memory_bytes, sum(size for _, size in parts))
+    total = max(report.gpu.cuda_memory_bytes, sum(size for _, size in parts))
     cells, edge, drawn = [], 0, 0
     for name, size in parts:
         edge += size
@@ -240,7 +270,7 @@ def _kv(console: Console, report: PlanReport) -> None:
     say(
         console,
         f"Pages of {page} tokens: floor({pool:,} B ÷ ({page} × {stage.bytes_per_token:,} B)) = "
-        f"{stage.tokens // page:,}",
+        f"{report.pages_per_gpu:,}",
     )
     replicas = "".join(
         (
@@ -248,12 +278,14 @@ def _kv(console: Console, report: PlanReport) -> None:
             f"; × DP {parallel.dp} = {report.tokens_total:,} in all" if parallel.dp > 1 else "",
         )
     )
-    say(console, f"Tokens: {stage.tokens // page:,} × {page} = {report.tokens_per_gpu:,} per GPU{replicas}")
+    say(console, f"Tokens: {report.pages_per_gpu:,} × {page} = {report.tokens_per_gpu:,} per GPU{replicas}")
     whole = plural(report.sequences_per_replica, "whole sequence")
     everywhere = f", {report.sequences_per_replica * parallel.dp:,} in all" if parallel.dp > 1 else ""
+    split = f" ÷ ({page} × DCP {parallel.dcp})" if parallel.dcp > 1 else f" ÷ {page}"
     say(
         console,
-        f"Maximum concurrency for {report.max_model_len:,} tokens per request: {report.max_concurrency:.2f}× "
+        f"Maximum concurrency for {report.max_model_len:,} tokens per request: {report.pages_per_gpu:,} pages ÷ "
+        f"{report.sequence_pages:,} (ceil({report.max_model_len:,}{split})) = {report.max_concurrency:.2f}× "
         f"({whole} per replica{everywhere})",
     )
     needs = (
@@ -266,15 +298,24 @@ def _kv(console: Console, report: PlanReport) -> None:
     else:
         short = f"{human_bytes(report.short_by)} ({report.short_by:,} B)"
         say(console, f"[red]Does not fit[/]: a GPU is short by {short} for {needs}.")
+    if report.estimate:
+        say(
+            console,
+            f"The pool, its tokens, the concurrency and the verdict rest on {estimated_from(report)}: "
+            "estimates, exact only as far as it is.",
+        )
 
 
 def _min_gpus(report: PlanReport) -> str:
+    """The --min-gpus sentence, labelled with the estimates the search rests on."""
+    names = report.search_estimated_inputs
+    estimated = f" (estimated: it rests on {estimated_from(report, names)})" if names else ""
     if report.min_gpus is None:
-        return f"--min-gpus: no layout of up to 4,096 × {report.gpu.name} holds it."
+        return f"--min-gpus: no layout of up to {search_limit(report.spec):,} × {report.gpu.name} holds it{estimated}."
     gpus, parallel = report.min_gpus
     return (
         f"--min-gpus: {gpus} × {report.gpu.name} ({parallel.label}) hold the weights, the reserve and one "
-        f"sequence of {report.max_model_len:,} tokens on every GPU."
+        f"sequence of {report.max_model_len:,} tokens on every GPU{estimated}."
     )
 
 
@@ -295,12 +336,10 @@ def _rate(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def render_speed(console: Console, report: PlanReport, step, steps, prefill) -> None:
+def render_speed(console: Console, report: PlanReport, step: Step, steps: list[Step], prefill: Step) -> None:
     """The decode floor at the asked batch and context, the sweep over batch sizes with a chart, and
     the prefill floor."""
-    from kimicount.render_flow import flops_text
-
-    gpu = report.gpu
+    gpu, parallel = report.gpu, report.parallel
     say(
         console,
         f"[bold]Decode floor[/]: {step.batch:,} sequences per replica at context {step.context:,}, "
@@ -312,25 +351,38 @@ def render_speed(console: Console, report: PlanReport, step, steps, prefill) -> 
         f"{flops_text(f)} in {dtype} at {gpu.peak_flops(dtype) / 1e12:,.4g} TFLOPS"
         for dtype, f in sorted(stage.flops.items())
     )
+    copies = (
+        " (vLLM's BF16 W_UK, W_UV in place of the FP8 kv_b_proj)"
+        if step.way is Mla.absorbed and report.placement.has(Kind.absorption)
+        else ""
+    )
     say(
         console,
-        f"One GPU{where} reads {human_bytes(round(stage.bytes))}: {human_bytes(stage.weight_bytes)} of weights, "
-        f"{human_bytes(round(stage.expert_bytes))} of the experts it holds (the share B × DP tokens touch), "
-        f"{human_bytes(round(stage.kv_bytes))} of KV cache; at {gpu.hbm_bandwidth / 1e12:.3g} TB/s that is "
-        f"{_ms(stage.memory_time)}.",
+        f"One GPU{where} reads {human_bytes(round(stage.bytes))}: {human_bytes(stage.weight_bytes)} of weights"
+        f"{copies}, {human_bytes(round(stage.expert_bytes))} of the experts it holds (the share B × DP tokens "
+        f"touch under uniform routing, expected), {human_bytes(stage.kv_bytes)} of KV cache; at "
+        f"{gpu.hbm_bandwidth / 1e12:.3g} TB/s that is {_ms(stage.memory_time)}.",
     )
     say(console, f"It computes {peaks}: {_ms(stage.compute_time)}.")
-    say(
-        console,
-        f"Floor: {_ms(step.time)} per step ({step.bound}-bound), so at most {_rate(step.tokens_per_s)} tokens/s "
-        f"in all, {_rate(step.tokens_per_s_per_gpu)} per GPU, {_rate(step.tokens_per_s_per_sequence)} per sequence"
-        + ("" if step.fits else "; [red]this batch's KV cache does not fit the pool[/]")
-        + ".",
+    fits = "" if step.fits else "; [red]this batch's KV cache does not fit the pool[/]"
+    rates = (
+        f"at most {_rate(step.tokens_per_s)} tokens/s in all, {_rate(step.tokens_per_s_per_gpu)} per GPU, "
+        f"{_rate(step.tokens_per_s_per_sequence)} per sequence"
     )
+    if parallel.pp > 1:
+        say(
+            console,
+            f"Floor: a token crosses the {parallel.pp} stages in {_ms(step.time)} at least, and with "
+            f"{parallel.pp} micro-batches in flight ({parallel.pp * step.batch:,} sequences per replica) one leaves "
+            f"every {_ms(step.interval)}, the slowest stage ({step.bound}-bound): {rates}{fits}.",
+        )
+    else:
+        say(console, f"Floor: {_ms(step.time)} per step ({step.bound}-bound), so {rates}{fits}.")
     say(
         console,
         "These are floors: time ≥ max(bytes ÷ HBM bandwidth, Σ FLOPs ÷ dense peak of their dtype), with ideal "
-        "bandwidth and FLOP/s, no communication, no kernel overhead.",
+        "bandwidth and FLOP/s, no communication, no kernel overhead, and routing spread evenly over the "
+        "experts (skewed routing touches fewer).",
     )
     say(console)
     _sweep_table(console, report, steps)
@@ -338,14 +390,17 @@ def render_speed(console: Console, report: PlanReport, step, steps, prefill) -> 
     say(
         console,
         f"[bold]Prefill floor[/] (time to first token) for a prompt of {prefill.context:,} tokens on one replica: "
-        f"{_ms(prefill.time)} ({prefill.bound}-bound, {flops_text(prefill.slowest.total_flops)} on the busiest GPU).",
+        f"{_ms(prefill.time)} ({prefill.bound}-bound, {flops_text(prefill.slowest.total_flops)} on the busiest GPU)"
+        + ("" if prefill.fits else "; [red]its KV cache does not fit the pool[/]")
+        + ".",
     )
 
 
-def _sweep_table(console: Console, report: PlanReport, steps) -> None:
-    from kimicount.render_flow import flops_text
-    from kimicount.speed import compute_bound_from
+#: Widths the sweep's chart tries, widest first.
+CHART_WIDTHS = (24, 12)
 
+
+def _sweep_table(console: Console, report: PlanReport, steps: list[Step]) -> None:
     turn = compute_bound_from(steps)
     say(
         console,
@@ -354,42 +409,50 @@ def _sweep_table(console: Console, report: PlanReport, steps) -> None:
         + ":",
     )
     best = max(s.tokens_per_s_per_gpu for s in steps)
-    columns = {
-        "Batch": lambda s: f"{s.batch:,}",
-        "Fits": lambda s: "yes" if s.fits else "no",
-        "Reads": lambda s: human_bytes(round(s.slowest.bytes)),
-        "Computes": lambda s: flops_text(s.slowest.total_flops),
-        "Memory": lambda s: _ms(s.slowest.memory_time),
-        "Compute": lambda s: _ms(s.slowest.compute_time),
-        "Floor": lambda s: _ms(s.time),
-        "tok/s/GPU": lambda s: _rate(s.tokens_per_s_per_gpu),
-    }
-
-    def build(dropped: set[str]) -> Table:
-        table = Table(box=None, pad_edge=False, header_style="bold")
-        shown = [name for name in columns if name not in dropped]
-        chart = 0 if "chart" in dropped else 12 if "wide chart" in dropped else 24
-        for name in shown:
-            table.add_column(name, justify="left" if name == "Fits" else "right", no_wrap=True)
-        if chart:
-            table.add_column("", no_wrap=True)
-        for s in steps:
-            table.add_row(
-                *(columns[name](s) for name in shown), *([_bar_cell(s, best, chart)] if chart else [])
-            )
-        return table
-
-    table = fitting_table(console, build, ("wide chart", "Computes", "chart", "Compute", "Memory", "Reads"))
-    show(console, table)
+    columns = [
+        Column("Batch", number=True),
+        Column("Fits"),
+        Column("Reads", number=True, drop=1),
+        Column("Computes", number=True, drop=4),
+        Column("Memory", number=True, drop=2),
+        Column("Compute", number=True, drop=3),
+        Column("Floor", number=True),
+        Column("tok/s/GPU", number=True),
+        Column("", drop=5),  # the chart
+    ]
+    for chart in CHART_WIDTHS:
+        rows = [
+            [
+                f"{s.batch:,}",
+                "yes" if s.fits else "no",
+                human_bytes(round(s.slowest.bytes)),
+                flops_text(s.slowest.total_flops),
+                _ms(s.slowest.memory_time),
+                _ms(s.slowest.compute_time),
+                _ms(s.time),
+                _rate(s.tokens_per_s_per_gpu),
+                _bar_cell(s, best, chart),
+            ]
+            for s in steps
+        ]
+        table, left_out = fitted(console, columns, rows)
+        if columns[-1] not in left_out:
+            break
+    named = [column if column.header else Column("the chart") for column in left_out]
+    show_fitted(console, table, named)
     charted = (
-        "Chart: tokens/s per GPU, linear; ▒ memory-bound, █ compute-bound. "
-        if table.columns[-1].header == ""
-        else ""
+        ""
+        if columns[-1] in left_out
+        else "Chart: tokens/s per GPU, linear; ▒ memory-bound, █ compute-bound. "
     )
-    say(console, charted + "Fits: the batch's KV fits the pool.")
+    pipeline = f"{report.parallel.pp} micro-batches of it" if report.parallel.pp > 1 else "the batch"
+    estimated = (
+        f" (an estimate, as the pool: it rests on {estimated_from(report)})" if report.estimate else ""
+    )
+    say(console, f"{charted}Fits: the KV of {pipeline} fits the pool{estimated}.")
 
 
-def _bar_cell(step, best: float, chart: int) -> str:
+def _bar_cell(step: Step, best: float, chart: int) -> str:
     width = max(1, round(chart * step.tokens_per_s_per_gpu / best))
     colour = "#2ca02c" if step.bound == "memory" else "#d62728"
     return f"[{colour}]{('▒' if step.bound == 'memory' else '█') * width}[/]"

@@ -1,8 +1,12 @@
 """The JSON of `kimicount plan`: plain dictionaries of ints and strings, in the style of reports.py.
 
 Keys: `model`, `model_type`, `gpus` (the accelerator and its figures), `parallel`, `weights` (the
-components per GPU), `stages` (each stage's memory), `reserve`, `kv_cache`, `fits`, `short_by_bytes`
-and `min_gpus`.
+components per GPU), `stages` (each stage's memory), `reserve`, `kv_cache`, `fits`, `short_by_bytes`,
+`min_gpus`, and `estimate` wherever a figure rests on an estimate: on each stage, on `kv_cache`, on
+`min_gpus` and at the top level (for `fits` and `short_by_bytes`), with `estimated_inputs` naming the
+estimates ('reserve', 'cuda_memory'). Bytes and FLOPs are ints; the speed floor's expected values
+(what the experts a step touches under uniform routing, `"routing": "uniform"`, add) are rounded to
+the nearest byte or FLOP, under keys that say `expected`.
 """
 
 from __future__ import annotations
@@ -14,14 +18,20 @@ from kimicount.flow import FlopsReport, Mla, node_calculation, node_compute
 from kimicount.hardware import Accelerator
 from kimicount.placement import Parallel
 from kimicount.plan import PlanReport
+from kimicount.speed import Step, compute_bound_from
 
 
 def accelerator_json(gpu: Accelerator, count: int) -> dict[str, Any]:
+    """The accelerator's figures and where each comes from (nvidia-smi's total, CUDA's)."""
     return {
         "count": count,
         "type": gpu.name,
         "description": gpu.description,
         "memory_bytes": gpu.memory_bytes,
+        "memory_source": gpu.memory_source,
+        "cuda_memory_bytes": gpu.cuda_memory_bytes,
+        "cuda_memory_source": gpu.cuda_memory_source,
+        "cuda_memory_estimated": gpu.cuda_memory_estimated,
         "hbm_bandwidth_bytes_per_s": gpu.hbm_bandwidth,
         "bf16_flops": gpu.bf16_flops,
         "fp8_flops": gpu.fp8_flops,
@@ -31,8 +41,10 @@ def accelerator_json(gpu: Accelerator, count: int) -> dict[str, Any]:
 
 
 def parallel_json(parallel: Parallel) -> dict[str, Any]:
+    """The layout's sizes; "ep" is 1 when expert parallelism is off."""
     return {
         "label": parallel.label,
+        "engine": "vLLM",  # whose layout: its DP attention, EP size TP × DP, PP split
         "tp": parallel.tp,
         "pp": parallel.pp,
         "dp": parallel.dp,
@@ -43,10 +55,12 @@ def parallel_json(parallel: Parallel) -> dict[str, Any]:
 
 
 def plan_json(report: PlanReport) -> dict[str, Any]:
+    """`kimicount plan --json`: the keys of the module docstring."""
     spec, placement = report.spec, report.placement
     reserve = report.reserve
     fullest = report.fullest
     line = fullest.cache.attention
+    estimate = report.estimate
     return {
         "model": spec.name,
         "model_type": spec.model_type,
@@ -54,10 +68,13 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
         "parallel": parallel_json(report.parallel),
         "gpu_memory_utilization": float(report.utilization),
         "usable_bytes": report.usable,
+        "estimated_inputs": list(report.estimated_inputs),
         "weights": [
             {
                 "name": c.name,
                 "rule": c.rule,
+                "kind": c.kind.value,
+                "in_checkpoint": c.in_checkpoint,
                 "model_bytes": c.model_bytes,
                 "bytes_per_gpu": list(c.bytes_per_gpu),
             }
@@ -74,6 +91,7 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
                 "kv_bytes_per_token": s.bytes_per_token,
                 "kv_tokens": s.tokens,
                 "kv_bytes": s.kv_bytes,
+                "estimate": estimate,
             }
             for s in report.stages
         ],
@@ -99,14 +117,23 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
             "tokens_per_replica": report.tokens_per_replica,
             "tokens_total": report.tokens_total,
             "max_model_len": report.max_model_len,
+            "pages_per_gpu": report.pages_per_gpu,
+            "sequence_pages": report.sequence_pages,
             "max_concurrency": report.max_concurrency,
             "sequences_per_replica": report.sequences_per_replica,
+            "estimate": estimate,
         },
         "fits": report.fits,
         "short_by_bytes": report.short_by,
+        "estimate": estimate,
         "min_gpus": None
         if report.min_gpus is None
-        else {"count": report.min_gpus[0], "parallel": parallel_json(report.min_gpus[1])},
+        else {
+            "count": report.min_gpus[0],
+            "parallel": parallel_json(report.min_gpus[1]),
+            "estimate": bool(report.search_estimated_inputs),
+            "estimated_inputs": list(report.search_estimated_inputs),
+        },
     }
 
 
@@ -149,21 +176,24 @@ def flops_json(report: FlopsReport) -> dict[str, Any]:
     }
 
 
-def step_json(step) -> dict[str, Any]:
-    """One step's floor: per stage what one GPU reads and computes, and the times that bounds."""
+def step_json(step: Step, estimate: bool) -> dict[str, Any]:
+    """One step's floor: per stage what one GPU reads and computes, and the times that bounds.
+    `estimate`: whether `kv_fits` rests on an estimated pool."""
     return {
         "batch": step.batch,
         "context": step.context,
         "attention": step.way.name,
+        "routing": "uniform",
         "kv_fits": step.fits,
+        "kv_fits_estimate": estimate,
         "stages": [
             {
                 "stage": s.stage,
                 "weight_bytes": s.weight_bytes,
-                "expert_bytes": float(s.expert_bytes),
-                "kv_bytes": float(s.kv_bytes),
-                "bytes": float(s.bytes),
-                "flops": {dtype: float(f) for dtype, f in sorted(s.flops.items())},
+                "expected_expert_bytes": round(s.expert_bytes),
+                "kv_bytes": s.kv_bytes,
+                "expected_bytes": round(s.bytes),
+                "expected_flops": {dtype: round(f) for dtype, f in sorted(s.flops.items())},
                 "memory_time_s": s.memory_time,
                 "compute_time_s": s.compute_time,
                 "bound": s.bound,
@@ -171,6 +201,7 @@ def step_json(step) -> dict[str, Any]:
             for s in step.stages
         ],
         "floor_s": step.time,
+        "interval_s": step.interval,
         "bound": step.bound,
         "tokens_per_s": step.tokens_per_s,
         "tokens_per_s_per_gpu": step.tokens_per_s_per_gpu,
@@ -178,13 +209,12 @@ def step_json(step) -> dict[str, Any]:
     }
 
 
-def speed_json(report: PlanReport, step, steps, prefill) -> dict[str, Any]:
+def speed_json(report: PlanReport, step: Step, steps: list[Step], prefill: Step) -> dict[str, Any]:
     """`plan --batch --context`: the decode floor, the sweep over batch sizes, the prefill floor."""
-    from kimicount.speed import compute_bound_from
-
+    estimate = report.estimate
     return {
-        "decode": step_json(step),
-        "sweep": [step_json(s) for s in steps],
+        "decode": step_json(step, estimate),
+        "sweep": [step_json(s, estimate) for s in steps],
         "compute_bound_from_batch": compute_bound_from(steps),
-        "prefill": step_json(prefill),
+        "prefill": step_json(prefill, estimate),
     }

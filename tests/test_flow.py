@@ -21,7 +21,7 @@ from kimicount.spec import bundled_spec
 
 from .helpers import FIXTURES, ROOT, invoke
 from .test_params_cli import _fails_cleanly
-from .test_plan import K2_THINKING_TP8
+from .test_plan import K2_THINKING_TP8, K2_TP8
 
 K25 = str(FIXTURES / "kimi-k2.5")
 V3 = str(FIXTURES / "deepseek-v3")
@@ -209,7 +209,7 @@ def test_decode_floor_of_k2_thinking_at_batch_1_by_hand():
     routed = K2_THINKING_TP8["Routed experts"]
     whole = sum(K2_THINKING_TP8.values()) - K2_THINKING_TP8["Token embedding"] - routed
     assert stage["weight_bytes"] == whole
-    assert stage["expert_bytes"] == pytest.approx(routed * 8 / 384, rel=1e-12)  # one token's 8 of 384
+    assert stage["expected_expert_bytes"] == round(Fraction(routed * 8, 384))  # one token's 8 of 384
     assert stage["kv_bytes"] == L * 70_272
     replicated = 61 * (2 * 7_168 * 1_536 + 2 * 7_168 * 576) + 60 * 2 * 7_168 * 384  # q_a, kv_a, router
     split = (  # over 8 GPUs: q_b, kv_b, o_proj, dense MLP, shared expert, head
@@ -221,7 +221,7 @@ def test_decode_floor_of_k2_thinking_at_batch_1_by_hand():
     experts = 60 * 8 * 3 * 2 * 7_168 * 2_048  # one token's experts, an eighth of each on this GPU
     attention = 61 * 2 * H * (576 + 512) * L
     flops = replicated + Fraction(split + experts + attention, 8)
-    assert stage["flops"] == {"bf16": pytest.approx(float(flops), rel=1e-12)}  # INT4 and BF16 weights: bf16
+    assert stage["expected_flops"] == {"bf16": round(flops)}  # INT4 and BF16 weights: bf16
     memory = (whole + routed * 8 / 384 + L * 70_272) / 4.8e12
     compute = float(flops) / 989.5e12
     assert stage["memory_time_s"] == pytest.approx(memory, rel=1e-12)
@@ -233,13 +233,57 @@ def test_decode_floor_of_k2_thinking_at_batch_1_by_hand():
 
 def test_fp8_weights_compute_at_the_fp8_peak():
     step = cli_json("plan", "--gpus", "16xH200", "--batch", "1", "--context", str(L))["decode"]
-    flops = step["stages"][0]["flops"]
-    # bf16: the router (replicated), the head (split) and the attention itself; the rest FP8
-    bf16 = 60 * 2 * 7_168 * 384 + Fraction(HEAD + 61 * 2 * H * 1_088 * L, 16)
-    assert flops["bf16"] == pytest.approx(float(bf16), rel=1e-12)
+    flops = step["stages"][0]["expected_flops"]
+    # bf16: the router (replicated), the head (split), the attention itself, and the absorbed decode's
+    # W_UK, W_UV (kv_b_proj's FLOPs, 2 × 512 × 64 × 256 per layer), which vLLM runs on BF16 copies
+    bf16 = 60 * 2 * 7_168 * 384 + Fraction(HEAD + 61 * 2 * H * 1_088 * L + 61 * 2 * 512 * 64 * 256, 16)
+    assert flops["bf16"] == round(bf16)
     assert step["stages"][0]["compute_time_s"] == pytest.approx(
         flops["bf16"] / 989.5e12 + flops["fp8"] / 1979e12
     )
+
+
+def test_absorbed_decode_reads_vllms_bf16_copies_and_prefill_the_fp8_kv_b_proj():
+    # Kimi K2 at TP8, by the hand table of test_plan: a decode step reads every weight but the
+    # embedding and the routed experts, with vLLM's BF16 W_UK, W_UV in place of the FP8 kv_b_proj
+    # (Key content up-projection and Value heads); a prefill reads kv_b_proj and not the copies
+    report = cli_json("plan", "--gpus", "8xH200", "--kv-memory", "1GiB", "--context", "1024")
+    unread = K2_TP8["Token embedding"] + K2_TP8["Routed experts"]
+    kv_b_proj = K2_TP8["Key content up-projection"] + K2_TP8["Value heads"]
+    copies = K2_TP8["vLLM's BF16 W_UK, W_UV"]
+    assert copies == 2 * 61 * 8 * 128 * 512 * 2 > kv_b_proj  # BF16 against FP8 with scales
+    whole = sum(K2_TP8.values()) - unread
+    assert report["decode"]["stages"][0]["weight_bytes"] == whole - kv_b_proj
+    assert report["prefill"]["stages"][0]["weight_bytes"] == whole - copies
+
+
+def test_pipeline_throughput_is_bounded_by_the_slowest_stage():
+    # K2-Thinking at TP4 × PP2, batch 1 at L = 4,096: both stages memory-bound. One GPU of each stage
+    # reads, by hand (TP4: 16 of 64 heads, experts 512 of 2,048 wide, head 40,960 rows):
+    attention = (
+        7_168 * 2 * 2  # the two RMSNorms
+        + (1_536 * 7_168 + 1_536) * 2
+        + (576 * 7_168 + 512) * 2
+        + (12_288 // 4 * 1_536 + 16_384 // 4 * 512 + 7_168 * 8_192 // 4) * 2
+    )
+    moe = 384 * 7_168 * 2 + 384 * 4 + 3 * 512 * 7_168 * 2  # router (+ bias), shared expert
+    experts = 384 * 3 * (512 * 7_168 // 8 * 4 + 512 * 7_168 // 32 * 2 + 8)  # a layer's, INT4
+    touched = Fraction(8, 384)  # one token's experts
+    first = 31 * attention + 3 * 4_608 * 7_168 * 2 + 30 * (moe + experts * touched) + L * 31 * 1_152
+    last = 30 * (attention + moe + experts * touched) + 40_960 * 7_168 * 2 + 7_168 * 2 + L * 30 * 1_152
+    report = cli_json(
+        "plan", "--config", K25, "--text-only", "--gpus", "8xH200", "--tp", "4", "--pp", "2",
+        "--batch", "1", "--context", str(L),
+    )  # fmt: skip
+    step = report["decode"]
+    assert [s["expected_bytes"] for s in step["stages"]] == [round(first), round(last)]
+    assert [s["bound"] for s in step["stages"]] == ["memory", "memory"]
+    times = [float(first) / 4.8e12, float(last) / 4.8e12]
+    # a token crosses both stages; with one micro-batch per stage in flight, one leaves every slowest time
+    assert step["floor_s"] == pytest.approx(sum(times), rel=1e-12)
+    assert step["interval_s"] == pytest.approx(max(times), rel=1e-12)
+    assert step["tokens_per_s"] == pytest.approx(1 / max(times), rel=1e-12)  # not 2 / sum(times)
+    assert step["tokens_per_s_per_sequence"] == pytest.approx(1 / sum(times), rel=1e-12)
 
 
 def test_prefill_floor_by_hand():
@@ -258,14 +302,17 @@ def test_prefill_floor_by_hand():
     attention = 61 * H * 320 * (tokens + 1)  # expanded, averaged over the causal pass
     flops = tokens * (replicated + Fraction(split + experts + attention, 8))
     stage = prefill["stages"][0]
-    assert stage["flops"]["bf16"] == pytest.approx(float(flops), rel=1e-12)
+    assert stage["expected_flops"]["bf16"] == round(flops)
     # it still reads every weight on the GPU, all 384 experts' slices: 1,024 tokens touch them all
-    assert stage["weight_bytes"] + stage["expert_bytes"] == pytest.approx(
+    assert stage["weight_bytes"] + stage["expected_expert_bytes"] == pytest.approx(
         sum(K2_THINKING_TP8.values()) - K2_THINKING_TP8["Token embedding"], rel=1e-9
     )
     assert prefill["floor_s"] == pytest.approx(
         max(stage["memory_time_s"], float(flops) / 989.5e12), rel=1e-12
     )
+    # one 1,024-token prompt: its tokens over that time, and its KV (16 pages) fits the pool
+    assert prefill["tokens_per_s"] == pytest.approx(1_024 / prefill["floor_s"], rel=1e-12)
+    assert prefill["kv_fits"] is True
 
 
 def test_sweep_marks_what_fits_and_where_decode_turns_compute_bound():
@@ -274,10 +321,10 @@ def test_sweep_marks_what_fits_and_where_decode_turns_compute_bound():
     )
     sweep = report["sweep"]
     assert [s["batch"] for s in sweep] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-    capacity = report["kv_cache"]["tokens_per_gpu"]
-    per_sequence = -(-4_989 // 64) * 64
+    # 9,859 pages per GPU (by hand in the DeepSeek test below), 78 per sequence of 4,989 tokens
+    assert [s["kv_fits"] for s in sweep] == [s["batch"] * 78 <= 9_859 for s in sweep]
+    assert [s["batch"] for s in sweep if s["kv_fits"]][-1] == 64
     for s in sweep:
-        assert s["kv_fits"] == (s["batch"] * per_sequence <= capacity)
         assert s["bound"] == (
             "compute" if s["stages"][0]["compute_time_s"] > s["stages"][0]["memory_time_s"] else "memory"
         )
@@ -285,29 +332,102 @@ def test_sweep_marks_what_fits_and_where_decode_turns_compute_bound():
     assert turn == next((s["batch"] for s in sweep if s["bound"] == "compute"), None)
 
 
+def _fp8(rows: int, columns: int) -> int:
+    """An FP8 Linear [rows, columns] with its F32 scale per 128 × 128 block. [bytes]"""
+    return rows * columns + -(-rows // 128) * -(-columns // 128) * 4
+
+
+# DeepSeek-V3 (FP8) on one GPU of DP144 + EP144: every GPU holds the whole attention, dense MLP, shared
+# expert, embedding and head, and ceil(256 / 144) = 2 routed experts of each of the 58 MoE layers
+DS_ATTENTION = (
+    2 * 7_168 * 2  # the two RMSNorms
+    + _fp8(1_536, 7_168) + 1_536 * 2  # q_a_proj, q_a_layernorm
+    + _fp8(576, 7_168) + 512 * 2  # kv_a_proj_with_mqa, kv_a_layernorm
+    + _fp8(24_576, 1_536)  # q_b_proj: 128 heads × 192
+    + _fp8(7_168, 16_384)  # o_proj
+)  # fmt: skip
+DS_KV_B = _fp8(32_768, 512)  # kv_b_proj: 128 heads × 256 rows
+DS_COPIES = 32_768 * 512 * 2  # vLLM's BF16 W_UK, W_UV
+DS_DENSE = 3 * 3 * _fp8(18_432, 7_168)  # layers 0–2: gate, up and down
+DS_ROUTER = 256 * 7_168 * 2 + 256 * 4
+DS_EXPERT = 3 * _fp8(2_048, 7_168)  # one expert, or the shared one
+DS_VOCAB = 129_280 * 7_168 * 2  # embedding, head
+
+
 def test_deepseeks_published_decode_throughput_is_under_the_ceiling():
     # DeepSeek-V3 on H800, routed experts EP144, attention DP144: "each GPU manages 2 routed experts"
     report = cli_json(
-        "plan", "--config", V3, "--gpus", "144xH800", "--dp", "144", "--ep", "144", "--context", "4989"
-    )
+        "plan", "--config", V3, "--gpus", "144xH800", "--dp", "144", "--ep", "144", "--context", "4989",
+        "--batch", "126",
+    )  # fmt: skip
     rules = {w["name"]: w["rule"] for w in report["weights"]}
     assert rules["Routed experts"].startswith("whole experts: 2 of 256")
-    ceiling = max(s["tokens_per_s_per_gpu"] for s in report["sweep"] if s["kv_fits"])
+    # the pool, by hand: ceil(CUDA's 81,090 MiB × 0.9) − weights − the reserve estimate
+    weights = 61 * (DS_ATTENTION + DS_KV_B + DS_COPIES) + DS_DENSE + 58 * (DS_ROUTER + 3 * DS_EXPERT)
+    weights += 2 * DS_VOCAB + 7_168 * 2
+    reserve = 8_192 * (8 * 7_168 + 8 * 2_048 + 4 * 7_168) * 2 + 1_024 * 129_280 * 16 + 2 * 2**30
+    pool = -(-81_090 * 2**20 * 9 // 10) - weights - reserve
+    pages = pool // (64 * 70_272)
+    assert report["stages"][0]["weights_bytes"] == weights
+    assert report["kv_cache"]["pages_per_gpu"] == pages == 9_859
+    # a sequence of 4,989 tokens takes ceil(4,989 / 64) = 78 pages: 126 fit (9,828), 127 do not (9,906)
+    assert 126 * 78 <= pages < 127 * 78
+    step = report["decode"]
+    assert (
+        step["kv_fits"] is True and next(s for s in report["sweep"] if s["batch"] == 128)["kv_fits"] is False
+    )
+    # the floor at batch 126, by hand: 126 × 144 tokens touch 1 − (1 − 8/256)^18,144 of the experts
+    touched = 1 - (1 - Fraction(8, 256)) ** (126 * 144)
+    read = 61 * (DS_ATTENTION + DS_COPIES) + DS_DENSE + 58 * (DS_ROUTER + DS_EXPERT) + DS_VOCAB + 7_168 * 2
+    read += 58 * 2 * DS_EXPERT * touched + 126 * 4_989 * 70_272
+    fp8 = 126 * (
+        61 * 2 * (7_168 * 1_536 + 7_168 * 576 + 1_536 * 24_576 + 16_384 * 7_168)
+        + 3 * 2 * 3 * 7_168 * 18_432
+        + 58 * 2 * 3 * 7_168 * 2_048  # the shared expert
+    ) + 126 * 144 * 58 * 8 * 2 * 3 * 7_168 * 2_048 * Fraction(2, 256)  # this GPU's share of the routed
+    bf16 = 126 * (
+        58 * 2 * 7_168 * 256  # router
+        + 2 * 7_168 * 129_280  # head
+        + 61 * 2 * 512 * 32_768  # W_UK, W_UV on BF16 copies
+        + 61 * 2 * 128 * (576 + 512) * 4_989  # absorbed attention
+    )
+    memory, compute = float(read) / 3.35e12, float(bf16) / 989.5e12 + float(fp8) / 1979e12
+    floor = max(memory, compute)
+    assert step["stages"][0]["expected_bytes"] == round(read)
+    assert step["floor_s"] == pytest.approx(floor, rel=1e-12)
+    ceiling = step["tokens_per_s_per_gpu"]
+    assert ceiling == pytest.approx(126 / floor, rel=1e-12)
     published = 14_800 / 8  # about 14.8k output tokens/s per 8-GPU node
     assert ceiling > published
-    assert 3 < ceiling / published < 4  # README: "3.4 times"
-    # the figures README quotes: batch 128, the largest whose KV fits
-    best = next(s for s in report["sweep"] if s["batch"] == 128)
-    assert (
-        best["kv_fits"],
-        round(best["tokens_per_s_per_gpu"]),
-        round(8 * best["tokens_per_s_per_gpu"]),
-    ) == (
-        True,
-        6_380,
-        51_037,
+    # README quotes these, from the hand floor: per GPU, per node, times DeepSeek's, per sequence
+    by_hand = (
+        round(126 / floor),
+        round(8 * 126 / floor),
+        f"{126 / floor / published:.1f}",
+        f"{1 / floor:.1f}",
     )
-    assert f"{best['tokens_per_s_per_sequence']:.1f}" == "49.8"
+    assert by_hand == (6_250, 50_000, "3.4", "49.6")
+    assert step["tokens_per_s_per_sequence"] == pytest.approx(1 / floor, rel=1e-12)
+
+
+def test_decode_fits_in_whole_pages_of_block_size_times_dcp():
+    # 46.80 GiB holds 11,173 pages per GPU (test_plan). Under DCP 8 a sequence at 4,097 positions takes
+    # ceil(4,097 / (64 × 8)) = 9 pages on each GPU: 1,241 sequences fit (11,169 pages), 1,242 do not
+    # (11,178). Counting tokens instead, 715,072 ÷ (4,160 ÷ 8) would let 1,375 in.
+    args = (
+        "plan",
+        "--config",
+        K25,
+        "--text-only",
+        "--gpus",
+        "8xH200",
+        "--dcp",
+        "8",
+        "--kv-memory",
+        "46.80GiB",
+    )
+    assert cli_json(*args, "--batch", "1241", "--context", "4097")["decode"]["kv_fits"] is True
+    assert cli_json(*args, "--batch", "1242", "--context", "4097")["decode"]["kv_fits"] is False
 
 
 def test_speed_text_output():

@@ -316,3 +316,11 @@ def test_bad_input_in_a_subprocess_is_one_line():
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr == "kimicount: error: --tokens -1: expected a positive integer\n"
+
+
+def test_tp_with_a_single_head_names_the_one_choice(write_config, kimi_config):
+    # one head has one divisor: the message says "use 1", not an empty list with a dangling "or" ("use  or 1")
+    path = write_config({**kimi_config, "num_attention_heads": 1})
+    line = _fails_cleanly(invoke("kv-cache", "--config", str(path), "--tp", "2"), "--tp 2")
+    assert line.endswith("(num_attention_heads); use 1")
+    assert "does not divide the 1 attention head of " in line

@@ -9,7 +9,14 @@
 - The weights on one GPU, component by component, written out by hand below from the shapes of the
   real checkpoints (Kimi-K2-Instruct: FP8 with F32 scales per 128 × 128 block; K2-Thinking / K2.5:
   INT4 routed experts packed 8 per int32 with a BF16 scale per 32 inputs and an I32[2] shape).
-- nvidia-smi on an H200 reports 143,771 MiB.
+- nvidia-smi on an H200 reports 143,771 MiB; a program sees 143,156 MiB (torch.cuda.get_device_properties
+  on an H200, a public log: "total_memory=143156MB"), and vLLM sizes itself against that CUDA total:
+  its request_memory is ceil(MemorySnapshot.total_memory × gpu_memory_utilization), the total from
+  torch.cuda.mem_get_info().
+- vLLM's maximum concurrency is num_blocks ÷ cdiv(max_model_len, block_size) (its
+  get_max_concurrency_for_kv_cache_config), DCP dividing max_model_len first.
+- vLLM keeps BF16 copies of W_UK and W_UV beside an FP8 kv_b_proj ("we just store fp16/bf16 copies",
+  the MLA layer's process_weights_after_loading): kv_b_proj's shard again at 2 bytes an element.
 """
 
 from __future__ import annotations
@@ -29,13 +36,21 @@ K25 = str(FIXTURES / "kimi-k2.5")  # K2-Thinking's language model and quantizati
 V3 = str(FIXTURES / "deepseek-v3")
 V32 = str(FIXTURES / "deepseek-v3.2-exp")
 GIB = 2**30
-H200_MEMORY = 143_771 * 2**20  # nvidia-smi's total on an H200
+MIB = 2**20
+H200_MEMORY = 143_771 * MIB  # nvidia-smi's total on an H200
+H200_CUDA = 143_156 * MIB  # what CUDA reports of it to a program
+H200_USABLE = 135_098_951_271  # ceil(143,156 × 1,048,576 × 0.9) = ceil(135,098,951,270.4)
 
 
 def plan_json(*args: str) -> dict:
     result = invoke("plan", "--json", *args)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
+
+
+def flat(text: str) -> str:
+    """Text with its wrapped lines joined: prose wraps at 100 columns wherever the numbers fall."""
+    return " ".join(text.split())
 
 
 def per_gpu(report: dict) -> dict[str, int]:
@@ -58,7 +73,25 @@ def test_vllms_kimi_k2_thinking_kv_cache_on_8_h200_tp8():
     out = invoke("plan", "--config", K25, "--gpus", "8xH200", "--kv-memory", "46.80GiB").stdout
     assert "Pages of 64 tokens: floor(50,251,117,363 B ÷ (64 × 70,272 B)) = 11,173" in out
     assert "Tokens: 11,173 × 64 = 715,072 per GPU" in out
-    assert "Maximum concurrency for 262,144 tokens per request: 2.73×" in out
+    assert (
+        "Maximum concurrency for 262,144 tokens per request: 11,173 pages ÷ 4,096 (ceil(262,144 ÷ 64)) = 2.73×"
+        in flat(out)
+    )
+
+
+def test_max_concurrency_is_vllms_pages_over_pages_per_sequence():
+    # vLLM: num_blocks ÷ cdiv(max_model_len, block_size). 46.80 GiB holds 11,173 pages of 64 tokens
+    # (above); a 1,000-token sequence takes cdiv(1,000, 64) = 16 of them: 11,173 ÷ 16 = 698.3125. The
+    # token ratio 715,072 ÷ 1,000 = 715.07 would count the unused tail of each sequence's last page.
+    args = ("--config", K25, "--gpus", "8xH200", "--kv-memory", "46.80GiB", "--max-model-len", "1000")
+    kv = plan_json(*args)["kv_cache"]
+    assert (kv["pages_per_gpu"], kv["sequence_pages"]) == (11_173, 16)
+    assert kv["max_concurrency"] == 11_173 / 16 == 698.3125
+    assert kv["sequences_per_replica"] == 11_173 // 16 == 698
+    assert "11,173 pages ÷ 16 (ceil(1,000 ÷ 64)) = 698.31×" in flat(invoke("plan", *args).stdout)
+    # under DCP 8 a sequence's tokens split over the 8 ranks first: cdiv(cdiv(262,144, 8), 64) = 512
+    dcp = plan_json("--config", K25, "--gpus", "8xH200", "--dcp", "8", "--kv-memory", "46.80GiB")["kv_cache"]
+    assert (dcp["sequence_pages"], dcp["max_concurrency"]) == (512, 11_173 / 512)
 
 
 def test_vllms_kimi_k2_thinking_kv_cache_with_decode_context_parallel():
@@ -105,7 +138,9 @@ def test_fp8_on_deepseek_v32_is_flashmlas_656_byte_record_plus_the_indexer_keys(
 
 def test_h200_is_what_the_device_reports():
     gpus = plan_json("--gpus", "8xH200", "--kv-memory", "1GiB")["gpus"]
-    assert gpus["memory_bytes"] == H200_MEMORY
+    assert (gpus["memory_bytes"], gpus["memory_source"]) == (H200_MEMORY, "nvidia-smi")
+    assert (gpus["cuda_memory_bytes"], gpus["cuda_memory_estimated"]) == (H200_CUDA, False)
+    assert "total_memory=143156MB" in gpus["cuda_memory_source"]
     assert (gpus["hbm_bandwidth_bytes_per_s"], gpus["bf16_flops"], gpus["fp8_flops"]) == (
         4_800 * 10**9,
         989_500 * 10**9,  # dense: half the datasheet's 1,979 TFLOPS with sparsity
@@ -175,6 +210,8 @@ K2_TP8 = {
     "Shared expert": 60 * 3 * (256 * 7_168 + 2 * 56 * 4),
     "Final RMSNorm": 7_168 * 2,
     "Output head": 163_840 // 8 * 7_168 * 2,
+    # vLLM's BF16 W_UK, W_UV: 8 heads × (128 + 128) rows × 512 of kv_b_proj at 2 B, in every layer
+    "vLLM's BF16 W_UK, W_UV": 61 * 8 * 256 * 512 * 2,
 }
 K2_DP8_EP8 = {
     **K2_TP8,
@@ -187,6 +224,7 @@ K2_DP8_EP8 = {
     "Routed experts": 60 * 48 * 3 * (2_048 * 7_168 + 16 * 56 * 4),  # 384 / 8 whole experts
     "Shared expert": 60 * 3 * (2_048 * 7_168 + 16 * 56 * 4),
     "Output head": 163_840 * 7_168 * 2,
+    "vLLM's BF16 W_UK, W_UV": 61 * 64 * 256 * 512 * 2,
 }
 
 # Kimi-K2-Thinking / K2.5 (INT4 routed experts; attention, dense MLP, shared expert, head in BF16).
@@ -248,6 +286,17 @@ def test_the_whole_model_column_adds_up_to_the_checkpoint():
     report = plan_json("--gpus", "8xH200")
     # Kimi-K2-Instruct's tensor data less its 61 rotary buffers (README, `params --by memory`)
     assert sum(c["model_bytes"] for c in report["weights"]) == 1_029_173_249_888
+    copies = next(c for c in report["weights"] if c["name"] == "vLLM's BF16 W_UK, W_UV")
+    assert (copies["in_checkpoint"], copies["model_bytes"], copies["kind"]) == (False, 0, "absorption copies")
+
+
+def test_vllms_bf16_copies_only_beside_a_quantized_kv_b_proj():
+    # K2-Thinking's kv_b_proj is BF16 already: vLLM only views it, nothing is added
+    assert "vLLM's BF16 W_UK, W_UV" not in per_gpu(
+        plan_json("--gpus", "8xH200", "--config", K25, "--text-only")
+    )
+    out = invoke("plan", "--gpus", "8xH200").stdout
+    assert "vLLM's BF16 W_UK, W_UV: vLLM's MLA layer keeps BF16 copies of an FP8 kv_b_proj" in out
 
 
 def test_k25_vision_tower_is_replicated_and_text_only_drops_it():
@@ -273,6 +322,43 @@ def test_rules_are_stated_per_component():
     assert uneven["Routed experts"]["rule"] == "whole experts: 39 of 384 (the fullest GPU)"  # ceil(384 / 10)
 
 
+def test_ep_1_is_expert_parallelism_off():
+    # --ep 1 is no expert parallelism: the routed experts split by width as with no --ep at all
+    for args in ((), ("--ep", "1")):
+        report = plan_json("--gpus", "8xH200", *args)
+        assert (report["parallel"]["label"], report["parallel"]["ep"]) == ("TP8", 1)
+        assert per_gpu(report)["Routed experts"] == K2_TP8["Routed experts"]
+    # with DP attention and EP off, every expert is split over all TP × DP = 8 GPUs: 2,048 / 8 wide
+    report = plan_json("--gpus", "8xH200", "--dp", "8", "--ep", "1")
+    assert report["parallel"]["label"] == "DP8"
+    assert per_gpu(report)["Routed experts"] == 60 * 384 * 3 * (256 * 7_168 + 2 * 56 * 4)
+    rules = {c["name"]: c["rule"] for c in report["weights"]}
+    assert rules["Routed experts"] == "each expert by width: 256 of 2,048"
+    _fails_cleanly(invoke("plan", "--gpus", "8xH200", "--ep", "0"), "--ep 0: expected a positive integer")
+
+
+def test_vocabulary_is_padded_to_a_multiple_of_64_then_split(write_config, kimi_config):
+    # vLLM's VocabParallelEmbedding: pad_vocab_size(vocab, 64) rows (DEFAULT_VOCAB_PADDING_SIZE), then
+    # divide(padded, tp_size), which asserts the division is exact; it does not pad to 64 × TP.
+    # A vocabulary of 163,842: ceil(163,842 / 64) × 64 = 2,561 × 64 = 163,904 rows; over TP8, 20,488.
+    path = str(write_config({**kimi_config, "vocab_size": 163_842}))
+    weights = per_gpu(plan_json("--config", path, "--gpus", "8xH200", "--kv-memory", "1GiB"))
+    assert weights["Token embedding"] == weights["Output head"] == 20_488 * 7_168 * 2
+    rules = {c["name"]: c["rule"] for c in plan_json("--config", path, "--gpus", "8xH200")["weights"]}
+    assert rules["Output head"] == "by vocabulary: 20,488 of 163,904 rows, padded from 163,842"
+    # over 16 GPUs, 163,904 / 16 = 10,244 rows each; padding to 64 × 16 = 1,024 would have given
+    # ceil(163,842 / 1,024) × 1,024 / 16 = 164,864 / 16 = 10,304
+    weights16 = per_gpu(plan_json("--config", path, "--gpus", "16xH200", "--kv-memory", "1GiB"))
+    assert weights16["Output head"] == 10_244 * 7_168 * 2
+    # 163,904 rows do not split over 3 GPUs (48 heads, so that the heads do): vLLM's divide asserts
+    path3 = str(write_config({**kimi_config, "vocab_size": 163_842, "num_attention_heads": 48}, "h48.json"))
+    _fails_cleanly(
+        invoke("plan", "--config", path3, "--gpus", "3xH200", "--kv-memory", "1GiB"),
+        "--tp 3",
+        "163,904 rows",
+    )
+
+
 def test_pipeline_stages_split_layers_as_vllm_does():
     # vLLM's get_pp_indices: 61 // pp per stage, the remainder to the stages before the last
     assert [len(s) for s in pipeline_stages(61, 2)] == [31, 30]
@@ -295,7 +381,7 @@ def test_pipeline_stages_split_layers_as_vllm_does():
 def test_pool_is_usable_memory_less_weights_and_the_given_reserve():
     report = plan_json("--gpus", "8xH200", "--config", K25, "--text-only", "--reserve", "8GiB")
     stage = report["stages"][0]
-    usable = H200_MEMORY * 9 // 10
+    usable = H200_USABLE  # from CUDA's total, not nvidia-smi's
     assert report["usable_bytes"] == usable
     assert stage["kv_pool_bytes"] == usable - sum(K2_THINKING_TP8.values()) - 8 * GIB
     assert stage["kv_tokens"] == stage["kv_pool_bytes"] // (64 * 70_272) * 64
@@ -368,6 +454,80 @@ def test_min_gpus_finds_a_layout_that_holds_it():
     assert f"--min-gpus: {count} × H200 ({parallel['label']})" in out
 
 
+# K2-Thinking's layers at TP1, by hand (BF16 but for the INT4 routed experts; see K2_THINKING_TP8)
+K2_THINKING_ATTENTION = (
+    7_168 * 2  # attention RMSNorm
+    + (1_536 * 7_168 + 1_536) * 2  # q_a_proj + q_a_layernorm
+    + (576 * 7_168 + 512) * 2  # kv_a_proj_with_mqa (latent and rotary key) + kv_a_layernorm
+    + 12_288 * 1_536 * 2  # q_b_proj
+    + 16_384 * 512 * 2  # kv_b_proj
+    + 7_168 * 8_192 * 2  # o_proj
+    + 7_168 * 2  # MLP RMSNorm
+)
+K2_THINKING_MOE = (
+    384 * 7_168 * 2
+    + 384 * 4  # router and its F32 bias
+    + 384 * 3 * (2_048 * 7_168 // 8 * 4 + 2_048 * 7_168 // 32 * 2 + 8)  # INT4 experts
+    + 3 * 2_048 * 7_168 * 2  # shared expert
+)
+K2_THINKING_WHOLE = (
+    61 * K2_THINKING_ATTENTION
+    + 3 * 18_432 * 7_168 * 2  # dense MLP
+    + 60 * K2_THINKING_MOE
+    + 2 * 163_840 * 7_168 * 2  # embedding and head
+    + 7_168 * 2  # final norm
+)
+
+
+def test_min_gpus_is_the_fewest_that_hold_it():
+    args = ("--config", K25, "--text-only", "--reserve", "4GiB", "--max-model-len", "1000")
+    report = plan_json("--gpus", "8xH200", *args, "--min-gpus")
+    assert K2_THINKING_WHOLE == 594_205_904_896  # README, `params --config fixtures/kimi-k2.5 --by memory`
+    # 4 GPUs cannot: the weights alone exceed their usable memory, whatever the layout
+    assert 4 * H200_USABLE < K2_THINKING_WHOLE
+    assert (report["min_gpus"]["count"], report["min_gpus"]["parallel"]["label"]) == (5, "TP1 × PP5")
+    # 5 can: vLLM splits 61 layers into stages of 12, 12, 12, 13 and 12; the fourth holds 13 MoE layers
+    # and the KV of a 1,000-token sequence there, 16 pages of 64 tokens × 13 layers × 1,152 B
+    assert pipeline_stages(61, 5)[3] == tuple(range(36, 49))
+    fourth = 13 * (K2_THINKING_ATTENTION + K2_THINKING_MOE)
+    assert H200_USABLE - fourth - 4 * GIB >= 16 * 64 * 13 * 1_152
+    five = plan_json("--gpus", "5xH200", *args, "--tp", "1", "--pp", "5")
+    assert five["stages"][3]["weights_bytes"] == fourth and five["fits"] is True
+
+
+def test_what_rests_on_an_estimate_is_labelled():
+    # the default reserve is an estimate: the pool and all that follows from it are too
+    report = plan_json("--gpus", "8xH200", "--config", K25, "--text-only", "--min-gpus")
+    assert report["estimated_inputs"] == ["reserve"]
+    assert report["estimate"] is report["kv_cache"]["estimate"] is report["min_gpus"]["estimate"] is True
+    assert all(stage["estimate"] for stage in report["stages"])
+    out = invoke("plan", "--gpus", "8xH200", "--config", K25, "--text-only").stdout
+    assert "(estimated: it rests on the estimated reserve)" in flat(out)
+    assert "= KV cache pool (an estimate)" in out
+    # a given reserve on a GPU whose CUDA total is known: nothing estimated
+    given = plan_json("--gpus", "8xH200", "--config", K25, "--text-only", "--reserve", "4GiB")
+    assert (given["estimated_inputs"], given["estimate"], given["kv_cache"]["estimate"]) == ([], False, False)
+    # the MI325X's memory is nominal and its CUDA total estimated: labelled, even with a given reserve
+    mi325x = plan_json("--gpus", "8xMI325X", "--config", K25, "--text-only", "--reserve", "4GiB")
+    assert (mi325x["gpus"]["memory_source"], mi325x["gpus"]["cuda_memory_estimated"]) == ("nominal", True)
+    assert (mi325x["estimated_inputs"], mi325x["estimate"]) == (["cuda_memory"], True)
+    out = invoke("plan", "--gpus", "8xMI325X", "--config", K25, "--text-only", "--reserve", "4GiB").stdout
+    assert "262,144 MiB nominal (no device report found)" in flat(out)
+    assert "CUDA's total, an estimated 262,128 MiB" in flat(out)
+    # a pool an engine printed rests on nothing estimated, but --min-gpus still sizes every layout from
+    # usable memory less the estimated reserve
+    printed = plan_json("--gpus", "8xH200", "--kv-memory", "40GiB", "--min-gpus")
+    assert printed["estimate"] is False
+    assert (printed["min_gpus"]["estimate"], printed["min_gpus"]["estimated_inputs"]) == (True, ["reserve"])
+    # a memory the user gives is the user's: labelled as given, not estimated
+    custom = plan_json(
+        "--gpus", "8", "--gpu-memory", "141GiB", "--config", K25, "--text-only", "--reserve", "4GiB"
+    )
+    assert (custom["gpus"]["memory_source"], custom["estimate"]) == ("--gpu-memory", False)
+    out = invoke("plan", "--gpus", "8", "--gpu-memory", "141GiB", "--config", K25, "--text-only").stdout
+    assert "141 GiB (151,397,597,184 B) as given by --gpu-memory, used as the total CUDA reports" in flat(out)
+
+
 def test_mtp_layer_is_loaded_only_when_asked():
     without = plan_json("--gpus", "8xH200", "--config", V3, "--kv-memory", "10GiB")
     with_mtp = plan_json("--gpus", "8xH200", "--config", V3, "--kv-memory", "10GiB", "--mtp")
@@ -380,7 +540,10 @@ def test_mtp_layer_is_loaded_only_when_asked():
 def test_text_output_has_the_tables_and_the_bar():
     out = invoke("plan", "--gpus", "8xH200", "--config", K25, "--text-only").stdout
     assert "on 8 × H200, TP8: fits" in out.splitlines()[0]
-    assert "H200: NVIDIA H200 SXM 141GB, 143,771 MiB as the device reports it" in out
+    assert (
+        "H200: NVIDIA H200 SXM 141GB, 143,771 MiB as nvidia-smi reports it; the plan uses CUDA's total, "
+        "143,156 MiB, which vLLM sizes against" in flat(out)
+    )
     assert "Routed experts" in out and "each expert by width: 256 of 2,048" in out
     assert "█" in out and "▓ reserve" in out and "▒ KV cache" in out
     assert "each of the 8 TP ranks holds all of it (the latent belongs to no head)" in out
@@ -450,4 +613,14 @@ def test_int4_groups_are_not_cut():
     # K2-Thinking's expert down_proj has 2,048 inputs in groups of 32: 128 GPUs would leave 16 each
     _fails_cleanly(
         invoke("plan", "--config", K25, "--gpus", "128xH200", "--tp", "8", "--dp", "16"), "INT4 groups of 32"
+    )
+
+
+def test_the_dp_layout_is_said_to_be_vllms():
+    # SGLang's DP attention splits the dense MLP and the head over the whole TP × DP group; vLLM's keeps
+    # them whole in each DP replica, as the DP8 + EP8 hand table above has them
+    args = ("--gpus", "8xH200", "--dp", "8", "--ep", "8", "--kv-memory", "1GiB")
+    assert plan_json(*args)["parallel"]["engine"] == "vLLM"
+    assert "DP8 is vLLM's data-parallel attention: each of the 8 replicas holds the whole attention" in flat(
+        invoke("plan", *args).stdout
     )

@@ -22,7 +22,11 @@ from kimicount.cli.common import (
 )
 from kimicount.cli.exits import EXIT_CODES
 from kimicount.errors import UsageError
+from kimicount.hardware import ACCELERATORS
 from kimicount.options import DTYPE_METAVAR, parse_count, parse_dtype
+
+#: The GPU types --gpus names, from the accelerator table.
+GPU_TYPES = ", ".join(ACCELERATORS)
 
 
 @app.command(
@@ -34,8 +38,8 @@ def plan_command(
         typer.Option(
             "--gpus",
             metavar="NxTYPE",
-            help="How many GPUs of which type: 8xH200, 8×H200, 16xH100 (types: A100-80GB, H100, H800, H20, "
-            "H200, B200, GB200, MI300X, MI325X), or a count alone with --gpu-memory.",
+            help=f"How many GPUs of which type: 8xH200, 8×H200, 16xH100 (types: {GPU_TYPES}), or a count "
+            "alone with --gpu-memory.",
             show_default=False,
         ),
     ],
@@ -50,7 +54,7 @@ def plan_command(
         typer.Option(
             "--gpu-memory",
             metavar="SIZE",
-            help="Memory per GPU (e.g. 141GiB), instead of the table's.",
+            help="Memory per GPU (e.g. 141GiB), instead of the table's; taken as the total CUDA reports.",
             show_default=False,
         ),
     ] = None,
@@ -94,7 +98,10 @@ def plan_command(
     dp: Annotated[
         str,
         typer.Option(
-            "--dp", metavar="N", help="Data-parallel attention groups; each keeps its own sequences."
+            "--dp",
+            metavar="N",
+            help="Data-parallel attention groups, as vLLM lays them out: each holds whole attention, dense "
+            "MLP, shared expert and head, and keeps its own sequences.",
         ),
     ] = "1",
     ep: Annotated[
@@ -102,7 +109,7 @@ def plan_command(
         typer.Option(
             "--ep",
             metavar="N",
-            help="Expert parallelism; engines size it TP × DP, the only value accepted.",
+            help="Expert parallelism: 1 is off; on, engines size it TP × DP, the only other value accepted.",
             show_default=False,
         ),
     ] = None,
@@ -221,8 +228,8 @@ def plan_command(
 ) -> None:
     """Memory per GPU for a deployment: weights by component, the reserve, and the KV cache that is left.
 
-    Shards the model as vLLM and SGLang do (TP, PP, DP attention, EP, DCP), at the checkpoint's stored
-    bytes, and says how many tokens of context fit. The reserve is an estimate, labelled so.
+    Shards the model as vLLM does (TP, PP, DP attention, EP, DCP), at the checkpoint's stored bytes, and
+    says how many tokens of context fit. The reserve is an estimate, labelled so.
     """
     from fractions import Fraction
 
@@ -235,6 +242,7 @@ def plan_command(
     )
     from kimicount.kvcache import parse_layout
     from kimicount.options import parse_size
+    from kimicount.plan import DeploymentOptions, plan
 
     count, gpu = parse_gpus(gpus)
     memory = None if gpu_memory is None else parse_size(gpu_memory, "--gpu-memory")
@@ -251,31 +259,32 @@ def plan_command(
         bf16_flops=None if peak_bf16 is None else parse_flops(peak_bf16, "--peak-bf16"),
         fp8_flops=None if peak_fp8 is None else parse_flops(peak_fp8, "--peak-fp8"),
     )
-    layout = {
-        "tp": count_or_none(tp, "--tp"),
-        "pp": parse_count(pp, "--pp"),
-        "dp": parse_count(dp, "--dp"),
-        "ep": count_or_none(ep, "--ep"),
-        "dcp": parse_count(dcp, "--dcp"),
-        "utilization": Fraction(str(gpu_memory_utilization)),
-        "reserve": None if reserve is None else parse_size(reserve, "--reserve"),
-        "max_batched_tokens": count_or_none(max_batched_tokens, "--max-batched-tokens"),
-        "max_num_seqs": count_or_none(max_num_seqs, "--max-num-seqs"),
-        "kv_memory": None if kv_memory is None else parse_size(kv_memory, "--kv-memory"),
-        "kv_dtype": None if kv_dtype is None else parse_dtype(kv_dtype, "--kv-dtype"),
-        "kv_layout": None if kv_layout is None else parse_layout(kv_layout, "--kv-layout"),
-        "block_size": parse_count(block_size, "--block-size"),
-        "max_model_len": count_or_none(max_model_len, "--max-model-len"),
-    }
+    options = DeploymentOptions(
+        tp=count_or_none(tp, "--tp"),
+        pp=parse_count(pp, "--pp"),
+        dp=parse_count(dp, "--dp"),
+        ep=count_or_none(ep, "--ep"),
+        dcp=parse_count(dcp, "--dcp"),
+        utilization=Fraction(str(gpu_memory_utilization)),
+        reserve=None if reserve is None else parse_size(reserve, "--reserve"),
+        max_batched_tokens=count_or_none(max_batched_tokens, "--max-batched-tokens"),
+        max_num_seqs=count_or_none(max_num_seqs, "--max-num-seqs"),
+        kv_memory=None if kv_memory is None else parse_size(kv_memory, "--kv-memory"),
+        kv_dtype=None if kv_dtype is None else parse_dtype(kv_dtype, "--kv-dtype"),
+        kv_layout=None if kv_layout is None else parse_layout(kv_layout, "--kv-layout"),
+        block_size=parse_count(block_size, "--block-size"),
+        max_model_len=count_or_none(max_model_len, "--max-model-len"),
+        mtp=mtp,
+        vision=not text_only,
+    )
     step = (count_or_none(batch, "--batch"), count_or_none(context, "--context"))
     from kimicount.anatomy import build_anatomy
-    from kimicount.plan import plan
     from kimicount.storage import require_modelled
 
     spec = load_model(model, config, repo, revision, token, timeout, live=not as_json)
     anatomy = build_anatomy(spec)
     require_modelled(anatomy.spec)
-    report = plan(anatomy, gpu, count, **layout, mtp=mtp, vision=not text_only, min_gpus=min_gpus)
+    report = plan(anatomy, gpu, count, options, min_gpus=min_gpus)
     speed = None
     if step != (None, None):
         from kimicount.speed import step_floor, sweep
