@@ -19,6 +19,10 @@ ways, in alternation, one round after another, so that a busy machine slows both
 The table gives medians over the rounds and the median of each round's ratio, in CPU time (user +
 system, which a busy machine does not inflate as it does wall time) and in wall time.
 
+Instructions (--instructions): the whole command and the loop run once each under valgrind's callgrind,
+which counts the instructions a process executes: the same on a busy machine as on an idle one, where
+time is not (about a minute a run).
+
 Hub (--hub): `kimicount verify --repo` on main and at a commit, against huggingface_hub's own
 `get_safetensors_metadata` for the same repo: requests, bytes and time.
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -170,6 +175,29 @@ def local(folders: dict[str, tuple[Path, int]], rounds: int) -> None:
     )
 
 
+def instructions(command: list[str]) -> int:
+    """Instructions the process `command` executes, as valgrind's callgrind counts them."""
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr
+    return int(re.search(r"I\s+refs:\s+([\d,]+)", out).group(1).replace(",", ""))
+
+
+def count_instructions(folders: dict[str, tuple[Path, int]]) -> None:
+    print(
+        "\nInstructions executed, whole processes (valgrind callgrind; Python start-up and imports included):"
+    )
+    print("| checkpoint | `kimicount verify --path --json` | `safe_open` loop | ratio |")
+    print("|---|---:|---:|---:|")
+    for label, (folder, count) in folders.items():
+        ours = instructions([sys.executable, "-m", "kimicount", "verify", "--path", str(folder), "--json"])
+        peer = instructions([sys.executable, "-c", SAFE_OPEN_LOOP, str(folder), str(count)])
+        print(f"| {label} | {ours / 1e9:.2f} G | {peer / 1e9:.2f} G | {ours / peer:.2f}× |")
+
+
 def hub(folder: Path) -> None:
     from pytest_httpserver import HTTPServer
 
@@ -229,14 +257,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds of every measurement")
     parser.add_argument("--hub", action="store_true", help="also measure the Hub protocol (local server)")
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count instructions under valgrind (minutes)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         k2 = kimi_k2_layout(Path(tmp) / "kimi-k2", config=ROOT / "fixtures/kimi-k2-instruct/config.json")
         k25 = kimi_k25_layout(Path(tmp) / "kimi-k2.5")
-        local(
-            {"Kimi K2 (139,644 tensors)": (k2, 139_644), "Kimi K2.5 (208,550 tensors)": (k25, 208_550)},
-            args.rounds,
-        )
+        folders = {"Kimi K2 (139,644 tensors)": (k2, 139_644), "Kimi K2.5 (208,550 tensors)": (k25, 208_550)}
+        local(folders, args.rounds)
+        if args.instructions:
+            count_instructions(folders)
         if args.hub:
             hub(k2)
 
