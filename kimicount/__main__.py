@@ -11,9 +11,9 @@ import sys
 def main() -> None:
     """Console-script entry point."""
     try:
-        from kimicount.cli import app
+        from kimicount.cli import load
 
-        app()
+        load(sys.argv[1:])()
     except KeyboardInterrupt:  # before or after the CLI's own handler (which prints the same line)
         try:
             sys.stderr.write("kimicount: interrupted\n")

@@ -147,6 +147,18 @@ def test_python_dash_m_and_no_torch_or_hub_import():
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     assert "kimicount.anatomy" in imported  # the check sees our own imports
     assert not {m for m in imported if m.split(".")[0] in ("torch", "huggingface_hub")}
+    # A run registers only the command it names: typer would read the other five's signatures too.
+    assert "kimicount.cli.params" in imported
+    assert not imported & {f"kimicount.cli.{m}" for m in ("flops", "kv_cache", "measure", "plan", "verify")}
+
+
+def test_the_root_help_lists_every_command_however_it_is_asked():
+    commands = ("flops", "kv-cache", "measure", "params", "plan", "verify")
+    for args in (["--help"], ["-h", "params"], []):
+        result = run_kimicount(*args)
+        # no arguments: click prints the help on stderr, as an error
+        listed = re.findall(r"^  ([a-z][a-z-]*)  ", result.stdout + result.stderr, re.MULTILINE)
+        assert tuple(listed) == commands, (args, result.stdout, result.stderr)
 
 
 # --- bad input: exit 2, one line naming the file and key, never a traceback --------------------

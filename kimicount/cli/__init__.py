@@ -9,10 +9,47 @@ new one slots in the same way:
 - an option the chosen view does not use is named on stderr (`common.ignored`), never silently dropped.
 Library modules are imported inside the commands, so that --help, --version and errors import neither
 rich nor the anatomy (a test checks this with -X importtime). How a run ends (exit codes, one-line
-errors, output in any encoding) is `exits`; the typer app and its root options are `app`.
+errors, output in any encoding) is `exits`; the typer app and its root options are `root`.
+
+A run registers only the command it names (`load`): typer reads every registered command's signature
+at start-up, and the other five cost a tenth of a `params` run. `from kimicount.cli import app` gives
+the app with every command.
 """
 
-from kimicount.cli import flops, kv_cache, measure, params, plan, verify  # noqa: F401 (each registers its command)
-from kimicount.cli.app import app
+from __future__ import annotations
 
-__all__ = ["app"]
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import typer
+
+#: Each command's name and the module that registers it, in the order `kimicount --help` lists them.
+COMMANDS = {
+    "flops": "flops",
+    "kv-cache": "kv_cache",
+    "measure": "measure",
+    "params": "params",
+    "plan": "plan",
+    "verify": "verify",
+}
+
+
+def load(args: Sequence[str] = ()) -> typer.Typer:
+    """The app with the command that `args` (the command line after the program) begins with registered,
+    or every command when it begins with none of them (`--help`, `-h params`, a misspelt name: the root
+    help lists them all, click suggests one)."""
+    first = args[0] if args else None
+    for module in [COMMANDS[first]] if first in COMMANDS else COMMANDS.values():
+        # __import__, not importlib.import_module: only the former shows in `python -X importtime`,
+        # by which a test checks what a run imports.
+        __import__(f"kimicount.cli.{module}")
+    from kimicount.cli.root import app
+
+    return app
+
+
+def __getattr__(name: str) -> typer.Typer:
+    if name == "app":  # every command, as a test or a program that embeds the CLI expects
+        return load()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from kimicount.cli.app import app
 from kimicount.cli.common import (
     COUNTS,
     ConfigOption,
@@ -20,6 +19,7 @@ from kimicount.cli.common import (
     print_json,
 )
 from kimicount.cli.exits import EXIT_CODES
+from kimicount.cli.root import app
 from kimicount.options import parse_count, parse_depth
 
 

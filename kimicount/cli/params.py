@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from kimicount.cli.app import app
 from kimicount.cli.common import (
     ConfigOption,
     JsonOption,
@@ -22,6 +21,7 @@ from kimicount.cli.common import (
     print_json,
 )
 from kimicount.cli.exits import EXIT_CODES
+from kimicount.cli.root import app
 from kimicount.options import Detail, parse_depth
 
 

@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from kimicount.cli.app import app
 from kimicount.cli.common import (
     COUNTS,
     ConfigOption,
@@ -21,6 +20,7 @@ from kimicount.cli.common import (
     print_json,
 )
 from kimicount.cli.exits import EXIT_CODES
+from kimicount.cli.root import app
 from kimicount.errors import UsageError
 from kimicount.hardware import ACCELERATORS
 from kimicount.options import DTYPE_METAVAR, parse_count, parse_dtype

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from kimicount.cli.app import app
 from kimicount.cli.common import (
     JsonOption,
     ModelArgument,
@@ -21,6 +20,7 @@ from kimicount.cli.common import (
     repo_id,
 )
 from kimicount.cli.exits import EXIT_CODES
+from kimicount.cli.root import app
 from kimicount.options import parse_depth
 
 
