@@ -150,6 +150,9 @@ def test_python_dash_m_and_no_torch_or_hub_import():
     # A run registers only the command it names: typer would read the other five's signatures too.
     assert "kimicount.cli.params" in imported
     assert not imported & {f"kimicount.cli.{m}" for m in ("flops", "kv_cache", "measure", "plan", "verify")}
+    version = run_kimicount("--version", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    imported = {line.rsplit("|", 1)[-1].strip() for line in version.stderr.splitlines() if "|" in line}
+    assert "kimicount.cli.root" in imported and "kimicount.cli.params" not in imported
 
 
 def test_the_root_help_lists_every_command_however_it_is_asked():

@@ -36,11 +36,15 @@ COMMANDS = {
 
 
 def load(args: Sequence[str] = ()) -> typer.Typer:
-    """The app with the command that `args` (the command line after the program) begins with registered,
-    or every command when it begins with none of them (`--help`, `-h params`, a misspelt name: the root
-    help lists them all, click suggests one)."""
+    """The app with the command that `args` (the command line after the program) begins with registered;
+    none for --version (it prints before any command is looked at); every command otherwise (`--help`,
+    `-h params`, a misspelt name: the root help lists them all, click suggests one)."""
     first = args[0] if args else None
-    for module in [COMMANDS[first]] if first in COMMANDS else COMMANDS.values():
+    if first in COMMANDS:
+        modules = [COMMANDS[first]]
+    else:
+        modules = [] if first == "--version" else list(COMMANDS.values())
+    for module in modules:
         # __import__, not importlib.import_module: only the former shows in `python -X importtime`,
         # by which a test checks what a run imports.
         __import__(f"kimicount.cli.{module}")
