@@ -285,20 +285,17 @@ def ref_flops(spec: ModelSpec, ref: TensorRef) -> Fraction:
     return flops
 
 
-def node_flops(spec: ModelSpec, node: Node) -> int:
-    """A component's matmul FLOPs per token, all its instances (activated experts only). [FLOPs/token]
+def flops_map(spec: ModelSpec, *roots: Node | None) -> dict[int, int]:
+    """Every component's matmul FLOPs per token, all its instances (activated experts only), keyed by
+    id(node), computed once bottom-up. [FLOPs/token]
 
     >>> from kimicount.anatomy import build_anatomy
-    >>> node_flops(k2, build_anatomy(k2).model)  # 2 × the activated parameters but the embedding,
+    >>> model = build_anatomy(k2).model
+    >>> flops_map(k2, model)[id(model)]  # 2 × the activated parameters but the embedding,
     63372132352
     >>> 2 * (32_861_500_928 - 1_174_405_120 - 123 * 7_168 - 61 * (1_536 + 512) - 60 * 384)  # norms, bias
     63372132352
     """
-    return int(sum(ref_flops(spec, ref) for n in node.walk() for ref in n.tensors))
-
-
-def flops_map(spec: ModelSpec, *roots: Node | None) -> dict[int, int]:
-    """Every component's matmul FLOPs per token, keyed by id(node), computed once bottom-up."""
     flops: dict[int, int] = {}
 
     def visit(node: Node) -> Fraction:

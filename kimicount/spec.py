@@ -123,18 +123,14 @@ class PackedQuantization:
         """Values per int32."""
         return 32 // self.num_bits
 
-    def packs(self, module: str) -> bool:
-        """Whether the config means the Linear `module` (a dotted name, e.g. model.layers.1.mlp.experts.0.up_proj)
-        to be packed.
+    def packs_each(self, modules: Iterable[str]) -> list[bool]:
+        """For each Linear module (a dotted name, e.g. model.layers.1.mlp.experts.0.up_proj), whether the
+        config means it to be packed; all under one deadline on the `re:` patterns (kimicount.matching).
 
         >>> q = PackedQuantization(4, 32, ("Linear",), ("lm_head", "re:.*self_attn.*"))
-        >>> q.packs("model.layers.1.mlp.experts.0.up_proj"), q.packs("model.layers.1.self_attn.o_proj"), q.packs("lm_head")
-        (True, False, False)
+        >>> q.packs_each(["model.layers.1.mlp.experts.0.up_proj", "model.layers.1.self_attn.o_proj", "lm_head"])
+        [True, False, False]
         """
-        return self.packs_each((module,))[0]
-
-    def packs_each(self, modules: Iterable[str]) -> list[bool]:
-        """`packs` for many modules at once, under one deadline on the `re:` patterns (kimicount.matching)."""
         from kimicount.matching import packed
 
         ignore, targets = self._patterns
