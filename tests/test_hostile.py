@@ -16,6 +16,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -811,20 +813,27 @@ def test_16_ctrl_c_says_so(hub):
     assert process.stderr.read() == "kimicount: interrupted\n"
 
 
-def test_16_a_closed_stdout_pipe_is_not_a_mismatch():
+@contextmanager
+def _pipe_without_reader() -> Iterator[int]:
+    """The write end of a pipe whose reader is gone before the first line is written (`… | true`)."""
     read, write = os.pipe()
-    os.close(read)  # the reader is gone before the first line is written (`kimicount params | true`)
+    os.close(read)
     try:
+        yield write
+    finally:
+        os.close(write)
+
+
+def test_16_a_closed_stdout_pipe_is_not_a_mismatch():
+    with _pipe_without_reader() as pipe:
         result = subprocess.run(
             [sys.executable, "-m", "kimicount", "params"],
-            stdout=write,
+            stdout=pipe,
             stderr=subprocess.PIPE,
             text=True,
             timeout=60,
             check=False,
         )
-    finally:
-        os.close(write)
     assert result.returncode == 141 and result.stderr == "", result.stderr
 
 
@@ -833,23 +842,19 @@ def test_16_a_closed_stderr_is_not_a_mismatch(closed):
     # The warning that 10,000,000 tokens is past max_position_embeddings cannot be written; the work is
     # done all the same, and the run ends with 0, not 1 (a mismatch).
     command = [sys.executable, "-m", "kimicount", "kv-cache", "--tokens", "1e7", "--json"]
-    read, write = os.pipe()
-    os.close(read)
-    try:
-        if closed == "a pipe without its reader":
+    if closed == "a pipe without its reader":
+        with _pipe_without_reader() as pipe:
             result = subprocess.run(
-                command, stdout=subprocess.PIPE, stderr=write, text=True, timeout=60, check=False
+                command, stdout=subprocess.PIPE, stderr=pipe, text=True, timeout=60, check=False
             )
-        else:  # the shell closes descriptor 2; Python then sets sys.stderr to None
-            result = subprocess.run(
-                ["sh", "-c", 'exec "$@" 2>&-', "sh", *command],
-                stdout=subprocess.PIPE,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-    finally:
-        os.close(write)
+    else:  # the shell closes descriptor 2; Python then sets sys.stderr to None
+        result = subprocess.run(
+            ["sh", "-c", 'exec "$@" 2>&-', "sh", *command],
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     assert result.returncode == 0
     assert json.loads(result.stdout)["tokens"] == 10_000_000
 
