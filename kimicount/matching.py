@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import repeat
 
 from kimicount.errors import ConfigError
 
@@ -40,6 +41,7 @@ class Patterns:
     compiled: tuple[
         re.Pattern[str], ...
     ]  # each on its own: flags, group names and backreferences are its own
+    one: re.Pattern[str] | None  # all of them as one alternation, where that means the same (_one_of)
 
     @classmethod
     def of(cls, patterns: Iterable[str]) -> Patterns:
@@ -48,15 +50,60 @@ class Patterns:
         patterns = tuple(patterns)
         expressions = tuple(p[3:] for p in patterns if p.startswith("re:"))
         names = frozenset(p for p in patterns if not p.startswith("re:"))
-        return cls(names, expressions, tuple(re.compile(e) for e in expressions))
+        compiled = tuple(re.compile(e) for e in expressions)
+        return cls(names, expressions, compiled, _one_of(compiled))
 
     def matches(self, module: str) -> bool:
         if module in self.names:
             return True
+        if self.one is not None:
+            return self.one.match(module) is not None
         for pattern in self.compiled:
             if pattern.match(module):
                 return True
         return False
+
+    def each(self, modules: Iterable[str]) -> list[bool]:
+        """`matches` for each name: 69,120 of them on K2.5, so without a call per name where the
+        expressions are one."""
+        names, one = self.names, self.one
+        if one is None and self.compiled:
+            return [self.matches(module) for module in modules]
+        if one is None:
+            return [module in names for module in modules]
+        return [module in names or one.match(module) is not None for module in modules]
+
+
+def _one_of(compiled: tuple[re.Pattern[str], ...]) -> re.Pattern[str] | None:
+    """The expressions as one `(?:a)|(?:b)|…`, which matches a name from its start exactly when one of
+    them does, and tries them all in one pass of `re`'s engine: twice as fast as one call each on K2.5's
+    69,120 expert Linears. Only where joining keeps each expression's meaning:
+    - no expression sets a global flag (`(?i)…`): joined, it would apply to all, or fail to compile;
+    - at most one has groups, and it goes first: a backreference or conditional (`\\1`, `(?(1)…)`)
+      counts groups from the start of the whole pattern, so only the first keeps its numbers;
+    - the joined pattern compiles (two groups of one name do not).
+    Otherwise None, and each is tried on its own.
+
+    >>> _one_of((re.compile(".*self_attn.*"), re.compile(r".*mlp\\.(gate|up)_proj.*"))).pattern
+    '(?:.*mlp\\\\.(gate|up)_proj.*)|(?:.*self_attn.*)'
+    >>> _one_of((re.compile("(a)\\1"), re.compile("(b)\\1"))) is None
+    True
+    """
+    if len(compiled) < 2:
+        return compiled[0] if compiled else None
+    if any(p.flags != _DEFAULT_FLAGS for p in compiled):
+        return None
+    grouped = [p for p in compiled if p.groups]
+    if len(grouped) > 1:
+        return None
+    ordered = grouped + [p for p in compiled if not p.groups]
+    try:
+        return re.compile("|".join(f"(?:{p.pattern})" for p in ordered))
+    except re.error:
+        return None
+
+
+_DEFAULT_FLAGS = re.compile("").flags
 
 
 def packed(
@@ -69,22 +116,24 @@ def packed(
     >>> packed(Patterns.of(["re:.*self_attn.*"]), Patterns.of([]), True, ["a.mlp.up_proj", "a.self_attn.o_proj"], "config")
     [True, False]
     """
-    answers: list[bool] = []
-    module = ""
+    modules = list(modules)
+    pending = iter(modules)  # each pass takes names from it, so what is left says where time ran out
     try:
         with _deadline(MATCH_SECONDS):
-            for module in modules:
-                answers.append(not ignore.matches(module) and (every_linear or targets.matches(module)))
+            ignored = ignore.each(pending)
+            pending = iter(modules)
+            targeted = repeat(True) if every_linear else targets.each(pending)
     except _TooSlow:
+        stopped = modules[len(modules) - sum(1 for _ in pending) - 1]  # the name taken last
         keys = " and ".join(
             f"'{key}'" for key, p in (("ignore", ignore), ("targets", targets)) if p.expressions
         )
         expressions = ", ".join(json.dumps(f"re:{e}") for e in ignore.expressions + targets.expressions)
         raise ConfigError(
             f"{where}: key{'s' if ' and ' in keys else ''} {keys}: the patterns {expressions} take more than {MATCH_SECONDS:g} s to match "
-            f"the module names (stopped at '{module}'): a pattern that backtracks without end"
+            f"the module names (stopped at '{stopped}'): a pattern that backtracks without end"
         ) from None
-    return answers
+    return [not no and yes for no, yes in zip(ignored, targeted)]
 
 
 class _TooSlow(Exception):
