@@ -15,7 +15,7 @@ ways, in alternation, one round after another, so that a busy machine slows both
 - the whole command: `kimicount verify --path DIR --json` against `python -c <the loop>`, wall time of
   the process (Python start-up and imports included);
 - the library: `read_folder` + `build_anatomy` + `verify` against the loop alone, each timed inside a
-  fresh process after its imports; and the same without orjson (the standard library's JSON).
+  fresh process after its imports; and the same without msgspec (the standard library's JSON).
 The table gives medians over the rounds and the median of each round's ratio, in CPU time (user +
 system, which a busy machine does not inflate as it does wall time) and in wall time.
 
@@ -71,7 +71,7 @@ if sys.argv[3:] == ["time"]:
 LIBRARY = """
 import sys, time
 if sys.argv[3:] == ["json"]:
-    sys.modules["orjson"] = None  # as if not installed: the standard library parses
+    sys.modules["msgspec"] = None  # as if not installed: the standard library parses
 from pathlib import Path
 from kimicount.anatomy import build_anatomy
 from kimicount.checkpoint import read_folder
@@ -133,7 +133,7 @@ def local(folders: dict[str, tuple[Path, int]], rounds: int) -> None:
                     [python, "-c", SAFE_OPEN_LOOP, str(folder), str(count), "time"],
                 ),
                 (
-                    "library, without orjson",
+                    "library, without msgspec",
                     [python, "-c", LIBRARY, str(folder), str(count), "json"],
                     [python, "-c", SAFE_OPEN_LOOP, str(folder), str(count), "time"],
                 ),
@@ -157,7 +157,7 @@ def local(folders: dict[str, tuple[Path, int]], rounds: int) -> None:
     )
     print("|---|---|---:|---:|---:|---:|")
     for label in folders:
-        for what in ("whole command", "library", "library, without orjson"):
+        for what in ("whole command", "library", "library, without msgspec"):
             ours, peer = samples[label, what, "ours"], samples[label, what, "peer"]
             cpu_ratio = median(a[0] / b[0] for a, b in zip(ours, peer))
             wall_ratio = median(a[1] / b[1] for a, b in zip(ours, peer))

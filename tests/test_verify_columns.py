@@ -1,19 +1,21 @@
-"""Headers as verify's fast path reads them (every entry checked column by column, orjson when
-installed), each test run twice: with orjson and with the standard library alone. Every malformed header
-is refused with the one-line message written out here, naming the tensor and what is wrong; well-formed
-headers read to the same names, kinds and offsets; where orjson parses differently from the standard
-library (integers past 64 bits, NaN, lone surrogates, duplicate keys), the standard library's reading
-stands. And end to end: a tiny checkpoint written by safetensors itself verifies the same without
-orjson, and a packed lm_head in K2.5's layout is counted against its config."""
+"""Headers as verify's fast paths read them (decoded into typed entries by msgspec when installed, else
+every entry checked column by column), each test run twice: with msgspec and with the standard library
+alone. Every malformed header is refused with the one-line message written out here, naming the tensor
+and what is wrong; well-formed headers read to the same names, kinds and offsets; where msgspec
+refuses what the standard library reads (NaN, lone surrogates), or the typed decode refuses a
+well-formed header (metadata with a tensor's keys), the plain reading stands. And end to end: a tiny
+checkpoint written by safetensors itself verifies the same without msgspec, and a packed lm_head in
+K2.5's layout is counted against its config."""
 
 from __future__ import annotations
 
 import json
 import struct
+import sys
 
 import pytest
 
-from kimicount import reading
+from kimicount import headers
 from kimicount.checkpoint import parse_index
 from kimicount.errors import CheckpointError
 from kimicount.headers import parse_header
@@ -22,18 +24,20 @@ from .checkpoints import kimi_k25_layout, kimi_k25_listing, packed_int4, write_t
 from .helpers import invoke
 
 
-@pytest.fixture(params=["orjson", "json"])
+@pytest.fixture(params=["msgspec", "json"])
 def parser(request, monkeypatch):
-    """Each test twice: with orjson (when installed) and with the standard library alone."""
-    if request.param == "orjson":
-        pytest.importorskip("orjson")
+    """Each test twice: with msgspec (when installed) and with the standard library alone."""
+    if request.param == "msgspec":
+        pytest.importorskip("msgspec")
     else:
-        monkeypatch.setattr(reading, "orjson", None)
-    return request.param
+        monkeypatch.setitem(sys.modules, "msgspec", None)  # as if not installed: `import msgspec` fails
+    headers._header_decoders.cache_clear()  # the decoders are made once, of whichever msgspec there is
+    yield request.param
+    headers._header_decoders.cache_clear()
 
 
 def _header(entries: str, data: int) -> tuple[bytes, int]:
-    """A header's JSON text, as written (orjson and json must not see it re-encoded), and its file size."""
+    """A header's JSON text, as written (msgspec and json must not see it re-encoded), and its file size."""
     raw = ("{" + entries + "}").encode()
     return raw, 8 + len(raw) + data
 
@@ -46,7 +50,7 @@ def _parse(entries: str, data: int):
 NORM = '{"dtype":"BF16","shape":[7168],"data_offsets":[0,14336]}'
 
 BAD = {
-    # past 64 bits orjson makes a float: the standard library's int is what the message shows
+    # past 64 bits: the typed decode refuses it, and the message shows the int the plain parse reads
     "dimension past 64 bits": (
         '"w":{"dtype":"BF16","shape":[18446744073709551616],"data_offsets":[0,14336]}',
         14336,
@@ -77,7 +81,7 @@ BAD = {
         28672,
         "tensor 'b': shape [7168.0] is not a list of non-negative integers",
     ),
-    "NaN (the standard library reads it, orjson refuses it)": (
+    "NaN (the standard library reads it, msgspec refuses it)": (
         '"w":{"dtype":"BF16","shape":[NaN],"data_offsets":[0,2]}',
         2,
         "tensor 'w': shape [NaN] is not a list of non-negative integers",
@@ -133,6 +137,27 @@ BAD = {
         14336,
         "__metadata__ must map strings to strings",
     ),
+    # decoded as a tensor entry by the typed path, which then reads the metadata again as strings
+    "metadata with a tensor's keys": (
+        f'"__metadata__":{NORM},"w":{NORM}',
+        14336,
+        "__metadata__ must map strings to strings",
+    ),
+    "an entry without data_offsets": (
+        '"w":{"dtype":"BF16","shape":[7168]}',
+        14336,
+        "tensor 'w': expected an object with dtype, shape and data_offsets",
+    ),
+    "a null shape": (
+        '"w":{"dtype":"BF16","shape":null,"data_offsets":[0,14336]}',
+        14336,
+        "tensor 'w': shape null is not a list of non-negative integers",
+    ),
+    "a negative dimension": (
+        '"w":{"dtype":"BF16","shape":[-7168],"data_offsets":[0,14336]}',
+        14336,
+        "tensor 'w': shape [-7168] is not a list of non-negative integers",
+    ),
 }
 
 
@@ -146,7 +171,7 @@ def test_bad_headers_say_the_same_with_either_parser(parser, case):
 
 def test_good_headers_read_the_same_with_either_parser(parser):
     # Written out of data order, with a zero-size tensor, a scalar, metadata, and a name that is a
-    # lone surrogate (valid JSON; orjson refuses it, so the standard library reads this file).
+    # lone surrogate (valid JSON; msgspec refuses it, so the standard library reads this file).
     entries = (
         '"__metadata__":{"format":"pt"},'
         '"z":{"dtype":"BF16","shape":[7168],"data_offsets":[6,14342]},'
@@ -165,26 +190,55 @@ def test_good_headers_read_the_same_with_either_parser(parser):
     assert (empty.elements, empty.nbytes, scalar.elements, scalar.nbytes) == (0, 0, 1, 4)
 
 
+def test_metadata_with_a_tensors_keys_in_strings_reads_with_either_parser(parser):
+    # The typed decode takes "shape" for a tensor's and refuses a string there; the plain parse reads it.
+    header = _parse(f'"__metadata__":{{"shape":"x","format":"pt"}},"w":{NORM}', 14336)
+    assert (header.names, header.metadata) == (("w",), {"shape": "x", "format": "pt"})
+
+
 def test_duplicate_keys_the_last_wins_with_either_parser(parser):
     header = _parse(f'"w":{{"dtype":"F32","shape":[3584],"data_offsets":[0,14336]}},"w":{NORM}', 14336)
     assert header.names == ("w",) and header.kinds == ("[7168] BF16",)
+    header = _parse('"w":{"dtype":"F32","dtype":"BF16","shape":[7168],"data_offsets":[0,14336]}', 14336)
+    assert header.kinds == ("[7168] BF16",)
+
+
+def test_the_usual_header_is_decoded_typed():
+    # The fast path is taken: names, dtypes, shapes and offsets straight from msgspec, metadata apart.
+    pytest.importorskip("msgspec")
+    raw, _ = _header(
+        f'"__metadata__":{{"format":"pt"}},"w":{NORM},"s":{{"dtype":"F32","shape":[],"data_offsets":[14336,14340]}}',
+        14340,
+    )
+    assert headers._typed_header(raw) == (
+        ("w", "s"),
+        ["BF16", "F32"],
+        [(7168,), ()],
+        [(0, 14336), (14336, 14340)],
+        {"format": "pt"},
+    )
+    for odd in (
+        '"w":{"dtype":"BF16","shape":[true],"data_offsets":[0,2]}',
+        '"w":{"dtype":"X","shape":[],"data_offsets":[0,2]}',
+    ):
+        assert headers._typed_header(_header(odd, 2)[0]) is None
 
 
 def test_index_total_size_past_64_bits(parser):
-    # orjson reads 2**64 as a float, which is no byte count: the standard library's int stands
+    # past 64 bits, read as the int it is by either parser
     text = '{"metadata":{"total_size":18446744073709551616},"weight_map":{"w":"model.safetensors"}}'
     assert parse_index(text.encode(), "model.safetensors.index.json").total_size == 2**64
 
 
-def test_tiny_real_checkpoint_without_orjson(tmp_path, monkeypatch):
-    # Written by safetensors itself (keys in name order, data in its own order), read by the standard
-    # library alone: the same verdict and counts as tests/test_verify.py finds with orjson.
+def test_tiny_real_checkpoint_with_either_parser(tmp_path, parser):
+    # Written by safetensors itself (keys in name order, data in its own order): the same verdict and
+    # counts as tests/test_verify.py finds, whichever parser reads it.
     folder = write_tiny_fp8_checkpoint(tmp_path / "tiny")
-    with_orjson = invoke("verify", "--path", str(folder), "--json")
-    monkeypatch.setattr(reading, "orjson", None)
-    without = invoke("verify", "--path", str(folder), "--json")
-    assert with_orjson.exit_code == without.exit_code == 0
-    assert json.loads(with_orjson.stdout) == json.loads(without.stdout)
+    result = invoke("verify", "--path", str(folder), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    # 1,450,884 parameters, worked out by hand in tests/test_verify.py
+    assert report["mismatches"] == [] and report["parameters"] == {"expected": 1_450_884, "found": 1_450_884}
 
 
 def test_a_packed_linear_the_config_ignores_counts_against_it(tmp_path):
