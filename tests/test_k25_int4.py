@@ -128,6 +128,9 @@ def test_k25_listing_is_built_from_the_real_k2_listing():
         ("half-packed", "storage", "language_model.model.layers.4.mlp.experts.9.up_proj"),
         ("packed shape", "packed", "language_model.model.layers.4.mlp.experts.9.up_proj.weight_packed"),
         ("vision shape", "shape", "vision_tower.encoder.blocks.3.wqkv.weight"),
+        # every group verified whole, and one tensor more than they claim
+        ("unexpected", "unexpected", "language_model.model.layers.4.mlp.experts.9.up_proj.bias"),
+        ("stray scale", "scale", "language_model.model.layers.4.mlp.experts.9.up_proj.weight_scale_inv"),
     ],
 )
 def test_tampered_int4_checkpoint(tmp_path, case, kind, tensor):
@@ -139,6 +142,10 @@ def test_tampered_int4_checkpoint(tmp_path, case, kind, tensor):
         del listing[f"{base}.weight_scale"]
     elif case == "packed shape":
         listing[f"{base}.weight_packed"] = ((2048, 895), "I32")
+    elif case == "unexpected":
+        listing[f"{base}.bias"] = ((2048,), "BF16")
+    elif case == "stray scale":
+        listing[f"{base}.weight_scale_inv"] = ((16, 56), "F32")
     else:
         listing["vision_tower.encoder.blocks.3.wqkv.weight"] = ((3456, 1151), "BF16")
     folder = kimi_k25_layout(tmp_path / case.replace(" ", "-"), listing)

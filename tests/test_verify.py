@@ -9,13 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from kimicount.anatomy import build_anatomy
+from kimicount.spec import spec_from_path
+from kimicount.verify import _components, expected_groups
+
 from .checkpoints import (
     kimi_k2_layout,
     tampered_kimi_k2,
     write_header_only,
     write_tiny_fp8_checkpoint,
 )
-from .helpers import KIMI_K2, invoke, real_kimi_k2_tensors
+from .helpers import FIXTURES, KIMI_K2, invoke, real_kimi_k2_tensors
 
 LISTING_TOTALS = json.loads((KIMI_K2 / "tensors.json").read_text())["totals"]
 
@@ -197,6 +201,26 @@ def test_tiny_config_is_used_from_the_folder(tmp_path):
     code, report = verify_json("--path", str(folder), "--config", str(KIMI_K2 / "config.json"))
     assert code == 1 and len(report["mismatches"]) > 100
     assert report["parameters"]["expected"] == 1_026_408_232_448
+
+
+@pytest.mark.parametrize("model", sorted(path.name for path in FIXTURES.iterdir()))
+def test_no_two_expected_tensors_share_a_name(model):
+    # verify counts a checkpoint whose every tensor was claimed as fully checked (kimicount.verify
+    # `_unclaimed`) only because each name is claimed once: weights, their FP8 scales and the packed
+    # INT4 triples, over all groups, are distinct.
+    anatomy = build_anatomy(spec_from_path(FIXTURES / model))
+    names = []
+    for group in expected_groups(anatomy, _components(anatomy)):
+        names += group.names
+        if group.fp8_scale is not None:
+            names += [name + "_scale_inv" for name in group.names]
+        if group.packable:
+            names += [
+                name[: -len("weight")] + part
+                for name in group.names
+                for part in ("weight_packed", "weight_scale", "weight_shape")
+            ]
+    assert len(names) == len(set(names)) > 1000
 
 
 # --- bad input: exit 2, one line naming the file and what is wrong --------------------------------
