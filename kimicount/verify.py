@@ -406,9 +406,9 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
     findings.claimed += triples
     count = len(group.names)
     plain = set() if kinds.keys().isdisjoint(group.names) else kinds.keys() & group.names
-    stored = [Counter(map(kinds.get, names)) for names in triples]
-    if not plain and all(found.keys() == {kind} for found, kind in zip(stored, _packed_kinds(spec, group))):
-        weights, *metadata = map(_tally, stored)
+    expected = _packed_kinds(spec, group)
+    if not plain and all(set(map(kinds.get, names)) == {kind} for names, kind in zip(triples, expected)):
+        weights, *metadata = (_times(count, kind) for kind in expected)
         findings.packed[group.module] += Tally(count, count * group.elements, weights.bytes)
         findings.int4_metadata += sum(metadata, Tally())
         findings.linears["packed"] += count
