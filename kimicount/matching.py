@@ -133,7 +133,7 @@ def packed(
             f"{where}: key{'s' if ' and ' in keys else ''} {keys}: the patterns {expressions} take more than {MATCH_SECONDS:g} s to match "
             f"the module names (stopped at '{stopped}'): a pattern that backtracks without end"
         ) from None
-    return [not no and yes for no, yes in zip(ignored, targeted)]
+    return [wanted and not skipped for skipped, wanted in zip(ignored, targeted)]
 
 
 class _TooSlow(Exception):
