@@ -54,24 +54,20 @@ class Patterns:
         return cls(names, expressions, compiled, _one_of(compiled))
 
     def matches(self, module: str) -> bool:
-        if module in self.names:
-            return True
-        if self.one is not None:
-            return self.one.match(module) is not None
-        for pattern in self.compiled:
-            if pattern.match(module):
-                return True
-        return False
+        return self.each((module,))[0]
 
     def each(self, modules: Iterable[str]) -> list[bool]:
-        """`matches` for each name: 69,120 of them on K2.5, so without a call per name where the
-        expressions are one."""
-        names, one = self.names, self.one
-        if one is None and self.compiled:
-            return [self.matches(module) for module in modules]
-        if one is None:
-            return [module in names for module in modules]
-        return [module in names or one.match(module) is not None for module in modules]
+        """Whether each module name is one of the names or matches an expression: 69,120 names on
+        K2.5, so with no Python call per name where the expressions are one."""
+        names, one, compiled = self.names, self.one, self.compiled
+        if one is not None or not compiled:
+            match = one.match if one is not None else _no_match
+            return [module in names or match(module) is not None for module in modules]
+        return [module in names or any(p.match(module) for p in compiled) for module in modules]
+
+
+def _no_match(_module: str) -> None:
+    return None
 
 
 def _one_of(compiled: tuple[re.Pattern[str], ...]) -> re.Pattern[str] | None:
