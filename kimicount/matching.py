@@ -5,8 +5,9 @@ The patterns come from config files nobody here wrote, and Python's `re` has no 
 that backtracks without end (`re:((\\w|\\.)+)+!` tries every way to cut a name into runs, 2^33 of them
 for model.layers.0.self_attn.q_a_proj) would match for ever. So each batch of names is matched under one
 timer: SIGALRM, which `re` answers while it backtracks. Real patterns decide Kimi K2.5's 69,120 expert
-Linears in a few hundredths of a second, so one timer per batch, not per name, costs nothing measurable. Where no timer can be set (off the main
-thread, on Windows, or when the program has its own SIGALRM handler), names are matched without one.
+Linears in a few hundredths of a second, so one timer per batch, not per name, costs nothing measurable.
+Where no timer can be set (off the main thread, on Windows, or when the program has its own SIGALRM
+handler), names are matched without one.
 """
 
 from __future__ import annotations
