@@ -1,5 +1,5 @@
-"""README.md stays true: every `$ kimicount …` example prints what README shows, and `.ci/run` runs
-exactly README's test command."""
+"""README.md and docs/ stay true: every `$ kimicount …` example prints what the page shows, and `.ci/run`
+runs exactly README's test command."""
 
 from __future__ import annotations
 
@@ -13,12 +13,18 @@ from .checkpoints import kimi_k2_layout
 from .helpers import KIMI_K2, ROOT, invoke
 
 README = (ROOT / "README.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # `$ kimicount …`, or `$ COLUMNS=80 kimicount …` for what a terminal of that width shows
-EXAMPLES = re.findall(r"```console\n\$ ((?:COLUMNS=\d+ )?kimicount .*?)\n(.*?)```", README, re.DOTALL)
+EXAMPLE = re.compile(r"```console\n\$ ((?:COLUMNS=\d+ )?kimicount .*?)\n(.*?)```", re.DOTALL)
+EXAMPLES = [
+    (page.relative_to(ROOT).as_posix(), command, shown)
+    for page in PAGES
+    for command, shown in EXAMPLE.findall(page.read_text())
+]
 
 
 def test_readme_has_examples():
-    assert len(EXAMPLES) >= 2
+    assert sum(page == "README.md" for page, _, _ in EXAMPLES) >= 2
 
 
 #: Where README's verify example finds the header-only Kimi K2 checkpoint that
@@ -26,8 +32,8 @@ def test_readme_has_examples():
 KIMI_K2_HEADERS = "/tmp/kimi-k2-headers"
 
 
-@pytest.mark.parametrize("command, shown", EXAMPLES, ids=[c for c, _ in EXAMPLES])
-def test_readme_example_prints_what_it_shows(command, shown, monkeypatch, tmp_path):
+@pytest.mark.parametrize("page, command, shown", EXAMPLES, ids=[f"{p}: {c}" for p, c, _ in EXAMPLES])
+def test_readme_example_prints_what_it_shows(page, command, shown, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)  # examples use paths relative to the repository
     if KIMI_K2_HEADERS in command:
         folder = kimi_k2_layout(tmp_path / "kimi-k2-headers", config=KIMI_K2 / "config.json")
