@@ -159,7 +159,7 @@ def estimate_uniform(spec: ModelSpec, quant: str) -> GGUFListing:
     )
     data = sum(-(-t.nbytes // 32) * 32 for t in tensors)
     return GGUFListing(
-        files=(f"{spec.name} {ftype} (estimate)",), metadata=metadata, tensors=tuple(tensors), file_bytes=data
+        files=(f"{spec.name} at {ftype}",), metadata=metadata, tensors=tuple(tensors), file_bytes=data
     )
 
 
