@@ -99,7 +99,6 @@ class FakeHub:
             return _bulk_headers(repo, content)
         return _serve(request, content, repo.commit, self.ignore_range)
 
-
     def _tree(self, request: Request, match: re.Match) -> Response:
         """The repo's files as the Hub lists them (one page: [{"type", "path", "size", "oid"}], folders
         as {"type": "directory", "path"}), under `path`, recursively or one level down."""
