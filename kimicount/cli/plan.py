@@ -374,7 +374,7 @@ def plan_command(
         "-ngl": ngl,
     }
     if any(value is not None for value in local.values()):
-        from kimicount.render_local import run_local_plan
+        from kimicount.local.request import run_local_plan
 
         run_local_plan(
             load_model(model, config, repo, revision, token, timeout, live=not as_json)
