@@ -23,7 +23,7 @@ def _engine(plan: LocalPlan) -> str:
     options = plan.options
     if options.engine is Engine.ik_llama_cpp:
         return "ik_llama.cpp"
-    return "llama.cpp" + ("" if options.build is None else f" b{options.build}")
+    return "llama.cpp " + ("(newest build)" if options.build is None else f"b{options.build}")
 
 
 def _box(plan: LocalPlan) -> str:
@@ -37,9 +37,10 @@ def render_local_plan(console: Console, plan: LocalPlan) -> None:
     spec, cache = plan.spec, plan.cache
     say(
         console,
-        f"[bold]{spec.name}[/], {plan.source} ({plural(plan.tensor_count, 'tensor')}, "
-        f"{human_bytes(plan.layout.file_bytes)}), {_engine(plan)} on {_box(plan)}",
+        f"[bold]{spec.name}[/], {plan.source}: {plural(plan.tensor_count, 'tensor')}, "
+        f"{human_bytes(plan.layout.file_bytes)}",
     )
+    say(console, f"{_engine(plan)} on {_box(plan)}")
     if plan.estimate:
         say(console, f"Sizes are an {plan.estimate}.")
     say(console)
@@ -57,7 +58,7 @@ def render_local_plan(console: Console, plan: LocalPlan) -> None:
     for line in _notes(plan):
         say(console, line)
     show(console)
-    show(console, "Run:")
+    show(console, "Run:" if plan.layout.fits else "Run (as asked; it does not fit: see above):")
     show(console, "  " + " ".join(plan.flags))
     if plan.floors is not None:
         show(console)
@@ -142,7 +143,7 @@ def _notes(plan: LocalPlan):
         on_gpus = f"block {last}" if plan.cpu_moe == last else f"blocks {plan.cpu_moe}–{last}"
         yield (
             f"Fewest --n-cpu-moe that fits at {plan.context:,} tokens: {plan.cpu_moe} (the routed experts of "
-            f"{on_gpus} on the GPUs; the blocks stay where -ts puts them)."
+            f"{on_gpus} on the GPU that holds each block)."
         )
     yield f"Compute buffers: {COMPUTE_SOURCE}."
 
