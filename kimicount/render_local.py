@@ -146,6 +146,11 @@ def _notes(plan: LocalPlan):
             f"{on_gpus} on the GPU that holds each block)."
         )
     yield f"Compute buffers: {COMPUTE_SOURCE}."
+    if options.engine is Engine.ik_llama_cpp:
+        yield (
+            "ik_llama.cpp computes the attention tensors a file lacks at load (attn_kv_b from attn_k_b and "
+            "attn_v_b, or the reverse): GPU memory beyond the buffers above, not counted here."
+        )
 
 
 def _limit(limit: str) -> str:

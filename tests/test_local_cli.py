@@ -162,3 +162,36 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert result.exit_code == 2, result.output
     assert message in result.stderr
     assert "Traceback" not in result.output and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_gguf_written_without_mla(tmp_path):
+    # convert_hf_to_gguf.py before #12801: key_length 192, value_length 128, head_count_kv 64, no *_mla keys
+    metadata = deepseek2_metadata("kimi-k2-thinking")
+    for key in ("deepseek2.attention.key_length_mla", "deepseek2.attention.value_length_mla"):
+        del metadata[key]
+    u32 = metadata["deepseek2.block_count"][1]
+    metadata["deepseek2.attention.key_length"] = (192, u32)
+    metadata["deepseek2.attention.value_length"] = (128, u32)
+    metadata["deepseek2.attention.head_count_kv"] = (64, u32)
+    path = tmp_path / "old.gguf"
+    write_gguf(path, read_map("kimi-k2-thinking"), lambda t: "Q8_0" if t.dtype == "bf16" else "F32", metadata)
+    report = plan_json("--gpus", "1xRTX4090", "--gguf", str(path), "--offload", "experts", "--context", "512")
+    # llama.cpp, any build: 61 × 64 × (192 + 128) × 2 B per token; 1,220.00 MiB at 512 tokens
+    assert report["kv_cache"]["layout"] == "per-head" and report["kv_cache"]["bytes_per_token"] == 2_498_560
+    assert f"{report['kv_cache']['total_bytes'] / MIB:.2f}" == "1220.00"
+    # ik_llama.cpp makes the MLA tensors at load: -mla 3 caches the latent alone
+    report = plan_json(
+        "--gpus", "1xRTX4090", "--gguf", str(path), "--offload", "experts", "--engine", "ik_llama.cpp"
+    )
+    assert report["kv_cache"]["layout"] == "latent"
+
+
+def test_no_mmap_needs_the_host_copy_to_fit():
+    # Q2_K's routed experts alone are over 300 GiB: with --no-mmap they must fit in --ram
+    report = plan_json("--gpus", "1xRTX4090", "--quant", "Q2_K", "--offload", "experts", "--ram", "256GiB",
+                       "--no-mmap")  # fmt: skip
+    assert report["longest_context"] is None and report["longest_context_limit"] == "RAM"
+    assert report["devices"][1]["fits"] is False and report["command"][-1] == "--no-mmap"
+    # with mmap the page cache holds what it can: RAM limits nothing
+    report = plan_json("--gpus", "1xRTX4090", "--quant", "Q2_K", "--offload", "experts", "--ram", "256GiB")
+    assert report["longest_context"] == 131_072

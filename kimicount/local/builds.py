@@ -96,8 +96,12 @@ def cache_layout(
     'per-head'
     >>> cache_layout(Engine.ik_llama_cpp, mla=1, mla_gguf=True, flash_attn=False).layout.value
     'latent+v'
+    >>> cache_layout(Engine.ik_llama_cpp, mla=3, mla_gguf=False).layout.value
+    'latent'
     """
     if engine is Engine.ik_llama_cpp:
+        # ik_llama.cpp runs MLA on any GGUF: llm_prepare_mla computes attn_k_b/attn_v_b from attn_kv_b
+        # (or the reverse) at load, so the file's layout does not choose the cache
         if build is not None:
             raise UsageError("--build: ik_llama.cpp's cache follows -mla, not a build number (give --mla)")
         mode = IK_DEFAULT_MLA if mla is None else mla
@@ -124,7 +128,7 @@ def cache_layout(
     if layout is not None:
         return CacheChoice(layout, "--cache-layout", rows, pad, fa_flag)
     if not mla_gguf:
-        reason = "a GGUF without MLA tensors (attention.key_length is the head's 192)"
+        reason = "a GGUF written without MLA (no attention.key_length_mla: key_length is the head's 192)"
         return CacheChoice(CacheLayout.per_head, reason, rows, pad, fa_flag)
     if number < MLA_BUILD:
         return CacheChoice(

@@ -62,11 +62,12 @@ class LocalPlan:
 
 
 def is_mla_gguf(metadata: dict | object, tensors: Sequence[Tensor]) -> bool:
-    """Whether a GGUF was written for MLA: it carries `attention.key_length_mla` (convert_hf_to_gguf.py
-    since #12801) or, failing the key, attn_k_b tensors."""
+    """Whether a GGUF was written for MLA, as llama.cpp decides it: `attention.key_length_mla` is there
+    and not 0 (src/llama-model.cpp reads LLM_KV_ATTENTION_KEY_LENGTH_MLA; llama_hparams::is_mla).
+    Without deepseek2 metadata at all, the attn_k_b tensors that only MLA conversions write decide."""
     get = getattr(metadata, "get", None)
-    if get is not None and get("deepseek2.attention.key_length_mla") is not None:
-        return True
+    if get is not None and get("deepseek2.block_count") is not None:
+        return bool(get("deepseek2.attention.key_length_mla"))
     return any(t.name.endswith("attn_k_b.weight") for t in tensors)
 
 
