@@ -195,3 +195,25 @@ def test_no_mmap_needs_the_host_copy_to_fit():
     # with mmap the page cache holds what it can: RAM limits nothing
     report = plan_json("--gpus", "1xRTX4090", "--quant", "Q2_K", "--offload", "experts", "--ram", "256GiB")
     assert report["longest_context"] == 131_072
+
+
+def test_the_local_modules_import_neither_rich_nor_torch_nor_the_hub():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kimicount.local.plan, kimicount.local.reports, kimicount.local.request; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'rich', 'torch', 'huggingface_hub', 'typer'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_a_bad_local_option_imports_no_rich():
+    from tests.helpers import run_kimicount
+
+    result = run_kimicount("plan", "--gpus", "2xRTX3090", "--quant", "Q2_K", "--engine", "vllm",
+                           env={"PYTHONPROFILEIMPORTTIME": "1"})  # fmt: skip
+    assert result.returncode == 2
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "kimicount.local.request" in imported and not {m for m in imported if m.split(".")[0] == "rich"}
