@@ -209,6 +209,115 @@ ACCELERATORS: dict[str, Accelerator] = {
     )
 }
 
+# --- consumer and workstation GPUs, for local llama.cpp runs (`plan --gguf/--quant`) ----------------
+
+#: An RTX 3090's 24,576 MiB (nvidia-smi) show as 23.69 GiB (24,258 MiB) to PyTorch in public
+#: out-of-memory messages: the driver keeps 318 MiB. No such print was found for the other cards:
+#: their CUDA totals are nvidia-smi's less the same 318 MiB, and say so.
+GEFORCE_DRIVER_MIB = 24_576 - 24_258
+
+
+def _local_gpu(
+    name: str, description: str, smi_mib: int, bandwidth_gbs: int, bf16: str, fp8: str | None, source: str
+) -> Accelerator:
+    """A card of the local table: CUDA total from nvidia-smi's less GEFORCE_DRIVER_MIB (measured on the
+    3090, estimated on the others)."""
+    measured = name == "RTX3090"
+    return Accelerator(
+        name,
+        description,
+        smi_mib * MIB,
+        "nvidia-smi",
+        (smi_mib - GEFORCE_DRIVER_MIB) * MIB,
+        "PyTorch's 'total capacity of 23.69 GiB' on an RTX 3090, public logs"
+        if measured
+        else f"nvidia-smi's less the {GEFORCE_DRIVER_MIB} MiB an RTX 3090's driver keeps",
+        bandwidth_gbs * 10**9,
+        _tflops(bf16),
+        None if fp8 is None else _tflops(fp8),
+        source,
+        cuda_memory_estimated=not measured,
+    )
+
+
+LOCAL_ACCELERATORS = (
+    _local_gpu(
+        "RTX3090",
+        "NVIDIA GeForce RTX 3090 24GB",
+        24_576,
+        936,
+        "71",
+        None,
+        "NVIDIA Ampere GA102 whitepaper: 936 GB/s, BF16 (FP32 accumulate) 71 TFLOPS dense, no FP8",
+    ),
+    _local_gpu(
+        "RTX4090",
+        "NVIDIA GeForce RTX 4090 24GB",
+        24_564,
+        1008,
+        "165.2",
+        "330.4",
+        "NVIDIA Ada Lovelace whitepaper: 1,008 GB/s, BF16 165.2 TFLOPS dense (FP32 accumulate); FP8 twice that "
+        "(the paper prints 330.3)",
+    ),
+    _local_gpu(
+        "RTX5090",
+        "NVIDIA GeForce RTX 5090 32GB",
+        32_607,
+        1792,
+        "209.5",
+        "419",
+        "NVIDIA RTX Blackwell whitepaper: 1,792 GB/s, BF16 209.5 and FP8 419 TFLOPS dense (FP32 accumulate)",
+    ),
+    _local_gpu(
+        "RTXA6000",
+        "NVIDIA RTX A6000 48GB",
+        49_140,
+        768,
+        "154.8",
+        None,
+        "NVIDIA RTX A6000 datasheet: 768 GB/s, BF16 309.7 TFLOPS with sparsity (154.8 dense), no FP8",
+    ),
+    _local_gpu(
+        "RTX6000Ada",
+        "NVIDIA RTX 6000 Ada Generation 48GB",
+        49_140,
+        960,
+        "182.1",
+        "364.2",
+        "NVIDIA RTX 6000 Ada datasheet: 960 GB/s, BF16 364.2 and FP8 728.5 TFLOPS with sparsity, half dense",
+    ),
+    _local_gpu(
+        "RTXPRO6000",
+        "NVIDIA RTX PRO 6000 Blackwell 96GB",
+        97_887,
+        1792,
+        "500",
+        "1000",
+        "NVIDIA RTX PRO 6000 Blackwell datasheet: 1,792 GB/s, FP4 4 PFLOPS with sparsity; FP8 and BF16 "
+        "halved per step and dense (estimate)",
+    ),
+    _local_gpu(
+        "A100-40GB",
+        "NVIDIA A100 SXM4 40GB",
+        40_960,
+        1555,
+        "312",
+        None,
+        "NVIDIA A100 datasheet: 1,555 GB/s (40GB), BF16 312 TFLOPS dense, no FP8",
+    ),
+    _local_gpu(
+        "L40S",
+        "NVIDIA L40S 48GB",
+        46_068,
+        864,
+        "366.5",
+        "733",
+        "NVIDIA L40S datasheet: 864 GB/s, BF16 733 and FP8 1,466 TFLOPS with sparsity, half dense",
+    ),
+)
+ACCELERATORS.update({gpu.name: gpu for gpu in LOCAL_ACCELERATORS})
+
 #: Other spellings people type for the same parts.
 _ALIASES = {
     "A100": "A100-80GB",
@@ -219,6 +328,20 @@ _ALIASES = {
     "H100-SXM5": "H100",
     "H800-SXM": "H800",
     "H200-SXM": "H200",
+    # the local table's cards, as people write them
+    "3090": "RTX3090",
+    "RTX-3090": "RTX3090",
+    "4090": "RTX4090",
+    "RTX-4090": "RTX4090",
+    "5090": "RTX5090",
+    "RTX-5090": "RTX5090",
+    "A6000": "RTXA6000",
+    "RTX-A6000": "RTXA6000",
+    "6000ADA": "RTX6000Ada",
+    "RTX-6000-ADA": "RTX6000Ada",
+    "RTXPRO6000BLACKWELL": "RTXPRO6000",
+    "RTX-PRO-6000": "RTXPRO6000",
+    "A100-40G": "A100-40GB",
 }
 
 _GPUS = re.compile(r"\s*(?P<count>\d{1,19})\s*(?:[x×*]\s*(?P<kind>[A-Za-z0-9_.-]+))?\s*", re.IGNORECASE)

@@ -29,6 +29,8 @@ from werkzeug import Request, Response
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<path>.+)$")
 _BULK = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/safetensors-metadata/(?P<path>.+)$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+#: HfApi.list_repo_tree (list_repo_files): GET /api/models/{repo}/tree/{revision}[/{path}]?recursive=...
+_TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<revision>[^/]+)(?:/(?P<path>.*))?$")
 
 
 @dataclass
@@ -76,6 +78,9 @@ class FakeHub:
         return response
 
     def _respond(self, request: Request) -> Response:
+        tree = _TREE.match(request.path)
+        if tree:
+            return self._tree(request, tree)
         match = _RESOLVE.match(request.path) or _BULK.match(request.path)
         if not match or (match.re is _BULK and not self.bulk_endpoint):
             return Response("Not Found", status=404)
@@ -93,6 +98,34 @@ class FakeHub:
         if match.re is _BULK:
             return _bulk_headers(repo, content)
         return _serve(request, content, repo.commit, self.ignore_range)
+
+    def _tree(self, request: Request, match: re.Match) -> Response:
+        """The repo's files as the Hub lists them (one page: [{"type", "path", "size", "oid"}], folders
+        as {"type": "directory", "path"}), under `path`, recursively or one level down."""
+        repo = self.repos.get(match["repo"])
+        if repo is None:
+            return _error(401, "RepoNotFound", "Repository not found")
+        if repo.token is not None and request.headers.get("Authorization") != f"Bearer {repo.token}":
+            return _error(401, "GatedRepo", "Access to this repo is restricted")
+        if match["revision"] not in (*repo.branches, repo.commit):
+            return _error(404, "RevisionNotFound", "Invalid rev id")
+        base = (match["path"] or "").strip("/")
+        recursive = request.args.get("recursive", "").lower() == "true"
+        entries, folders = [], set()
+        for path, content in sorted(repo.files.items()):
+            if base and not path.startswith(base + "/"):
+                continue
+            rest = path[len(base) + 1 :] if base else path
+            if "/" in rest and not recursive:
+                folders.add(f"{base}/{rest.split('/')[0]}" if base else rest.split("/")[0])
+                continue
+            if recursive:
+                parts = rest.split("/")[:-1]
+                folders.update("/".join(filter(None, [base, *parts[: i + 1]])) for i in range(len(parts)))
+            size = content.stat().st_size if isinstance(content, Path) else len(content)
+            entries.append({"type": "file", "path": path, "size": size, "oid": _etag(content)[:40]})
+        listing = [{"type": "directory", "path": f, "oid": "0" * 40} for f in sorted(folders)] + entries
+        return Response(json.dumps(listing), status=200, content_type="application/json")
 
 
 def _bulk_headers(repo: FakeRepo, index_content: bytes | Path) -> Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -224,13 +225,187 @@ def plan_command(
             show_default=False,
         ),
     ] = None,
+    # --- local runs (llama.cpp, ik_llama.cpp): any of --gguf, --quant, --ram, --offload, --n-cpu-moe, -ngl
+    # takes the local route (kimicount.local, rendered by kimicount.render_local) ---------------------------
+    gguf: Annotated[
+        Path | None,
+        typer.Option(
+            "--gguf",
+            metavar="FILE",
+            help="Local run: a GGUF file (the first of a split set).",
+            show_default=False,
+        ),
+    ] = None,
+    quant: Annotated[
+        str | None,
+        typer.Option(
+            "--quant",
+            metavar="TYPE",
+            help="Local run: a uniform llama-quantize of the model (Q4_K_M, Q8_0…), estimated.",
+            show_default=False,
+        ),
+    ] = None,
+    ram: Annotated[
+        str | None,
+        typer.Option(
+            "--ram", metavar="SIZE", help="Local run: system RAM (e.g. 512GiB).", show_default=False
+        ),
+    ] = None,
+    offload: Annotated[
+        str | None,
+        typer.Option(
+            "--offload",
+            metavar="experts",
+            help="Local run: keep the routed experts in RAM (-ot exps=CPU).",
+            show_default=False,
+        ),
+    ] = None,
+    n_cpu_moe: Annotated[
+        str | None,
+        typer.Option(
+            "--n-cpu-moe",
+            metavar="N",
+            help="Local run: the routed experts of blocks 0…N−1 in RAM.",
+            show_default=False,
+        ),
+    ] = None,
+    ngl: Annotated[
+        str | None,
+        typer.Option(
+            "-ngl",
+            "--n-gpu-layers",
+            metavar="N",
+            help="Local run: layers on the GPUs (default: all).",
+            show_default=False,
+        ),
+    ] = None,
+    engine: Annotated[
+        str, typer.Option("--engine", metavar="[llama.cpp|ik_llama.cpp]", help="Local run: the engine.")
+    ] = "llama.cpp",
+    build: Annotated[
+        str | None,
+        typer.Option(
+            "--build",
+            metavar="bNNNN",
+            help="Local run: llama.cpp's build (default: the newest).",
+            show_default=False,
+        ),
+    ] = None,
+    mla: Annotated[
+        str | None,
+        typer.Option(
+            "--mla", metavar="0-3", help="Local run: ik_llama.cpp's -mla (default 3).", show_default=False
+        ),
+    ] = None,
+    cache_layout: Annotated[
+        str | None,
+        typer.Option(
+            "--cache-layout",
+            metavar="[per-head|latent+v|latent]",
+            help="Local run: the cache layout, instead of the build's.",
+            show_default=False,
+        ),
+    ] = None,
+    cache_type_k: Annotated[
+        str, typer.Option("-ctk", "--cache-type-k", metavar="TYPE", help="Local run: K cache type.")
+    ] = "f16",
+    cache_type_v: Annotated[
+        str, typer.Option("-ctv", "--cache-type-v", metavar="TYPE", help="Local run: V cache type.")
+    ] = "f16",
+    tensor_split: Annotated[
+        str | None,
+        typer.Option(
+            "--tensor-split",
+            "-ts",
+            metavar="A,B,…",
+            help="Local run: GPU shares (default: equal).",
+            show_default=False,
+        ),
+    ] = None,
+    ubatch: Annotated[
+        str, typer.Option("--ubatch", "-ub", metavar="N", help="Local run: tokens per ubatch.")
+    ] = "512",
+    no_mmap: Annotated[
+        bool, typer.Option("--no-mmap", help="Local run: copy the host tensors into RAM.")
+    ] = False,
+    ram_bandwidth: Annotated[
+        str | None,
+        typer.Option(
+            "--ram-bandwidth",
+            metavar="RATE",
+            help="Local run: RAM bandwidth (e.g. 204.8GB/s), for the decode floor.",
+            show_default=False,
+        ),
+    ] = None,
+    ram_channels: Annotated[
+        str | None,
+        typer.Option(
+            "--ram-channels",
+            metavar="N",
+            help="Local run: memory channels (with --ram-speed).",
+            show_default=False,
+        ),
+    ] = None,
+    ram_speed: Annotated[
+        str | None,
+        typer.Option(
+            "--ram-speed",
+            metavar="MT/s",
+            help="Local run: memory speed (with --ram-channels).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Memory per GPU for a deployment: weights by component, the reserve, and the KV cache that is left.
 
     Shards the model as vLLM does (TP, PP, DP attention, EP, DCP), at the checkpoint's stored bytes, and
     says how many tokens of context fit. The reserve is an estimate, labelled so.
+
+    With --gguf, --quant, --ram, --offload, --n-cpu-moe or -ngl: a local llama.cpp or ik_llama.cpp run
+    instead (the GGUF on GPUs and in RAM, its KV cache per build, the longest context, the flags).
     """
+    local = {
+        "--gguf": gguf,
+        "--quant": quant,
+        "--ram": ram,
+        "--offload": offload,
+        "--n-cpu-moe": n_cpu_moe,
+        "-ngl": ngl,
+    }
+    if any(value is not None for value in local.values()):
+        from kimicount.local.request import run_local_plan
+
+        run_local_plan(
+            load_model(model, config, repo, revision, token, timeout, live=not as_json)
+            if gguf is None
+            else None,
+            gpus=gpus,
+            gpu_memory=gpu_memory,
+            hbm_bandwidth=hbm_bandwidth,
+            peak_bf16=peak_bf16,
+            gguf=gguf,
+            quant=quant,
+            ram=ram,
+            offload=offload,
+            n_cpu_moe=n_cpu_moe,
+            ngl=ngl,
+            engine=engine,
+            build=build,
+            mla=mla,
+            cache_layout=cache_layout,
+            cache_type_k=cache_type_k,
+            cache_type_v=cache_type_v,
+            tensor_split=tensor_split,
+            ubatch=ubatch,
+            no_mmap=no_mmap,
+            ram_bandwidth=ram_bandwidth,
+            ram_channels=ram_channels,
+            ram_speed=ram_speed,
+            context=context,
+            as_json=as_json,
+        )
+        return
     from fractions import Fraction
 
     from kimicount.hardware import (

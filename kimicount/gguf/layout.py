@@ -1,0 +1,334 @@
+"""llama.cpp's tensor layout of arch `deepseek2` (Kimi K2, DeepSeek-V3/R1, V2), on the component tree.
+
+The names and shapes are those llama.cpp's convert_hf_to_gguf.py writes (DeepseekV2Model, whose
+modify_tensors stacks each layer's experts into one 3-D tensor and, for MLA, splits kv_b_proj per head
+into attn_k_b = k_b.transpose(1, 2), torch [H, kv_lora_rank, qk_nope], and attn_v_b, torch
+[H, v_head_dim, kv_lora_rank]) under the names of gguf-py's constants.py TENSOR_NAMES / tensor_mapping.py
+(MODEL_TENSOR.ATTN_Q_A "blk.{bid}.attn_q_a", ATTN_KV_A_MQA, ATTN_K_B, ATTN_V_B, FFN_GATE_EXP
+"blk.{bid}.ffn_gate_exps", FFN_EXP_PROBS_B "blk.{bid}.exp_probs_b", ...). A GGUF shape lists ne0 (the
+row length) first: a Linear weight [out, in] is (in, out), the stacked experts (in, out, E). Files
+converted before MLA support (llama.cpp PR #12801) keep attn_kv_b whole.
+
+Nothing here is written twice: the expected tensors are read off the anatomy's own tensor references
+(kimicount.anatomy), each Hugging Face name translated to its GGUF tensor, so the component tree that
+`params` prints is the one the GGUF is checked and sized against.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kimicount.anatomy import Node, TensorRef, build_anatomy
+from kimicount.errors import CheckpointError
+from kimicount.gguf.reader import GGUFArray, GGUFListing, GGUFTensor
+from kimicount.spec import ModelSpec, spec_from_config
+from kimicount.verify import Mismatch
+
+ARCH = "deepseek2"
+
+#: Hugging Face module name (after model.layers.N.) → llama.cpp tensor (after blk.N.), as
+#: gguf-py tensor_mapping.py maps them for DeepSeek-V2/V3 (and Kimi K2, which convert_hf_to_gguf.py
+#: converts as DeepseekV2Model).
+_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.q_a_proj.weight": "attn_q_a.weight",
+    "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight",
+    "self_attn.q_b_proj.weight": "attn_q_b.weight",
+    "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+    "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight",
+    "self_attn.kv_b_proj.weight": "attn_kv_b.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+    "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
+    "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.experts.{expert}.gate_proj.weight": "ffn_gate_exps.weight",
+    "mlp.experts.{expert}.up_proj.weight": "ffn_up_exps.weight",
+    "mlp.experts.{expert}.down_proj.weight": "ffn_down_exps.weight",
+}
+_TOP_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+_LAYER = "model.layers.{layer}."
+
+
+@dataclass
+class ExpectedTensor:
+    """One GGUF tensor the architecture implies: its shape and which components own how many of its
+    elements (attn_kv_a_mqa: the key–value compression 512 rows, the shared rotary key 64)."""
+
+    name: str
+    shape: tuple[int, ...]
+    owners: dict[int, int] = field(default_factory=dict)  # leaf id -> elements
+
+    @property
+    def elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+def _gguf_tensors(
+    ref: TensorRef, spec: ModelSpec, split_kv_b: bool
+) -> list[tuple[str, tuple[int, ...], int]]:
+    """The GGUF tensors (name with {layer}, shape, elements owned) one copy of an anatomy reference
+    stands for, per layer."""
+    pattern = ref.pattern.removeprefix(spec.weight_prefix)
+    if pattern in _TOP_NAMES:
+        return [(_TOP_NAMES[pattern], tuple(reversed(ref.shape)), ref.elements)]
+    if not pattern.startswith(_LAYER) or pattern[len(_LAYER) :] not in _LAYER_NAMES:
+        raise ValueError(f"no GGUF name for {ref.pattern}")  # a model part llama.cpp's deepseek2 lacks
+    module = pattern[len(_LAYER) :]
+    name = "blk.{layer}." + _LAYER_NAMES[module]
+    if ref.experts:  # every expert of the layer in one tensor (in, out, E)
+        return [(name, (*reversed(ref.shape), ref.experts), ref.elements * ref.experts)]
+    if module == "self_attn.kv_b_proj.weight" and split_kv_b:
+        heads, rank = spec.num_attention_heads, spec.kv_lora_rank
+        if ref.rows.offset == 0:  # the key content rows: k_b [H, rank, qk_nope] → (qk_nope, rank, H)
+            return [("blk.{layer}.attn_k_b.weight", (spec.qk_nope_head_dim, rank, heads), ref.elements)]
+        return [("blk.{layer}.attn_v_b.weight", (rank, spec.v_head_dim, heads), ref.elements)]
+    return [(name, tuple(reversed(ref.shape)), ref.elements)]
+
+
+def expected_tensors(
+    tree: Node, spec: ModelSpec, split_kv_b: bool
+) -> tuple[dict[str, ExpectedTensor], list[Node]]:
+    """Every GGUF tensor the tree implies, by name, with the leaves that own it; and the leaves."""
+    leaves = [node for node in tree.walk() if node.tensors]
+    expected: dict[str, ExpectedTensor] = {}
+    for leaf_id, leaf in enumerate(leaves):
+        for ref in leaf.tensors:
+            for pattern, shape, owned in _gguf_tensors(ref, spec, split_kv_b):
+                for layer in ref.layers or (None,):
+                    name = pattern.format(layer=layer)
+                    tensor = expected.setdefault(name, ExpectedTensor(name, shape))
+                    tensor.owners[leaf_id] = tensor.owners.get(leaf_id, 0) + owned
+    return expected, leaves
+
+
+# --- the spec a GGUF's metadata implies -----------------------------------------------------------------
+
+#: deepseek2.* key → the config.json key it was written from (convert_hf_to_gguf.py
+#: DeepseekV2Model.set_gguf_parameters; gguf-py constants.py Keys.LLM / Keys.Attention).
+_REQUIRED_KEYS = {
+    "block_count": "num_hidden_layers",
+    "embedding_length": "hidden_size",
+    "feed_forward_length": "intermediate_size",
+    "expert_feed_forward_length": "moe_intermediate_size",
+    "expert_count": "n_routed_experts",
+    "expert_used_count": "num_experts_per_tok",
+    "expert_shared_count": "n_shared_experts",
+    "leading_dense_block_count": "first_k_dense_replace",
+    "attention.head_count": "num_attention_heads",
+    "attention.kv_lora_rank": "kv_lora_rank",
+    "rope.dimension_count": "qk_rope_head_dim",
+}
+
+
+def _integer(metadata: Mapping[str, object], key: str, where: str, *, required: bool = True) -> int | None:
+    value = metadata.get(key)
+    if value is None:
+        if required:
+            raise CheckpointError(f"{where}: key '{key}': missing (required to check the tensors)")
+        return None
+    if type(value) is not int or value < 0:
+        raise CheckpointError(f"{where}: key '{key}': {value!r}, expected an integer >= 0")
+    return value
+
+
+def vocab_size(metadata: Mapping[str, object], where: str) -> int:
+    """`deepseek2.vocab_size`, else the length of tokenizer.ggml.tokens (as llama.cpp's llama-vocab.cpp
+    takes n_vocab from the token list)."""
+    size = _integer(metadata, f"{ARCH}.vocab_size", where, required=False)
+    if size is not None:
+        return size
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, GGUFArray):
+        return tokens.length
+    raise CheckpointError(f"{where}: keys '{ARCH}.vocab_size' and 'tokenizer.ggml.tokens': both missing")
+
+
+def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSpec:
+    """The ModelSpec the `deepseek2.*` metadata implies, validated as a config.json is.
+
+    Head widths: `attention.key_length_mla` / `value_length_mla` when the file has them (MLA GGUFs
+    store the latent widths 576 / 512 in `key_length` / `value_length`); else `key_length` (192) and
+    `value_length` (128), as non-MLA conversions wrote them.
+    """
+    where = listing.files[0]
+    metadata = listing.metadata
+    arch = listing.architecture
+    if arch != ARCH:
+        raise CheckpointError(
+            f"{where}: key 'general.architecture': {arch!r}, expected '{ARCH}' (Kimi K2, DeepSeek-V2/V3/R1)"
+        )
+    config: dict[str, object] = {"model_type": "deepseek_v3", "moe_layer_freq": 1}
+    for key, hf in _REQUIRED_KEYS.items():
+        config[hf] = _integer(metadata, f"{ARCH}.{key}", where)
+    q_lora = _integer(metadata, f"{ARCH}.attention.q_lora_rank", where, required=False)
+    config["q_lora_rank"] = q_lora or None  # 0 or absent: a plain attn_q (DeepSeek-V2-Lite)
+    rope = config["qk_rope_head_dim"]
+    key_length = _integer(metadata, f"{ARCH}.attention.key_length_mla", where, required=False)
+    value_length = _integer(metadata, f"{ARCH}.attention.value_length_mla", where, required=False)
+    if key_length is None:
+        key_length = _integer(metadata, f"{ARCH}.attention.key_length", where)
+        value_length = _integer(metadata, f"{ARCH}.attention.value_length", where)
+    if key_length <= rope:
+        raise CheckpointError(
+            f"{where}: key '{ARCH}.attention.key_length(_mla)': {key_length} is not more than the rotary "
+            f"dimensions ({rope})"
+        )
+    config["qk_nope_head_dim"] = key_length - rope
+    config["v_head_dim"] = value_length
+    config["vocab_size"] = vocab_size(metadata, where)
+    config["max_position_embeddings"] = (
+        _integer(metadata, f"{ARCH}.context_length", where, required=False) or 1
+    )
+    # expert_gating_func 2 is sigmoid (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID): V3's router, with its
+    # score-correction bias (exp_probs_b); 1 (softmax) is V2's, without.
+    gating = metadata.get(f"{ARCH}.expert_gating_func")
+    config["topk_method"] = "greedy" if gating == 1 else "noaux_tc"
+    config["tie_word_embeddings"] = False
+    config["torch_dtype"] = "bfloat16"
+    label = name or str(metadata.get("general.name") or where)
+    return spec_from_config(config, name=label, where=f"{where} ({ARCH}.* metadata)")
+
+
+# --- the check and the bytes per component ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComponentBytes:
+    """One node of the tree: its parameters and what its share of the GGUF tensors takes."""
+
+    name: str
+    depth: int
+    params: int
+    tensors: int  # GGUF tensors it owns all or part of
+    bytes: int
+    types: tuple[str, ...]  # the ggml types of those tensors
+
+    @property
+    def bits_per_weight(self) -> float:
+        return self.bytes * 8 / self.params if self.params else 0.0
+
+
+@dataclass(frozen=True)
+class GGUFReport:
+    source: str
+    model: str
+    files: tuple[str, ...]
+    file_bytes: int
+    tensors: int
+    tensor_bytes: int  # llama.cpp's "file size"
+    elements: int
+    parameters_expected: int
+    by_type: dict[str, tuple[int, int, int]]  # ggml type -> (tensors, elements, bytes)
+    components: tuple[ComponentBytes, ...]
+    mismatches: tuple[Mismatch, ...]
+    kv_b_split: bool
+    estimate: str | None = None  # why the figures are an estimate (a --quant sizing), or None
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    @property
+    def bits_per_weight(self) -> float:
+        """llama.cpp's BPW: the tensors' bytes × 8 / their elements (llama-model-loader.cpp print_info)."""
+        return self.tensor_bytes * 8 / self.elements if self.elements else 0.0
+
+
+def _describe(tensor: GGUFTensor) -> str:
+    return f"{list(tensor.shape)} {tensor.ggml_type}"
+
+
+def check_listing(
+    listing: GGUFListing, spec: ModelSpec | None = None, estimate: str | None = None
+) -> GGUFReport:
+    """Every tensor of the listing against what the architecture implies (the spec its metadata gives,
+    unless one is given): missing, unexpected and wrong-shaped tensors, and the bytes of every component
+    at each tensor's ggml type."""
+    spec = spec or spec_from_metadata(listing)
+    found = {t.name: t for t in listing.tensors}
+    split = any(re.fullmatch(r"blk\.[0-9]+\.attn_[kv]_b\.weight", name) for name in found)
+    tree = build_anatomy(spec).model
+    expected, leaves = expected_tensors(tree, spec, split_kv_b=split)
+    mismatches = []
+    leaf_bytes = [0] * len(leaves)
+    leaf_tensors: list[set[str]] = [set() for _ in leaves]
+    for name, want in expected.items():
+        tensor = found.get(name)
+        if tensor is None:
+            mismatches.append(Mismatch(name, "missing", str(list(want.shape)), "absent"))
+            continue
+        if tensor.shape != want.shape:
+            mismatches.append(Mismatch(name, "shape", str(list(want.shape)), _describe(tensor)))
+            continue
+        for leaf_id, owned in want.owners.items():
+            # Owners split a tensor along whole rows (kv_a_mqa: 512 latent rows, 64 rotary), each row
+            # the same number of blocks: the share of bytes is exact.
+            leaf_bytes[leaf_id] += tensor.nbytes * owned // want.elements
+            leaf_tensors[leaf_id].add(name)
+    mismatches += [
+        Mismatch(t.name, "unexpected", "no such tensor in the architecture", _describe(t))
+        for t in listing.tensors
+        if t.name not in expected
+    ]
+    types_of = {t.name: t.ggml_type for t in listing.tensors}
+    components = []
+    ids = {id(leaf): i for i, leaf in enumerate(leaves)}
+
+    def visit(node: Node, depth: int) -> tuple[int, set[str]]:
+        if node.tensors:
+            i = ids[id(node)]
+            total, names = leaf_bytes[i], set(leaf_tensors[i])
+            index = len(components)
+            components.append(None)
+        else:
+            index = len(components)
+            components.append(None)
+            total, names = 0, set()
+            for child in node.children:
+                child_bytes, child_names = visit(child, depth + 1)
+                total += child_bytes
+                names |= child_names
+        types = tuple(sorted({types_of[n] for n in names}))
+        components[index] = ComponentBytes(node.name, depth, node.params, len(names), total, types)
+        return total, names
+
+    visit(tree, 0)
+    by_type: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for t in listing.tensors:
+        row = by_type[t.ggml_type]
+        row[0] += 1
+        row[1] += t.elements
+        row[2] += t.nbytes
+    return GGUFReport(
+        source=", ".join(listing.files[:1])
+        + (f" (+{len(listing.files) - 1} files)" if len(listing.files) > 1 else ""),
+        model=spec.name,
+        files=listing.files,
+        file_bytes=listing.file_bytes,
+        tensors=len(listing.tensors),
+        tensor_bytes=listing.tensor_bytes,
+        elements=listing.elements,
+        parameters_expected=tree.params,
+        by_type={k: tuple(v) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1][2])},
+        components=tuple(components),
+        mismatches=tuple(mismatches),
+        kv_b_split=split,
+        estimate=estimate,
+    )

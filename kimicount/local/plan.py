@@ -1,0 +1,170 @@
+"""A local run planned whole: the cache the build and file give, every device's load, the longest
+context that fits, the flags to pass, and the speed floor. The CLI's `plan` takes this route when a
+GGUF, a --quant, --ram or a llama.cpp offload option is given."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kimicount.errors import UsageError, require_positive
+from kimicount.hardware import Accelerator
+from kimicount.local.builds import CacheChoice, CacheLayout, Engine, cache_layout
+from kimicount.local.cache import Cache, make_cache, padded_cells
+from kimicount.local.floor import PCIE4_X16, Floors, floors
+from kimicount.local.placement import Fit, Layout, Offload, Tensor, fewest_cpu_moe, longest_context, place
+from kimicount.spec import ModelSpec
+
+#: The context shown when none is asked and none fits.
+FALLBACK_CONTEXT = 4096
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """What the user asked: engine and build (or -mla, or a layout), cache types, offload, context, RAM."""
+
+    engine: Engine = Engine.llama_cpp
+    build: int | None = None
+    mla: int | None = None
+    layout: CacheLayout | None = None
+    type_k: str = "f16"
+    type_v: str = "f16"
+    offload: Offload = field(default_factory=Offload)
+    context: int | None = None  # None: the longest that fits
+    ram: int | None = None
+    ram_bandwidth: int | None = None
+    pcie_bandwidth: int = PCIE4_X16
+    mmap: bool = True
+    ubatch: int = 512
+    flash_attn: bool = True
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    spec: ModelSpec
+    source: str  # the file, or the --quant it estimates
+    estimate: str | None  # why the listing is an estimate (--quant), None for a real header
+    options: LocalOptions
+    gpu: Accelerator | None
+    count: int
+    choice: CacheChoice
+    context: int
+    layout: Layout
+    fit: Fit
+    cpu_moe: int | None  # the fewest --n-cpu-moe that fits at `context`
+    floors: Floors | None
+    flags: tuple[str, ...]
+    tensor_count: int
+
+    @property
+    def cache(self) -> Cache:
+        return self.layout.cache
+
+
+def is_mla_gguf(metadata: dict | object, tensors: Sequence[Tensor]) -> bool:
+    """Whether a GGUF was written for MLA, as llama.cpp decides it: `attention.key_length_mla` is there
+    and not 0 (src/llama-model.cpp reads LLM_KV_ATTENTION_KEY_LENGTH_MLA; llama_hparams::is_mla).
+    Without deepseek2 metadata at all, the attn_k_b tensors that only MLA conversions write decide."""
+    get = getattr(metadata, "get", None)
+    if get is not None and get("deepseek2.block_count") is not None:
+        return bool(get("deepseek2.attention.key_length_mla"))
+    return any(t.name.endswith("attn_k_b.weight") for t in tensors)
+
+
+def local_plan(
+    spec: ModelSpec,
+    tensors: Sequence[Tensor],
+    gpu: Accelerator | None,
+    count: int,
+    options: LocalOptions,
+    *,
+    source: str,
+    mla_gguf: bool,
+    estimate: str | None = None,
+    model_path: str = "MODEL.gguf",
+) -> LocalPlan:
+    """Plan a local run (see the module docstring)."""
+    require_positive("--ubatch", options.ubatch)
+    if options.context is not None:
+        require_positive("--context", options.context)
+    if options.offload.n_cpu_moe and options.offload.experts_in_ram:
+        raise UsageError(
+            "--n-cpu-moe and --offload experts: give one (every block's experts are in RAM already)"
+        )
+    choice = cache_layout(
+        options.engine,
+        options.build,
+        mla_gguf=mla_gguf,
+        mla=options.mla,
+        flash_attn=options.flash_attn,
+        layout=options.layout,
+    )
+    ik = options.engine is Engine.ik_llama_cpp
+    # with mmap the page cache holds what it can and the rest is read from disk: RAM limits nothing
+    # then (the plan says what the page cache would need); with --no-mmap the host copy must fit
+    args = {
+        "ram": None if options.mmap else options.ram,
+        "ubatch": options.ubatch,
+        "flash_attn": options.flash_attn,
+    }
+    probe = make_cache(spec, choice, options.type_k, options.type_v, choice.pad, ik=ik)
+    fit = longest_context(spec, tensors, gpu, count, options.offload, probe, **args)
+    context = options.context or fit.longest or FALLBACK_CONTEXT
+    cache = make_cache(spec, choice, options.type_k, options.type_v, context, ik=ik)
+    layout = place(spec, tensors, gpu, count, options.offload, cache, **args)
+    cpu_moe = (
+        fewest_cpu_moe(spec, tensors, gpu, count, options.offload, cache, **args)
+        if gpu is not None and (options.offload.experts_in_ram or options.offload.n_cpu_moe)
+        else None
+    )
+    speed = None
+    if options.ram_bandwidth is not None and gpu is not None:
+        speed = floors(
+            spec,
+            list(tensors),
+            layout,
+            gpu,
+            context=context,
+            ram_bandwidth=options.ram_bandwidth,
+            pcie_bandwidth=options.pcie_bandwidth,
+        )
+    flags = run_flags(options, choice, padded_cells(context, choice.pad), model_path)
+    return LocalPlan(
+        spec,
+        source,
+        estimate,
+        options,
+        gpu,
+        count,
+        choice,
+        context,
+        layout,
+        fit,
+        cpu_moe,
+        speed,
+        flags,
+        len(tensors),
+    )
+
+
+def run_flags(options: LocalOptions, choice: CacheChoice, context: int, model_path: str) -> tuple[str, ...]:
+    """The command line: llama-server (or ik_llama.cpp's) with the options this plan assumes."""
+    flags = ["llama-server", "-m", model_path]
+    if options.engine is Engine.ik_llama_cpp:
+        from kimicount.local.builds import IK_DEFAULT_MLA
+
+        flags += ["-mla", str(IK_DEFAULT_MLA if options.mla is None else options.mla)]
+    flags += options.offload.flags()
+    flags += ["-c", str(context)]
+    if options.flash_attn:
+        flags += choice.fa_flag.split()
+    if options.type_k != "f16":
+        flags += ["-ctk", options.type_k]
+    has_v = choice.layout is not CacheLayout.latent
+    if options.type_v != "f16" and has_v:
+        flags += ["-ctv", options.type_v]
+    if options.ubatch != 512:
+        flags += ["-ub", str(options.ubatch)]
+    if not options.mmap:
+        flags.append("--no-mmap")
+    return tuple(flags)

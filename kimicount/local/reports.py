@@ -1,0 +1,73 @@
+"""`plan --json` for a local run: the same figures as the view, as numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimicount.local.placement import COMPUTE_SOURCE, DeviceLoad
+from kimicount.local.plan import LocalPlan
+
+
+def _device(load: DeviceLoad) -> dict[str, Any]:
+    return {
+        "name": load.name,
+        "weights_bytes": load.weights,
+        "routed_expert_bytes": load.experts,
+        "tensors": load.tensors,
+        "layers": list(load.layers),
+        "kv_cache_bytes": load.cache,
+        "compute_bytes_estimate": load.compute,
+        "total_bytes": load.total,
+        "memory_bytes": load.memory,
+        "output_layer": load.output,
+        "fits": load.fits,
+    }
+
+
+def local_plan_json(plan: LocalPlan) -> dict[str, Any]:
+    """The local plan as JSON."""
+    cache, options = plan.cache, plan.options
+    floors = plan.floors
+    return {
+        "model": plan.spec.name,
+        "route": "local",
+        "source": plan.source,
+        "estimate": plan.estimate,
+        "engine": options.engine.value,
+        "build": options.build,
+        "gpus": {"count": plan.count, "type": None if plan.gpu is None else plan.gpu.name},
+        "ram_bytes": options.ram,
+        "mmap": options.mmap,
+        "kv_cache": {
+            "layout": cache.choice.layout.value,
+            "reason": cache.choice.reason,
+            "type_k": cache.type_k,
+            "type_v": None if not any(t.name == "V" for t in cache.tensors) else cache.type_v,
+            "bytes_per_token": cache.token_bytes() * plan.spec.num_hidden_layers,
+            "context": plan.context,
+            "cells": cache.cells,
+            "total_bytes": cache.layer_bytes * plan.spec.num_hidden_layers,
+        },
+        "devices": [_device(load) for load in (*plan.layout.gpus, plan.layout.host)],
+        "compute_estimate_source": COMPUTE_SOURCE,
+        "longest_context": plan.fit.longest,
+        "longest_context_limit": plan.fit.limit,
+        "fewest_n_cpu_moe": plan.cpu_moe,
+        "command": list(plan.flags),
+        "floor": None
+        if floors is None
+        else {
+            "context": floors.context,
+            "decode_seconds_per_token": floors.decode_seconds,
+            "decode_tokens_per_s": floors.decode_tokens_per_s,
+            "reads": [
+                {"device": r.name, "bytes": float(r.bytes), "bandwidth_bytes_per_s": r.bandwidth}
+                for r in floors.reads
+            ],
+            "ubatch": floors.ubatch,
+            "prompt_seconds_per_ubatch": floors.prompt_seconds,
+            "prompt_tokens_per_s": floors.prompt_tokens_per_s,
+            "prompt_bound": floors.prompt_bound,
+            "pcie_bandwidth_bytes_per_s": floors.pcie_bandwidth,
+        },
+    }

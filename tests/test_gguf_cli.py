@@ -1,0 +1,270 @@
+"""`kimicount gguf`: full-size header-only GGUFs (written by gguf-py's GGUFWriter from the real tensor
+listings) checked and sized against llama.cpp's printed figures; mismatches named with exit 1; bad input
+one line with exit 2; the Hub route against the fake Hub; --quant sizing from the config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from gguf import GGUFValueType
+
+from .fakehub import FakeHub
+from .gguf_files import deepseek2_metadata, read_map, write_gguf
+from .helpers import FIXTURES, invoke, run_kimicount
+from .test_gguf_reader import as_listed, k2_q6, k2_q6_k  # noqa: F401 - the module-scoped fixture
+
+#: llama.cpp's log lines for the real files (llama_model_loader::print_info).
+K2_Q6_K = "file size   = 784.70 GiB (6.57 BPW)"
+R1_Q8_0 = "file size   = 664.29 GiB (8.50 BPW)"
+
+
+def gguf_json(*args: str, code: int = 0) -> dict:
+    result = invoke("gguf", *args, "--json")
+    assert result.exit_code == code, result.output
+    return json.loads(result.stdout)
+
+
+def component(report: dict, name: str, depth: int, under: str = "60 MoE blocks") -> dict:
+    """The first node `name` at `depth` after the node whose name starts with `under` (the tree in order)."""
+    nodes = report["components"]
+    start = next(i for i, c in enumerate(nodes) if c["name"].startswith(under))
+    return next(c for c in nodes[start:] if c["name"] == name and c["depth"] == depth)
+
+
+def test_kimi_k2_q6_k_file(k2_q6):  # noqa: F811
+    report = gguf_json(str(k2_q6))
+    assert report["ok"] and report["mismatches"] == [] and report["estimate"] is None
+    assert report["file_size"]["llama_cpp"] == K2_Q6_K
+    assert report["file_size"]["bytes"] == 842_565_869_056
+    assert report["parameters"] == {"expected": 1_026_408_232_448, "found": 1_026_408_232_448}
+    assert {k: v["tensors"] for k, v in report["by_type"].items()} == {"Q6_K": 670, "F32": 365, "Q8_0": 61}
+    assert report["by_type"]["F32"]["bytes"] == 664_721_408
+    assert report["kv_b"] == "attn_k_b + attn_v_b"
+    # Routed experts of the 60 MoE layers: gate, up and down, each 7,168 × 2,048 × 384 elements, in Q6_K
+    # blocks of 256 elements at 210 bytes
+    experts = component(report, "Routed experts", 4)
+    assert experts["bytes"] == 60 * 3 * (7168 * 2048 * 384 // 256 * 210)
+    assert experts["params"] == 60 * 3 * 7168 * 2048 * 384
+    assert experts["types"] == ["Q6_K"]
+    # attn_k_b fell back to Q8_0: 128 × 512 × 64 elements in blocks of 32 at 34 bytes, 8.5 bits each
+    k_b = component(report, "Key content up-projection", 5)
+    assert (k_b["bytes"], k_b["bits_per_weight"], k_b["types"]) == (
+        60 * 128 * 512 * 64 // 32 * 34,
+        8.5,
+        ["Q8_0"],
+    )
+    # attn_kv_a_mqa (7,168 × 576, Q6_K) split by rows: the rotary key owns 64 of the 576 rows
+    rotary = component(report, "Shared rotary key", 5)
+    assert rotary["bytes"] == 60 * 64 * (7168 // 256 * 210)
+    # the router (ffn_gate_inp 7,168 × 384 and exp_probs_b 384) stays F32
+    assert component(report, "Router", 4)["bytes"] == 60 * (7168 * 384 + 384) * 4
+
+
+def test_kimi_k2_text_view(k2_q6):  # noqa: F811
+    result = invoke("gguf", str(k2_q6), "--depth", "1")
+    assert result.exit_code == 0, result.output
+    assert f"As llama.cpp prints it: {K2_Q6_K}" in result.stdout
+    assert "OK: every tensor has the name and shape" in result.stdout
+    assert "  Token embedding " in result.stdout and "    1 dense block" not in result.stdout
+
+
+def test_deepseek_r1_q8_0_split_set(tmp_path):
+    files = write_gguf(tmp_path / "DeepSeek-R1-Q8_0.gguf", read_map("deepseek-v3.1-terminus"),
+                       lambda t: "F32" if t.dtype == "f32" else "Q8_0", deepseek2_metadata("deepseek-v3"),
+                       split_max_tensors=400)  # fmt: skip
+    report = gguf_json(str(files[0]))
+    assert report["ok"] and len(report["files"]) == 3
+    assert report["file_size"]["llama_cpp"] == R1_Q8_0
+    assert report["parameters"]["expected"] == report["parameters"]["found"] == 671_026_419_200
+
+
+def test_mismatches_are_named_and_exit_1(tmp_path):
+    tensors = read_map("kimi-k2-thinking")
+    dropped = "blk.7.attn_q_a_norm.weight"
+    kept = [t for t in tensors if t.name != dropped]
+    # one tensor of the wrong shape, one the architecture has no place for
+    kept = [t if t.name != "blk.3.attn_q_b.weight" else t.__class__(t.name, (1536, 8192), t.dtype, 1536 * 8192, 2 * 1536 * 8192) for t in kept]  # fmt: skip
+    kept.append(kept[0].__class__("blk.61.attn_norm.weight", (7168,), "f32", 7168, 4 * 7168))
+    (file,) = write_gguf(tmp_path / "bad.gguf", kept, as_listed, deepseek2_metadata("kimi-k2-thinking"))
+    report = gguf_json(str(file), code=1)
+    assert not report["ok"]
+    assert {(m["tensor"], m["kind"], m["expected"], m["found"]) for m in report["mismatches"]} == {
+        (dropped, "missing", "[1536]", "absent"),
+        ("blk.3.attn_q_b.weight", "shape", "[1536, 12288]", "[1536, 8192] BF16"),
+        ("blk.61.attn_norm.weight", "unexpected", "no such tensor in the architecture", "[7168] F32"),
+    }
+    text = invoke("gguf", str(file))
+    assert text.exit_code == 1 and "3 mismatches" in text.stdout
+
+
+def test_metadata_that_disagrees_with_the_tensors(tmp_path):
+    # the metadata says 128 heads, the tensors are Kimi K2's 64: every per-head tensor is named
+    metadata = deepseek2_metadata("kimi-k2-thinking")
+    metadata["deepseek2.attention.head_count"] = (128, GGUFValueType.UINT32)
+    (file,) = write_gguf(tmp_path / "k2.gguf", read_map("kimi-k2-thinking"), as_listed, metadata)
+    report = gguf_json(str(file), code=1)
+    wrong = {m["tensor"] for m in report["mismatches"] if m["kind"] == "shape"}
+    assert len(wrong) == 61 * 4  # attn_q_b, attn_k_b, attn_v_b and attn_output of each layer
+    assert "blk.0.attn_k_b.weight" in wrong
+
+
+# --- --quant: sizing from the config, labelled -----------------------------------------------------------
+
+
+def test_quant_q6_k_from_the_bundled_config():
+    report = gguf_json("--quant", "Q6_K")
+    assert report["estimate"].startswith("estimate:")
+    assert report["file_size"]["llama_cpp"] == K2_Q6_K  # the real conversion's figure
+    assert {k: v["tensors"] for k, v in report["by_type"].items()} == {"Q6_K": 670, "F32": 365, "Q8_0": 61}
+
+
+def test_quant_q8_0_of_deepseek_v3():
+    report = gguf_json("--quant", "q8_0", "--config", str(FIXTURES / "deepseek-v3" / "config.json"))
+    assert report["file_size"]["llama_cpp"] == R1_Q8_0  # DeepSeek-R1 has V3's architecture
+    assert report["tensors"] == 1_086
+
+
+def test_quant_bf16_is_the_bf16_listing():
+    # the real BF16 conversion of Kimi-K2-Thinking: 2,053,148,825,600 B of tensors, 365 F32
+    report = gguf_json("--quant", "BF16")
+    assert report["file_size"]["bytes"] == 2_053_148_825_600
+    assert report["by_type"]["F32"] == {"tensors": 365, "elements": 664_721_408 // 4, "bytes": 664_721_408}
+
+
+def test_quant_q4_k_m_mix():
+    # Q4_K_M: ffn_down (dense, shared, routed) of the layers use_more_bits picks -> Q6_K; the output head
+    # -> Q6_K; attn_k_b (rows of 128) falls back from Q4_K to Q5_0. use_more_bits(i, 61): i < 7, i >= 53,
+    # or (i - 7) % 3 == 2: layers 0-6, 9, 12, ..., 51 (15 of them), 53-60: 30 layers, one of them dense.
+    report = gguf_json("--quant", "Q4_K_M")
+    layers = [i for i in range(61) if i < 7 or i >= 53 or (i - 7) % 3 == 2]
+    assert len(layers) == 30
+    # 1 dense ffn_down + 29 MoE layers × (ffn_down_exps + ffn_down_shexp) + output
+    assert report["by_type"]["Q6_K"]["tensors"] == 1 + 29 * 2 + 1
+    assert report["by_type"]["Q5_0"]["tensors"] == 61
+
+
+def test_quant_from_a_files_metadata(k2_q6):  # noqa: F811
+    report = gguf_json(str(k2_q6), "--quant", "Q6_K")
+    assert report["file_size"]["llama_cpp"] == K2_Q6_K and report["model"] == "Kimi-K2-Thinking"
+
+
+# --- bad input: one line, exit 2 ------------------------------------------------------------------------
+
+
+def fails(*args: str) -> str:
+    result = invoke("gguf", *args)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_bad_usage():
+    assert "name a .gguf FILE" in fails()
+    assert "--include needs --repo" in fails("x.gguf", "--include", "*")
+    assert "--quant 'Q7'" in fails("--quant", "Q7")
+    assert "name one source: x.gguf or --repo/--config" in fails("x.gguf", "--config", "c.json")
+    assert "--config needs --quant" in fails("--repo", "a/b", "--config", "c.json")
+
+
+def test_bad_files(tmp_path):
+    assert fails(str(tmp_path / "nope.gguf")) == f"kimicount: error: {tmp_path}/nope.gguf: no such file"
+    (tmp_path / "a.gguf").write_bytes(b"not a gguf at all")
+    assert "a.gguf: magic: not a GGUF file" in fails(str(tmp_path / "a.gguf"))
+
+
+def test_not_deepseek2_and_missing_keys(tmp_path):
+    tensors = read_map("kimi-k2-thinking")[:5]
+    llama = {"general.architecture": ("llama", GGUFValueType.STRING)}
+    (file,) = write_gguf(tmp_path / "llama.gguf", tensors, as_listed, llama)
+    assert "key 'general.architecture': 'llama', expected 'deepseek2'" in fails(str(file))
+    metadata = deepseek2_metadata("kimi-k2-thinking")
+    del metadata["deepseek2.expert_count"]
+    (file,) = write_gguf(tmp_path / "k.gguf", tensors, as_listed, metadata)
+    assert fails(str(file)) == (
+        f"kimicount: error: {file}: key 'deepseek2.expert_count': missing (required to check the tensors)"
+    )
+
+
+def test_params_does_not_import_gguf():
+    result = run_kimicount("params", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == 0, result.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "kimicount.anatomy" in imported
+    assert not {m for m in imported if m.split(".")[0] == "gguf" or m.startswith("kimicount.gguf")}
+
+
+# --- the Hub: list the repo, ranged reads of each header ------------------------------------------------
+
+REPO = "unsloth/DeepSeek-R1-GGUF"
+
+
+@pytest.fixture(scope="module")
+def r1_split(tmp_path_factory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("hub-gguf") / "Q8_0"
+    folder.mkdir()
+    return write_gguf(folder / "DeepSeek-R1-Q8_0.gguf", read_map("deepseek-v3.1-terminus"),
+                      lambda t: "F32" if t.dtype == "f32" else "Q8_0", deepseek2_metadata("deepseek-v3"),
+                      split_max_tensors=400)  # fmt: skip
+
+
+@pytest.fixture
+def hub(httpserver, tmp_path, r1_split):
+    fake = FakeHub()
+    files: dict[str, bytes | Path] = {f"Q8_0/{f.name}": f for f in r1_split}
+    files["README.md"] = b"# DeepSeek-R1 GGUF\n"
+    files["BF16/DeepSeek-R1-BF16-00001-of-00002.gguf"] = r1_split[0]  # another quant beside it
+    files["BF16/DeepSeek-R1-BF16-00002-of-00002.gguf"] = r1_split[1]
+    fake.add_repo(REPO, files)
+    env = {
+        "HF_ENDPOINT": fake.install(httpserver),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    return fake, env
+
+
+def test_hub_split_set_by_pattern(hub):
+    fake, env = hub
+    result = run_kimicount("gguf", "--repo", REPO, "--include", "Q8_0/*", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["file_size"]["llama_cpp"] == R1_Q8_0
+    assert report["files"] == [f"{REPO}@main/Q8_0/DeepSeek-R1-Q8_0-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    # one listing of the tree, then ranged GETs of the three headers (the first MiB of each), no data
+    gets = [(method, path, range_) for method, path, range_ in fake.requests if "/resolve/" in path]
+    assert sorted(path.rsplit("/", 1)[-1] for _, path, _ in gets) == [
+        f"DeepSeek-R1-Q8_0-0000{i}-of-00003.gguf" for i in (1, 2, 3)
+    ]
+    assert all(method == "GET" and range_ == "bytes=0-1048575" for method, _, range_ in gets)
+    assert [p for _, p, _ in fake.requests if "/resolve/" not in p] == [f"/api/models/{REPO}/tree/main"]
+
+
+def test_hub_include_matching_nothing_or_too_much(hub):
+    _, env = hub
+    result = run_kimicount("gguf", "--repo", REPO, "--include", "Q2_K/*", env=env)
+    assert result.returncode == 2 and result.stderr.strip() == (
+        f"kimicount: error: {REPO}@main: no .gguf file matches --include Q2_K/*"
+    )
+    result = run_kimicount("gguf", "--repo", REPO, "--include", "*.gguf", env=env)
+    assert result.returncode == 2 and "are not one split set" in result.stderr
+
+
+def test_hub_split_set_missing_a_file(hub):
+    _, env = hub
+    # BF16/ holds two files whose headers say split.count 3
+    result = run_kimicount("gguf", "--repo", REPO, "--include", "BF16/*", env=env)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"kimicount: error: {REPO}@main/BF16/DeepSeek-R1-BF16-00001-of-00002.gguf: key 'split.count' is 3, "
+        "found 2 files"
+    )
+
+
+def test_hub_repo_not_found(hub):
+    _, env = hub
+    result = run_kimicount("gguf", "--repo", "nobody/nothing", "--include", "*", env=env)
+    assert result.returncode == 2 and "repo not found" in result.stderr

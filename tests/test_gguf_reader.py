@@ -1,0 +1,194 @@
+"""kimicount.gguf.reader: full-size header-only GGUFs written by gguf-py's GGUFWriter from the real
+tensor listings, read back to the byte against figures llama.cpp printed for real files; and every kind
+of bad header, each one error naming the file and the field."""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kimicount.errors import CheckpointError, SourceError
+from kimicount.gguf.reader import read_gguf
+
+from .gguf_files import deepseek2_metadata, read_map, write_gguf
+
+
+def k2_q6_k(t) -> str:
+    """llama-quantize Q6_K on Kimi K2, as its log shows: F32 stays, attn_k_b (rows of 128 do not
+    divide Q6_K's blocks of 256) falls back to Q8_0, the rest Q6_K."""
+    if t.dtype == "f32":
+        return "F32"
+    return "Q8_0" if ".attn_k_b." in t.name else "Q6_K"
+
+
+def as_listed(t) -> str:
+    return t.dtype.upper()
+
+
+@pytest.fixture(scope="module")
+def k2_q6(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("gguf") / "Kimi-K2-Instruct-Q6_K.gguf"
+    (file,) = write_gguf(path, read_map("kimi-k2-thinking"), k2_q6_k, deepseek2_metadata("kimi-k2-thinking"),
+                         tokens=163_840)  # fmt: skip
+    return file
+
+
+def gib(n: int) -> str:
+    return f"{n / 1024**3:.2f}"
+
+
+def test_kimi_k2_q6_k_file_size_is_llama_cpps(k2_q6):
+    # llama.cpp's log for Kimi K2 Q6_K: "file size = 784.70 GiB (6.57 BPW)"; 365 f32, 61 q8_0, 670 q6_K
+    listing = read_gguf(k2_q6)
+    assert len(listing.tensors) == 1_096
+    assert Counter(t.ggml_type for t in listing.tensors) == {"F32": 365, "Q8_0": 61, "Q6_K": 670}
+    assert gib(listing.tensor_bytes) == "784.70"
+    assert f"{listing.tensor_bytes * 8 / listing.elements:.2f}" == "6.57"
+    assert listing.elements == 1_026_408_232_448  # the BF16 listing's element count
+    assert listing.file_bytes == os.stat(k2_q6).st_size
+    assert listing.metadata["general.architecture"] == "deepseek2"
+    assert listing.metadata["deepseek2.expert_count"] == 384
+    tokens = listing.metadata["tokenizer.ggml.tokens"]
+    assert (tokens.item_type, tokens.length, tokens.values) == ("STRING", 163_840, None)
+
+
+def test_kimi_k2_tensor_shapes_in_gguf_order(k2_q6):
+    tensors = {t.name: t for t in read_gguf(k2_q6).tensors}
+    k_b = tensors["blk.5.attn_k_b.weight"]
+    assert (k_b.shape, k_b.ggml_type) == ((128, 512, 64), "Q8_0")
+    assert k_b.nbytes == 128 * 512 * 64 // 32 * 34  # 4,194,304 elements in blocks of 32 at 34 bytes
+    gate = tensors["blk.1.ffn_gate_exps.weight"]
+    assert gate.shape == (7168, 2048, 384)
+    assert gate.nbytes == 7168 * 2048 * 384 // 256 * 210
+
+
+@pytest.mark.parametrize(
+    ("model", "tensor_bytes", "elements"),
+    [
+        ("kimi-k2-thinking", 2_053_148_825_600, 1_026_408_232_448),
+        ("deepseek-v3.1-terminus", 1_342_267_742_208, 671_026_419_200),
+    ],
+)
+def test_bf16_listings_to_the_byte(tmp_path, model, tensor_bytes, elements):
+    (file,) = write_gguf(
+        tmp_path / f"{model}-BF16.gguf", read_map(model), as_listed, deepseek2_metadata(model)
+    )
+    listing = read_gguf(file)
+    assert listing.tensor_bytes == tensor_bytes
+    assert listing.elements == elements
+    if model == "kimi-k2-thinking":  # 365 F32 tensors, 664,721,408 B
+        f32 = [t for t in listing.tensors if t.ggml_type == "F32"]
+        assert (len(f32), sum(t.nbytes for t in f32)) == (365, 664_721_408)
+
+
+def test_deepseek_r1_q8_0_split_set(tmp_path):
+    # llama.cpp's log for DeepSeek-R1 Q8_0: "file size = 664.29 GiB (8.50 BPW)"; R1 has V3's shapes
+    files = write_gguf(tmp_path / "DeepSeek-R1-Q8_0.gguf", read_map("deepseek-v3.1-terminus"),
+                       lambda t: "F32" if t.dtype == "f32" else "Q8_0", deepseek2_metadata("deepseek-v3"),
+                       split_max_tensors=100)  # fmt: skip
+    assert [f.name for f in files][:2] == [
+        "DeepSeek-R1-Q8_0-00001-of-00011.gguf",
+        "DeepSeek-R1-Q8_0-00002-of-00011.gguf",
+    ]
+    listing = read_gguf(files[0])
+    assert listing.files == tuple(map(str, files))
+    assert len(listing.tensors) == 1_086
+    assert gib(listing.tensor_bytes) == "664.29"
+    assert f"{listing.tensor_bytes * 8 / listing.elements:.2f}" == "8.50"
+    assert listing.file_bytes == sum(os.stat(f).st_size for f in files)
+    assert listing.metadata["deepseek2.attention.head_count"] == 128
+
+
+def test_split_set_missing_file(tmp_path):
+    files = write_gguf(tmp_path / "m.gguf", read_map("deepseek-v3.1-terminus")[:30], as_listed,
+                       deepseek2_metadata("v3"), split_max_tensors=10)  # fmt: skip
+    files[1].unlink()
+    with pytest.raises(SourceError, match=r"m-00002-of-00003\.gguf: no such file \(split 2 of 3"):
+        read_gguf(files[0])
+
+
+def test_split_set_named_by_a_later_file(tmp_path):
+    files = write_gguf(tmp_path / "m.gguf", read_map("deepseek-v3.1-terminus")[:30], as_listed,
+                       deepseek2_metadata("v3"), split_max_tensors=10)  # fmt: skip
+    with pytest.raises(
+        CheckpointError, match=r"m-00002-of-00003\.gguf: key 'split.no' is 1: name the first file"
+    ):
+        read_gguf(files[1])
+
+
+# --- bad headers, written byte by byte (GGUF v3, little-endian) ----------------------------------------
+
+
+def gguf_string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack("<Q", len(data)) + data
+
+
+def header(tensors: list[tuple[str, tuple[int, ...], int, int]], kv: bytes = b"", kv_count: int = 0,
+           tensor_count: int | None = None, version: int = 3, magic: bytes = b"GGUF") -> bytes:  # fmt: skip
+    """magic, version, counts, key-values, then (name, ne, ggml type code, offset) infos."""
+    out = magic + struct.pack(
+        "<IQQ", version, len(tensors) if tensor_count is None else tensor_count, kv_count
+    )
+    out += kv
+    for name, shape, code, offset in tensors:
+        out += gguf_string(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape)
+        out += struct.pack("<IQ", code, offset)
+    return out
+
+
+def write(path: Path, data: bytes, size: int | None = None) -> Path:
+    path.write_bytes(data)
+    if size is not None:
+        os.truncate(path, size)
+    return path
+
+
+NORM = ("output_norm.weight", (7168,), 0, 0)  # F32: 28,672 bytes at offset 0
+
+
+def test_a_small_file_read(tmp_path):
+    data = header([NORM], kv=gguf_string("general.architecture") + struct.pack("<I", 8) + gguf_string("deepseek2"),
+                  kv_count=1)  # fmt: skip
+    start = -(-len(data) // 32) * 32
+    listing = read_gguf(write(tmp_path / "a.gguf", data, start + 28_672))
+    assert listing.tensors[0].nbytes == 28_672 and listing.architecture == "deepseek2"
+
+
+@pytest.mark.parametrize(
+    ("data", "size", "message"),
+    [
+        (b"PK\x03\x04" + bytes(60), None, r"magic: not a GGUF file \(it starts with b'PK\\x03\\x04', expected b'GGUF'\)"),
+        (header([NORM], version=1), None, r"version: 1: expected 2 or 3"),
+        (header([], kv=gguf_string("general.name") + struct.pack("<I", 8) + gguf_string("K2"), kv_count=1)[:46], None,
+         r"key 'general.name': the header is cut short: it needs byte 48, the file has 46 bytes"),
+        (header([NORM], tensor_count=2**60), None, r"tensor_count: 1,152,921,504,606,846,976 tensor infos cannot fit"),
+        (header([NORM], kv_count=2**40), None, r"kv_count: 1,099,511,627,776 key-value pairs cannot fit"),
+        (header([("blk.0.x.weight", (7168, 10), 99, 0)]), 1 << 20, r"tensor 'blk.0.x.weight': unknown ggml type 99"),
+        (header([("blk.0.x.weight", (100, 10), 14, 0)]), 1 << 20,
+         r"tensor 'blk.0.x.weight': shape \[100, 10\]: a row of 100 is not a whole number of Q6_K blocks of 256"),
+        (header([("blk.0.x.weight", (2**40, 2**40), 0, 0)]), 1 << 20, r"tensor 'blk.0.x.weight': shape \[1099511627776, 1099511627776\]: expected dimensions of 1 or more, at most 2\^63 − 1 elements"),
+        (header([("blk.0.x.weight", (7168,), 0, 0)] * 2), 1 << 20, r"tensor 'blk.0.x.weight': duplicated tensor name"),
+        (header([("x", (7168,), 0, 0)], kv=gguf_string("k") + struct.pack("<I", 8) + struct.pack("<Q", 2**50), kv_count=1),
+         1 << 20, r"key 'k': a string of 1,125,899,906,842,624 bytes runs past the end of the file"),
+        (header([("x", (7168,), 0, 0)], kv=gguf_string("k") + struct.pack("<I", 42), kv_count=1), 1 << 20,
+         r"key 'k': unknown value type 42"),
+        (header([NORM]), 100, r"tensor 'output_norm.weight': its data \(bytes 96 to 28,768\) extends past the end of the file \(100 bytes\)"),
+        (header([("x", (7168,), 0, 7)]), 1 << 20, r"tensor 'x': data offset 7 is not a multiple of the alignment 32"),
+    ],
+)  # fmt: skip
+def test_bad_header_is_one_error_naming_file_and_field(tmp_path, data, size, message):
+    path = write(tmp_path / "bad.gguf", data, size)
+    with pytest.raises(CheckpointError, match=f"^{tmp_path}/bad.gguf: {message}"):
+        read_gguf(path)
+
+
+def test_not_a_file(tmp_path):
+    with pytest.raises(CheckpointError, match="a directory, expected a .gguf file"):
+        read_gguf(tmp_path)
+    with pytest.raises(SourceError, match="nope.gguf: no such file"):
+        read_gguf(tmp_path / "nope.gguf")
