@@ -224,6 +224,56 @@ def plan_command(
             show_default=False,
         ),
     ] = None,
+    # --- the engine and its own options (SGLang's rule, redundant experts) --------------------------
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine", metavar="[vllm|sglang]", help="Whose memory rule sizes the KV pool and lays out DP."
+        ),
+    ] = "vllm",
+    mem_fraction_static: Annotated[
+        float | None,
+        typer.Option(
+            "--mem-fraction-static",
+            metavar="FRACTION",
+            help="SGLang's share for weights and KV pool. Default: SGLang's pick for the GPU and layout.",
+            show_default=False,
+        ),
+    ] = None,
+    page_size: Annotated[
+        str | None,
+        typer.Option(
+            "--page-size",
+            metavar="N",
+            help="SGLang's KV page in tokens (default 1; FlashMLA 64, CUTLASS MLA 128).",
+            show_default=False,
+        ),
+    ] = None,
+    dp_attention: Annotated[
+        bool,
+        typer.Option(
+            "--enable-dp-attention",
+            help="SGLang's DP attention: --tp is all GPUs, attention per --dp rank, each its own pool.",
+        ),
+    ] = False,
+    redundant_experts: Annotated[
+        str,
+        typer.Option(
+            "--num-redundant-experts",
+            "--ep-num-redundant-experts",
+            metavar="N",
+            help="Redundant expert slots for EPLB (vLLM --enable-eplb, SGLang): (E + N) ÷ EP per GPU.",
+        ),
+    ] = "0",
+    max_running_requests: Annotated[
+        str | None,
+        typer.Option(
+            "--max-running-requests",
+            metavar="N",
+            help="SGLang's cap on running requests. Default: SGLang's, from the pool.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Memory per GPU for a deployment: weights by component, the reserve, and the KV cache that is left.
@@ -276,6 +326,13 @@ def plan_command(
         max_model_len=count_or_none(max_model_len, "--max-model-len"),
         mtp=mtp,
         vision=not text_only,
+        # the engine's own options, as SGLang and vLLM name them
+        engine=engine.strip().lower(),
+        mem_fraction_static=None if mem_fraction_static is None else Fraction(str(mem_fraction_static)),
+        page_size=count_or_none(page_size, "--page-size"),
+        dp_attention=dp_attention,
+        redundant_experts=0 if redundant_experts.strip() == "0" else parse_count(redundant_experts, "--num-redundant-experts"),
+        max_running_requests=count_or_none(max_running_requests, "--max-running-requests"),
     )
     step = (count_or_none(batch, "--batch"), count_or_none(context, "--context"))
     from kimicount.anatomy import build_anatomy
