@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from kimicount.anatomy import Anatomy
+from kimicount.engines.deepep import DeepEPBuffer, low_latency_buffer
 from kimicount.engines.reserve import Reserve, engine_batch_defaults, reserve_estimate
 from kimicount.engines.sglang import (
     DEFAULT_PAGE_SIZE,
@@ -318,6 +319,14 @@ class PlanReport:
         return self.options.engine
 
     @property
+    def deepep_buffer(self) -> DeepEPBuffer | None:
+        """Under EP, DeepEP's low-latency all-to-all buffer on one GPU, should the MoE run on DeepEP: an
+        estimate, not subtracted from the pool (engines/deepep.py). None without EP."""
+        if not self.parallel.ep:
+            return None
+        return low_latency_buffer(self.spec.hidden_size, self.spec.n_routed_experts + self.parallel.redundant)
+
+    @property
     def max_running_requests(self) -> int | None:
         """SGLang's max_running_requests per DP rank, as it prints it (None for vLLM)."""
         if self.engine != "sglang":
@@ -517,9 +526,7 @@ def candidate_layouts(
             tried += [{"tp": gpus // pp, "pp": pp}, {"tp": gpus // pp, "pp": pp, "ep": gpus // pp}]
     for options in tried:
         try:
-            yield parallel_layout(
-                spec, gpus, **options, redundant=redundant, sglang_dp=engine == "sglang"
-            )
+            yield parallel_layout(spec, gpus, **options, redundant=redundant, sglang_dp=engine == "sglang")
         except UsageError:
             continue
 

@@ -100,6 +100,13 @@ def render_plan(console: Console, report: PlanReport) -> None:
         _stages_table(console, report)
     show(console)
     _memory(console, report, report.fullest)
+    if report.deepep_buffer is not None:
+        buffer = report.deepep_buffer
+        say(
+            console,
+            f"If the MoE's all-to-all runs on DeepEP, keep {human_bytes(buffer.bytes)} per GPU free for its "
+            f"low-latency buffer, an estimate not taken from the pool: {buffer.calculation} ({buffer.source}).",
+        )
     show(console)
     _kv(console, report)
     if report.min_gpus_asked:
@@ -259,14 +266,20 @@ def _sglang_reserve(console: Console, report: PlanReport) -> None:
         say(console, f"mem_fraction_static {value} (--mem-fraction-static).")
     else:
         say(console, f"mem_fraction_static {value}, SGLang's default here: {fraction.calculation}.")
-    say(console, "Kept back, SGLang's rule: pool = free memory before the weights load × mem_fraction_static − weights:")
+    say(
+        console,
+        "Kept back, SGLang's rule: pool = free memory before the weights load × mem_fraction_static − weights:",
+    )
     terms = Table.grid(padding=(0, 2))
     for justify in ("left", "left", "right"):
         terms.add_column(justify=justify)
     for name, calculation, bytes_ in report.reserve.terms:
         terms.add_row(f"  {name}", calculation, f"= {bytes_:,} B")
     show(console, terms)
-    say(console, "--reserve SIZE replaces the memory in use before load; --kv-memory SIZE starts from the pool.")
+    say(
+        console,
+        "--reserve SIZE replaces the memory in use before load; --kv-memory SIZE starts from the pool.",
+    )
 
 
 def bar_parts(report: PlanReport, stage: StageMemory) -> list[tuple[str, int]]:
@@ -333,7 +346,10 @@ def _kv(console: Console, report: PlanReport) -> None:
     page = report.block_size
     pool = max(stage.pool, 0)
     if page == 1:
-        say(console, f"Tokens: floor({pool:,} B ÷ {stage.bytes_per_token:,} B) = {report.pages_per_gpu:,} (pages of 1)")
+        say(
+            console,
+            f"Tokens: floor({pool:,} B ÷ {stage.bytes_per_token:,} B) = {report.pages_per_gpu:,} (pages of 1)",
+        )
     else:
         say(
             console,
@@ -347,7 +363,10 @@ def _kv(console: Console, report: PlanReport) -> None:
         )
     )
     if page > 1:
-        say(console, f"Tokens: {report.pages_per_gpu:,} × {page} = {report.tokens_per_gpu:,} per GPU{replicas}")
+        say(
+            console,
+            f"Tokens: {report.pages_per_gpu:,} × {page} = {report.tokens_per_gpu:,} per GPU{replicas}",
+        )
     elif replicas:
         say(console, f"Tokens: {report.tokens_per_gpu:,} per GPU{replicas}")
     if report.engine == "sglang":

@@ -2,7 +2,8 @@
 
 Keys: `model`, `model_type`, `engine` ('vllm' or 'sglang'), `gpus` (the accelerator and its figures),
 `parallel`, `weights` (the components per GPU), `stages` (each stage's memory), `reserve`, `sglang`
-(SGLang's mem_fraction_static and what it prints; null for vLLM), `kv_cache`, `fits`, `short_by_bytes`,
+(SGLang's mem_fraction_static and what it prints; null for vLLM), `deepep_buffer` (under EP, DeepEP's
+low-latency buffer per GPU: an estimate, not in the pool), `kv_cache`, `fits`, `short_by_bytes`,
 `min_gpus`, and `estimate` wherever a figure rests on an estimate: on each stage, on `kv_cache`, on
 `min_gpus` and at the top level (for `fits` and `short_by_bytes`), with `estimated_inputs` naming the
 estimates ('reserve', 'preload' (SGLang's memory in use before the weights load), 'cuda_memory'). Bytes and FLOPs are ints; the speed floor's expected values
@@ -130,6 +131,15 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
             "assumes": reserve.assumes,
         },
         "sglang": sglang_json(report),
+        "deepep_buffer": None
+        if report.deepep_buffer is None
+        else {
+            "bytes": report.deepep_buffer.bytes,
+            "calculation": report.deepep_buffer.calculation,
+            "source": report.deepep_buffer.source,
+            "estimate": True,
+            "in_pool": False,
+        },
         "kv_memory_bytes": report.kv_memory,
         "kv_cache": {
             "layout": report.layout.value,

@@ -46,9 +46,20 @@ def test_k2_thinking_on_8_h200_within_a_gib():
     assert abs(reserve["bytes"] - K2_THINKING_RESERVE) < GIB  # 0.85 GiB under
 
 
-@pytest.mark.parametrize("utilization, published", [("0.9", K25_H100_RESERVE_090), ("0.95", K25_H100_RESERVE_095)])
+@pytest.mark.parametrize(
+    "utilization, published", [("0.9", K25_H100_RESERVE_090), ("0.95", K25_H100_RESERVE_095)]
+)
 def test_k25_on_8_h100_with_64_sequences_within_a_gib(utilization, published):
-    args = ("--config", K25, "--gpus", "8xH100", "--max-num-seqs", "64", "--gpu-memory-utilization", utilization)
+    args = (
+        "--config",
+        K25,
+        "--gpus",
+        "8xH100",
+        "--max-num-seqs",
+        "64",
+        "--gpu-memory-utilization",
+        utilization,
+    )
     reserve = plan_json(*args)["reserve"]
     # 1,442,840,576 + 64 × 163,840 × 28 = 293,601,280 + 1,610,612,736 = 3.12 GiB
     assert reserve["bytes"] == 1_442_840_576 + 293_601_280 + 1_610_612_736

@@ -331,7 +331,9 @@ def plan_command(
         mem_fraction_static=None if mem_fraction_static is None else Fraction(str(mem_fraction_static)),
         page_size=count_or_none(page_size, "--page-size"),
         dp_attention=dp_attention,
-        redundant_experts=0 if redundant_experts.strip() == "0" else parse_count(redundant_experts, "--num-redundant-experts"),
+        redundant_experts=0
+        if redundant_experts.strip() == "0"
+        else parse_count(redundant_experts, "--num-redundant-experts"),
         max_running_requests=count_or_none(max_running_requests, "--max-running-requests"),
     )
     step = (count_or_none(batch, "--batch"), count_or_none(context, "--context"))

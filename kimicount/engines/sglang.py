@@ -127,7 +127,9 @@ def sglang_reserve(gpu: Accelerator, fraction: Fraction, preload: int, preload_g
     """
     free = gpu.cuda_memory_bytes - preload
     kept = free - math.floor(free * fraction)
-    before = "as given by --reserve" if preload_given else "an estimate: CUDA context, NCCL, custom all-reduce"
+    before = (
+        "as given by --reserve" if preload_given else "an estimate: CUDA context, NCCL, custom all-reduce"
+    )
     terms = (
         ("before load", f"{preload / GIB:g} GiB ({before})", preload),
         ("static share", f"{free:,} B free × (1 − {float(fraction):g})", kept),
