@@ -185,3 +185,18 @@ def test_deepep_buffer_is_an_estimate_with_its_formula():
     assert (buffer["estimate"], buffer["in_pool"]) == (True, False)
     assert "LowLatencyLayout" in buffer["source"]
     assert plan_json("--gpus", "8xH200", "--kv-memory", "1GiB")["deepep_buffer"] is None  # no EP
+
+
+def test_the_same_deployment_under_both_engines():
+    # docs/engines.md's side by side: K2-Thinking's language model on 8 × H200, TP8, defaults
+    args = ("--config", K25, "--text-only", "--gpus", "8xH200")
+    vllm, sglang = plan_json(*args), plan_json(*args, "--engine", "sglang")
+    weights = 76_183_146_496  # tests/test_plan.py's hand table
+    assert vllm["stages"][0]["weights_bytes"] == sglang["stages"][0]["weights_bytes"] == weights
+    # vLLM: ceil(143,156 MiB × 0.9) − weights − 7,751,073,792 (the reserve estimate), pages of 64
+    assert vllm["stages"][0]["kv_pool_bytes"] == 135_098_951_271 - weights - 7_751_073_792 == 51_164_730_983
+    assert vllm["kv_cache"]["tokens_per_gpu"] == 51_164_730_983 // (64 * 70_272) * 64 == 728_064
+    # SGLang: floor((143,156 MiB − 1.5 GiB) × 0.897) − weights, pages of 1
+    free = 143_156 * MIB - PRELOAD
+    assert sglang["stages"][0]["kv_pool_bytes"] == math.floor(free * 897 / 1000) - weights == 57_020_755_312
+    assert sglang["kv_cache"]["tokens_per_gpu"] == 57_020_755_312 // 70_272 == 811_429
