@@ -173,6 +173,18 @@ class DeploymentOptions:
                 if given:
                     raise UsageError(f"{option} is SGLang's (--engine sglang); vLLM's is {instead}")
             return
+        for option, given, instead in (
+            ("--gpu-memory-utilization", self.utilization != Fraction(9, 10), "--mem-fraction-static"),
+            ("--block-size", self.block_size != 64, "--page-size"),
+            ("--max-num-seqs", self.max_num_seqs is not None, "--max-running-requests"),
+            (
+                "--max-batched-tokens",
+                self.max_batched_tokens is not None,
+                "--chunked-prefill-size (not modelled)",
+            ),
+        ):
+            if given:
+                raise UsageError(f"{option} is vLLM's; with --engine sglang use SGLang's {instead}")
         if self.dcp > 1:
             raise UsageError(f"--dcp {self.dcp}: decode-context parallelism is modelled for vLLM only")
         if self.dp > 1 and not self.dp_attention:

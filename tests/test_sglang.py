@@ -147,6 +147,12 @@ def test_sglang_dp_attention_lays_out_dense_parts_over_all_gpus():
         ),
         (["--engine", "sglang", "--dcp", "8"], ["--dcp 8", "vLLM only"]),
         (["--engine", "sglang", "--page-size", "0"], ["--page-size 0", "positive"]),
+        (["--engine", "sglang", "--gpu-memory-utilization", "0.95"], ["vLLM's", "--mem-fraction-static"]),
+        (["--engine", "sglang", "--block-size", "128"], ["--block-size is vLLM's", "--page-size"]),
+        (
+            ["--engine", "sglang", "--max-num-seqs", "64"],
+            ["--max-num-seqs is vLLM's", "--max-running-requests"],
+        ),
         (
             ["--engine", "sglang", "--tp", "8", "--dp", "3", "--enable-dp-attention"],
             ["--dp 3", "must divide"],
