@@ -206,3 +206,29 @@ def test_the_same_deployment_under_both_engines():
     free = 143_156 * MIB - PRELOAD
     assert sglang["stages"][0]["kv_pool_bytes"] == math.floor(free * 897 / 1000) - weights == 57_020_755_312
     assert sglang["kv_cache"]["tokens_per_gpu"] == 57_020_755_312 // 70_272 == 811_429
+
+
+def test_reserve_and_kv_memory_are_exact_routes_for_sglang():
+    # --reserve gives the memory in use before the weights load: nothing is estimated then
+    given = plan_json(*R1_H20, "--reserve", "1.54GiB")
+    assert given["estimated_inputs"] == [] and given["sglang"]["estimate"] is False
+    free = H20_CUDA - 1_653_562_408  # floor(1.54 × 2^30)
+    pool = math.floor(free * 93 / 100) - given["stages"][0]["weights_bytes"]
+    assert given["stages"][0]["kv_pool_bytes"] == pool
+    assert given["sglang"]["max_total_num_tokens"] == pool // 70_272
+    # --kv-memory starts from the pool SGLang logged: 712,400 tokens × 70,272 B holds exactly 712,400
+    printed = plan_json(*R1_H20, "--kv-memory", str(712_400 * 70_272))
+    assert printed["sglang"]["max_total_num_tokens"] == 712_400 and printed["reserve"] is None
+
+
+def test_pipeline_stages_size_from_the_fullest_one():
+    # SGLang measures the free memory after loading as the minimum over all ranks, so both stages start
+    # from the fuller stage's weights; each then divides by its own layers' cell
+    report = plan_json("--config", V3, "--gpus", "16xH20", "--engine", "sglang", "--tp", "8", "--pp", "2")
+    first, last = report["stages"]
+    assert first["weights_bytes"] != last["weights_bytes"]  # 31 and 30 layers, embedding and head apart
+    heavier = max(first["weights_bytes"], last["weights_bytes"])
+    for stage in (first, last):
+        assert stage["kv_pool_bytes"] + heavier + stage["reserve_bytes"] == H20_CUDA
+    assert first["kv_tokens"] == first["kv_pool_bytes"] // (31 * 1_152)
+    assert last["kv_tokens"] == last["kv_pool_bytes"] // (30 * 1_152)
