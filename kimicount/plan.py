@@ -10,8 +10,8 @@ Per GPU, as vLLM sizes it (its worker's `determine_available_memory`, then its K
 
 CUDA's total is what `torch.cuda.mem_get_info()` reports, a few hundred MiB under nvidia-smi's (vLLM's
 MemorySnapshot, then its request_memory rounds the product up). The
-pool and all that follows from it are exact given the reserve (the engine's activation peak, sampler
-buffers, CUDA graphs and communication buffers), which is an estimate, labelled so, with its formula;
+pool and all that follows from it are exact given the reserve (the profile pass's activation peak, the
+sampler's buffers, memory outside torch: engines/reserve.py), an estimate, labelled so, with its formula;
 so is the CUDA total of a GPU no public log gives. `--reserve` replaces the one, `--gpu-memory` the
 other, and `--kv-memory` skips the whole subtraction, starting from the figure an engine printed.
 Under pipeline parallelism every stage is sized and the deployment holds what its fullest stage
