@@ -401,9 +401,9 @@ def test_reserve_estimate_is_labelled_and_shows_its_formula():
     terms = {t["name"]: t["bytes"] for t in reserve["terms"]}
     # 8,192 tokens × (8 top-k copies × max(2 × 256, 7,168) + 8 × 256 + 4 × 7,168) bf16 elements
     assert terms["activations"] == 8_192 * (8 * 7_168 + 8 * 256 + 4 * 7_168) * 2 == 1_442_840_576
-    # the sampler's dummy run over 1,024 rows: bf16 logits 2 + fp32 copy 4 + sort values 4 + int64
-    # indices 8 + top-k mask 1 + top-p softmax 4 + its mask 1 + re-sorted logits 4 = 28 B per entry
-    assert terms["sampler"] == 1_024 * 163_840 * (2 + 4 + 4 + 8 + 1 + 4 + 1 + 4)
+    # the sampler's dummy run over 1,024 rows, at its sort: bf16 logits 2 + fp32 copy 4 + int64 iota 8 +
+    # sorted values 4 and indices 8 + CUB's alternate key and value buffers 4 + 8 = 38 B per entry
+    assert terms["sampler"] == 1_024 * 163_840 * (2 + 4 + 8 + 4 + 8 + 4 + 8)
     assert terms["non-torch"] == 3 * GIB // 2
     assert reserve["bytes"] == sum(terms.values())
     out = invoke("plan", "--gpus", "8xH200").stdout
@@ -412,7 +412,7 @@ def test_reserve_estimate_is_labelled_and_shows_its_formula():
     assert reserve["assumes"].startswith("vLLM V1's start-up profile (gpu_worker.determine_available_memory)")
     assert "8,192 × (8 × max(2 × 256, 7,168) + 8 × 256 + 4 × 7,168) × 2 B" in out
     smaller = plan_json("--gpus", "8xH200", "--max-batched-tokens", "2048", "--max-num-seqs", "256")
-    assert {t["name"]: t["bytes"] for t in smaller["reserve"]["terms"]}["sampler"] == 256 * 163_840 * 28
+    assert {t["name"]: t["bytes"] for t in smaller["reserve"]["terms"]}["sampler"] == 256 * 163_840 * 38
 
 
 def test_kimi_k2_fp8_does_not_fit_8_h200_and_fits_16():

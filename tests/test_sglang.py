@@ -199,9 +199,9 @@ def test_the_same_deployment_under_both_engines():
     vllm, sglang = plan_json(*args), plan_json(*args, "--engine", "sglang")
     weights = 76_183_146_496  # tests/test_plan.py's hand table
     assert vllm["stages"][0]["weights_bytes"] == sglang["stages"][0]["weights_bytes"] == weights
-    # vLLM: ceil(143,156 MiB × 0.9) − weights − 7,751,073,792 (the reserve estimate), pages of 64
-    assert vllm["stages"][0]["kv_pool_bytes"] == 135_098_951_271 - weights - 7_751_073_792 == 51_164_730_983
-    assert vllm["kv_cache"]["tokens_per_gpu"] == 51_164_730_983 // (64 * 70_272) * 64 == 728_064
+    # vLLM: ceil(143,156 MiB × 0.9) − weights − 9,428,795,392 (the reserve estimate), pages of 64
+    assert vllm["stages"][0]["kv_pool_bytes"] == 135_098_951_271 - weights - 9_428_795_392 == 49_487_009_383
+    assert vllm["kv_cache"]["tokens_per_gpu"] == 49_487_009_383 // (64 * 70_272) * 64 == 704_192
     # SGLang: floor((143,156 MiB − 1.5 GiB) × 0.897) − weights, pages of 1
     free = 143_156 * MIB - PRELOAD
     assert sglang["stages"][0]["kv_pool_bytes"] == math.floor(free * 897 / 1000) - weights == 57_020_755_312

@@ -15,15 +15,19 @@ The terms, each a formula over the spec and the engine's batch limits:
   copies of each token, I = an expert's width on one GPU, and four hidden-size buffers), in bf16;
 - sampler: the buffers alive together at the peak of vLLM's sampler dummy run over `rows` rows of the
   vocabulary (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py's sort path, which the dummy run takes
-  since it sets both top-k and top-p): the bf16 logits the runner holds (2 B), their fp32 copy (4 B),
-  the sort's values (4 B) and int64 indices (8 B), the top-k mask (1 B), the top-p softmax (4 B) and
-  mask (1 B), and the re-sorted logits (4 B): 28 B per row per vocabulary entry;
+  since it sets both top-k and top-p). The peak is the sort itself: the bf16 logits the runner holds
+  (2 B), their fp32 copy (4 B), the int64 iota PyTorch's stable sort allocates as its input values
+  (8 B; aten/src/ATen/native/cuda/SortStable.cu, segmented_sort_pairs), the sorted values (4 B) and
+  int64 indices (8 B), and CUB's SortPairs temporary storage, an alternate key and value buffer
+  (4 + 8 B): 38 B per row per vocabulary entry. (After the sort the top-k/top-p masks, softmax and
+  scatter need less: 28 B.) Later vLLMs that sort with Triton or FlashInfer need less;
 - non-torch memory: NCCL communicators (vLLM opens one per process group), the custom all-reduce
   buffers, cuBLAS and attention workspaces: an allowance of 1.5 GiB, the one figure not derived.
 
 Against the published runs (kimicount's tests and docs/engines.md): Kimi-K2-Thinking on 8 × H200, TP8,
-defaults (8,192 batched tokens, 1,024 sequences): 8.07 GiB kept back, 7.22 GiB estimated; Kimi-K2.5 on
-8 × H100, TP8, --max-num-seqs 64: 2.56 GiB kept back, 3.12 GiB estimated.
+defaults (8,192 batched tokens, 1,024 sequences): 8.07 GiB kept back, 8.78 GiB estimated; Kimi-K2.5 on
+8 × H100, TP8, --max-num-seqs 64: 2.57 GiB kept back, 3.21 GiB estimated. The two runs differ by
+5.50 GiB, the estimate by 5.57 GiB: the sampler's rows are what moves it.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ GIB = 2**30
 LARGE_GPU_DEFAULTS = (8192, 1024)
 SMALL_GPU_DEFAULTS = (2048, 256)
 #: Bytes per row per vocabulary entry alive at the sampler's peak (the module docstring lists them).
-SAMPLER_BYTES = 2 + 4 + 4 + 8 + 1 + 4 + 1 + 4
+SAMPLER_BYTES = 2 + 4 + 8 + (4 + 8) + (4 + 8)
 #: The reserve's one allowance: memory allocated outside torch (NCCL, custom all-reduce, workspaces).
 NON_TORCH_ALLOWANCE = 3 * GIB // 2
 
@@ -82,9 +86,10 @@ RESERVE_ASSUMES = (
     "vLLM V1's start-up profile (gpu_worker.determine_available_memory): one pass of max_batched_tokens "
     "tokens (the fused-MoE kernel's workspaces for k = num_experts_per_tok copies of each token, I = an "
     "expert's width on one GPU, and four hidden-size buffers, in bf16); the sampler's dummy run over "
-    "min(max_num_seqs, max_batched_tokens) rows, 28 B per vocabulary entry alive at its peak (bf16 logits, "
-    "their fp32 copy, the sort's values and int64 indices, the top-k and top-p masks, the top-p softmax, "
-    "the re-sorted logits); and 1.5 GiB allowed for memory outside torch (NCCL communicators, custom "
+    "min(max_num_seqs, max_batched_tokens) rows, 38 B per vocabulary entry alive at its peak, the sort of "
+    "the top-k/top-p path (bf16 logits, their fp32 copy, PyTorch's int64 iota, the sorted values and int64 "
+    "indices, CUB's alternate key and value buffers); and 1.5 GiB allowed for memory outside torch (NCCL "
+    "communicators, custom "
     "all-reduce buffers, cuBLAS and attention workspaces). CUDA graphs are captured after the pool is "
     "sized (unless VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1) and take the headroom instead"
 )
@@ -95,8 +100,8 @@ def reserve_estimate(spec: ModelSpec, width: int, max_batched_tokens: int, max_n
     (placement.expert_width_per_gpu). [bytes]
 
     >>> reserve = reserve_estimate(k2, 256, 8192, 1024)
-    >>> [bytes_ for _, _, bytes_ in reserve.terms]  # 8,192 × 88,064 × 2; 1,024 × 163,840 × 28; 1.5 GiB
-    [1442840576, 4697620480, 1610612736]
+    >>> [bytes_ for _, _, bytes_ in reserve.terms]  # 8,192 × 88,064 × 2; 1,024 × 163,840 × 38; 1.5 GiB
+    [1442840576, 6375342080, 1610612736]
     """
     k, hidden = spec.num_experts_per_tok, spec.hidden_size
     per_token = k * max(2 * width, hidden) + k * width + 4 * hidden
