@@ -104,7 +104,12 @@ class DeploymentOptions:
     None or 1: off), the share of memory it may use, what it keeps back (`reserve`, or the defaults
     the estimate reads), or the KV pool it printed (`kv_memory`), the cache's dtype, layout and page
     size, the longest sequence, and what it loads besides the language model. Sizes in bytes; None:
-    the engine's default or the config's."""
+    the engine's default or the config's.
+
+    `engine` "sglang" reads SGLang's own options: `mem_fraction_static`, `page_size` (vLLM keeps
+    `block_size`), `dp_attention` (then `tp` is SGLang's --tp, all the GPUs of a stage, and the attention
+    TP group is tp ÷ dp), `max_running_requests`; `reserve` is then the memory in use before the
+    weights load. `redundant_experts` are EPLB's extra expert slots under either engine."""
 
     tp: int | None = None
     pp: int = 1
