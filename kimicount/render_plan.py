@@ -461,8 +461,9 @@ def render_speed(console: Console, report: PlanReport, step: Step, steps: list[S
         f"{flops_text(f)} in {dtype} at {gpu.peak_flops(dtype) / 1e12:,.4g} TFLOPS"
         for dtype, f in sorted(stage.flops.items())
     )
+    names = "SGLang's BF16 w_kc, w_vc" if report.engine == "sglang" else "vLLM's BF16 W_UK, W_UV"
     copies = (
-        " (vLLM's BF16 W_UK, W_UV in place of the FP8 kv_b_proj)"
+        f" ({names} in place of the FP8 kv_b_proj)"
         if step.way is Mla.absorbed and report.placement.has(Kind.absorption)
         else ""
     )
