@@ -18,9 +18,19 @@ the routed experts span all TP × DP ranks. Pipeline parallelism gives each stag
 partition: the remainder goes to the stages before the last), the embedding to the first and the
 final norm and head to the last.
 
-SGLang's data-parallel attention differs by default: its TP group spans all TP × DP GPUs, and only the
-attention is per DP rank. The dense MLP is split over the whole group, the output head too unless
---enable-dp-lm-head, and the shared expert too unless DeepEP runs the MoE; kimicount does not model it.
+SGLang's data-parallel attention (`sglang_dp`, its --enable-dp-attention) differs: its TP group spans
+all TP × DP GPUs and only the attention is per DP rank (attention TP = tp_size ÷ dp_size). The dense
+MLP and the shared expert are split over the whole group (DeepseekV2MLP at the full tp_size; the shared
+expert is whole on every GPU only when DeepEP runs the MoE, not modelled), the output head too
+(ParallelLMHead over the full group unless --enable-dp-lm-head), and the embedding is whole on every
+GPU (VocabParallelEmbedding with enable_tp off under DP attention), as its deepseek_v2.py builds them.
+
+Redundant experts (vLLM --enable-eplb --num-redundant-experts R, SGLang --ep-num-redundant-experts R)
+give each of the EP ranks (E + R) ÷ EP expert slots, each a whole expert's weights. Both engines take
+the slots per rank as that quotient and balance them with DeepSeek's EPLB, whose
+rebalance_experts_hierarchical asserts `num_physical_experts % num_gpus == 0` (vLLM's
+distributed/eplb/rebalance_algo.py, SGLang's eplb/eplb_algorithms/deepseek.py): a count that does not
+divide is refused here too.
 
 vLLM also keeps, beside an FP8 kv_b_proj, BF16 copies of its two halves, W_UK and W_UV, for the
 absorbed decode ("we currently do not have quantized bmm's ... we just store fp16/bf16 copies", its MLA
@@ -62,6 +72,14 @@ class Parallel:
     dp: int = 1
     ep: bool = False
     dcp: int = 1
+    redundant: int = 0  # redundant expert slots, over all EP ranks
+    sglang_dp: bool = False  # SGLang's DP attention: dense MLP, shared expert and head over TP × DP
+
+    @property
+    def dense_ranks(self) -> int:
+        """The ranks the dense MLP, the shared expert and the output head split over: the attention TP
+        group, or all TP × DP ranks under SGLang's DP attention."""
+        return self.tp * self.dp if self.sglang_dp else self.tp
 
     @property
     def gpus(self) -> int:
@@ -80,9 +98,12 @@ class Parallel:
         >>> Parallel(tp=8).label, Parallel(dp=8, ep=True).label, Parallel(tp=4, pp=2, dcp=4).label
         ('TP8', 'DP8 + EP8', 'TP4 × PP2 + DCP4')
         """
-        parts = [f"TP{self.tp}"] if self.tp > 1 or self.dp == 1 else []
-        if self.dp > 1:
-            parts.append(f"DP{self.dp}")
+        if self.sglang_dp:  # as SGLang's flags say it: --tp (all ranks) --dp N --enable-dp-attention
+            parts = [f"TP{self.tp * self.dp} + DP{self.dp} attention"]
+        else:
+            parts = [f"TP{self.tp}"] if self.tp > 1 or self.dp == 1 else []
+            if self.dp > 1:
+                parts.append(f"DP{self.dp}")
         text = " × ".join(parts + ([f"PP{self.pp}"] if self.pp > 1 else []))
         if self.ep:
             text += f" + EP{self.moe_ranks}"
@@ -100,14 +121,17 @@ def parallel_layout(
     dp: int = 1,
     ep: int | None = None,
     dcp: int = 1,
+    redundant: int = 0,
+    sglang_dp: bool = False,
 ) -> Parallel:
     """The layout the options describe, checked against the model; TP takes whatever pp and dp leave.
 
     `ep` is the EP size the user typed: None or 1 is expert parallelism off; on, engines size it as
     TP × DP (vLLM's --enable-expert-parallel, SGLang's --ep-size), so any other value is refused.
+    `redundant` expert slots need EP and must divide with the experts over the EP ranks.
 
     >>> parallel_layout(k2, 8), parallel_layout(k2, 8, dp=8, ep=8).label, parallel_layout(k2, 8, ep=1).ep
-    (Parallel(tp=8, pp=1, dp=1, ep=False, dcp=1), 'DP8 + EP8', False)
+    (Parallel(tp=8, pp=1, dp=1, ep=False, dcp=1, redundant=0, sglang_dp=False), 'DP8 + EP8', False)
     """
     for option, value in (("--gpus", gpus), ("--pp", pp), ("--dp", dp), ("--dcp", dcp)):
         require_positive(option, value)
@@ -130,16 +154,35 @@ def parallel_layout(
             f"--ep {ep}: expert parallelism is off (--ep 1) or spans all TP × DP ranks, {tp} × {dp} = "
             f"{tp * dp} here (vLLM --enable-expert-parallel, SGLang --ep-size); use --ep {tp * dp} or --ep 1"
         )
-    return Parallel(tp=tp, pp=pp, dp=dp, ep=ep == tp * dp and tp * dp > 1, dcp=dcp)
+    expert_parallel = ep == tp * dp and tp * dp > 1
+    if redundant < 0:
+        raise UsageError(f"--num-redundant-experts {redundant}: expected a count of 0 or more")
+    if redundant and not expert_parallel:
+        raise UsageError(
+            f"--num-redundant-experts {redundant}: redundant experts are copies placed by expert-parallel "
+            f"load balancing; turn on expert parallelism (--ep {tp * dp})"
+        )
+    slots = spec.n_routed_experts + redundant
+    if redundant and slots % (tp * dp):
+        raise UsageError(
+            f"--num-redundant-experts {redundant}: {spec.n_routed_experts} experts + {redundant} = {slots:,} "
+            f"slots do not divide over EP {tp * dp}; vLLM and SGLang's EPLB need the same number on every GPU"
+        )
+    return Parallel(
+        tp=tp, pp=pp, dp=dp, ep=expert_parallel, dcp=dcp, redundant=redundant, sglang_dp=sglang_dp and dp > 1
+    )
 
 
 def experts_per_gpu(spec: ModelSpec, parallel: Parallel) -> int:
-    """Whole routed experts on the fullest GPU under expert parallelism: ceil(E / EP). [experts]
+    """Whole routed-expert slots on the fullest GPU under expert parallelism: ceil((E + R) / EP), R the
+    redundant slots (which then divide evenly). [experts]
 
     >>> experts_per_gpu(k2, Parallel(dp=8, ep=True)), experts_per_gpu(k2, Parallel(dp=10, ep=True))
     (48, 39)
+    >>> experts_per_gpu(k2, Parallel(dp=8, ep=True, redundant=8))  # (384 + 8) ÷ 8
+    49
     """
-    return -(-spec.n_routed_experts // parallel.moe_ranks)
+    return -(-(spec.n_routed_experts + parallel.redundant) // parallel.moe_ranks)
 
 
 def expert_width_per_gpu(spec: ModelSpec, parallel: Parallel) -> int:
@@ -252,21 +295,32 @@ def shard(
         return Shard(ref, rule)
     if rule is Rule.vocabulary:
         padded = padded_vocabulary(spec)
-        if padded % parallel.tp:
+        parts = vocabulary_ranks(parallel, ref)
+        if padded % parts:
             raise UsageError(
-                f"--tp {parallel.tp}: {spec.name}'s vocabulary padded to a multiple of {VOCAB_PADDING} "
-                f"({padded:,} rows) does not split evenly over {parallel.tp} GPUs, which vLLM and SGLang require"
+                f"--tp {parts}: {spec.name}'s vocabulary padded to a multiple of {VOCAB_PADDING} "
+                f"({padded:,} rows) does not split evenly over {parts} GPUs, which vLLM and SGLang require"
             )
-        return Shard(replace(ref, shape=(padded // parallel.tp, *ref.shape[1:])), rule, parallel.tp, 0)
+        return Shard(replace(ref, shape=(padded // parts, *ref.shape[1:])), rule, parts, 0)
     if rule is Rule.experts:
         if parallel.ep:
             return Shard(replace(ref, experts=experts_per_gpu(spec, parallel)), rule, parallel.moe_ranks)
         parts = parallel.moe_ranks
         option = f"--tp {parallel.tp} × --dp {parallel.dp}" if parallel.dp > 1 else f"--tp {parallel.tp}"
+    elif rule is Rule.intermediate:
+        parts, option = parallel.dense_ranks, f"--tp {parallel.dense_ranks}"
     else:
         parts, option = parallel.tp, f"--tp {parallel.tp}"
     axis = 1 if rule is Rule.heads_input or ".down_proj." in ref.pattern else 0
     return Shard(_split(spec, ref, axis, parts, option), rule, parts, axis)
+
+
+def vocabulary_ranks(parallel: Parallel, ref: TensorRef) -> int:
+    """The ranks the embedding or the head splits over: the attention TP group; under SGLang's DP
+    attention the embedding is whole on every GPU and the head split over all TP × DP ranks."""
+    if not parallel.sglang_dp:
+        return parallel.tp
+    return 1 if ref.role is Role.EMBEDDING else parallel.dense_ranks
 
 
 def _split(spec: ModelSpec, ref: TensorRef, axis: int, parts: int, option: str) -> TensorRef:
@@ -387,7 +441,9 @@ def _leaves(node: Node) -> Iterator[Node]:
             yield n
 
 
-def place(anatomy: Anatomy, parallel: Parallel, *, mtp: bool = False, vision: bool = True) -> Placement:
+def place(
+    anatomy: Anatomy, parallel: Parallel, *, mtp: bool = False, vision: bool = True, engine: str = "vllm"
+) -> Placement:
     """Each component's bytes on the fullest GPU of every stage.
 
     The language model's leaves are one row each (the same component of the dense and MoE blocks
@@ -396,6 +452,8 @@ def place(anatomy: Anatomy, parallel: Parallel, *, mtp: bool = False, vision: bo
     tower and projector are one row on the first stage (the image encoder runs before layer 0),
     replicated. When kv_b_proj is quantized, vLLM's BF16 copies of W_UK and W_UV are one row more
     (ABSORPTION_COPIES): each GPU's kv_b_proj shard again, at 2 bytes an element, not in the checkpoint.
+    SGLang keeps the same, its w_kc and w_vc (deepseek_v2.py's post_load_weights dequantizes a 128 × 128
+    block-FP8 kv_b_proj to BF16 and splits it, unless SGL_USE_DEEPGEMM_BMM), named so for `engine` "sglang".
 
     >>> from kimicount.anatomy import build_anatomy
     >>> placement = place(build_anatomy(k2), Parallel(tp=8))
@@ -448,9 +506,8 @@ def place(anatomy: Anatomy, parallel: Parallel, *, mtp: bool = False, vision: bo
     ]
     if copies.shards:
         rule = f"{ABSORPTION_RULE}, {rule_text(spec, parallel, Rule.heads, copies.shards)}"
-        components.append(
-            PlacedComponent(ABSORPTION_COPIES, rule, 0, tuple(copies.per_stage), Kind.absorption, False)
-        )
+        name = SGLANG_ABSORPTION_COPIES if engine == "sglang" else ABSORPTION_COPIES
+        components.append(PlacedComponent(name, rule, 0, tuple(copies.per_stage), Kind.absorption, False))
     mtp_layers = len(spec.mtp_layers) if mtp and anatomy.mtp is not None else 0
     return Placement(parallel, tuple(stages), tuple(components), mtp_layers)
 
@@ -458,6 +515,8 @@ def place(anatomy: Anatomy, parallel: Parallel, *, mtp: bool = False, vision: bo
 #: The row of vLLM's BF16 copies of kv_b_proj, and its rule.
 ABSORPTION_COPIES = "vLLM's BF16 W_UK, W_UV"
 ABSORPTION_RULE = "kv_b_proj in BF16"
+#: SGLang's row of the same copies.
+SGLANG_ABSORPTION_COPIES = "SGLang's BF16 w_kc, w_vc"
 
 
 def rules_text(spec: ModelSpec, parallel: Parallel, shards: Sequence[Shard]) -> str:
@@ -476,23 +535,25 @@ def rule_text(spec: ModelSpec, parallel: Parallel, rule: Rule, shards: Sequence[
     """One rule with this layout's numbers: 'by heads: 8 of 64', 'whole experts: 48 of 384'."""
     if rule is Rule.replicated:
         return "replicated"
-    if rule is not Rule.experts and parallel.tp == 1:
-        return "whole on every GPU" if parallel.dp > 1 else "whole"
     first = shards[0]
+    if rule is not Rule.experts and first.parts == 1:
+        return "whole on every GPU" if parallel.dp > 1 else "whole"
     if rule in (Rule.heads, Rule.heads_input):
         side = ", input side" if rule is Rule.heads_input else ""
         return f"by heads{side}: {spec.num_attention_heads // parallel.tp} of {spec.num_attention_heads}"
     if rule is Rule.vocabulary:
         padded = padded_vocabulary(spec)
         pad = f", padded from {spec.vocab_size:,}" if padded != spec.vocab_size else ""
-        return f"by vocabulary: {padded // parallel.tp:,} of {padded:,} rows{pad}"
+        return f"by vocabulary: {padded // first.parts:,} of {padded:,} rows{pad}"
     if rule is Rule.intermediate:
         local = first.ref.shape[first.axis or 0]
         return f"by width: {local:,} of {local * first.parts:,}"
     experts = spec.n_routed_experts
     if parallel.ep:
-        fullest = "" if experts % parallel.moe_ranks == 0 else " (the fullest GPU)"
-        return f"whole experts: {experts_per_gpu(spec, parallel)} of {experts}{fullest}"
+        slots = experts + parallel.redundant
+        fullest = "" if slots % parallel.moe_ranks == 0 else " (the fullest GPU)"
+        extra = f" + {parallel.redundant} redundant" if parallel.redundant else ""
+        return f"whole experts: {experts_per_gpu(spec, parallel)} of {experts}{extra}{fullest}"
     if parallel.moe_ranks == 1:
         return "whole"
     width = spec.moe_intermediate_size

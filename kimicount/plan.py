@@ -10,12 +10,17 @@ Per GPU, as vLLM sizes it (its worker's `determine_available_memory`, then its K
 
 CUDA's total is what `torch.cuda.mem_get_info()` reports, a few hundred MiB under nvidia-smi's (vLLM's
 MemorySnapshot, then its request_memory rounds the product up). The
-pool and all that follows from it are exact given the reserve (the engine's activation peak, sampler
-buffers, CUDA graphs and communication buffers), which is an estimate, labelled so, with its formula;
+pool and all that follows from it are exact given the reserve (the profile pass's activation peak, the
+sampler's buffers, memory outside torch: engines/reserve.py), an estimate, labelled so, with its formula;
 so is the CUDA total of a GPU no public log gives. `--reserve` replaces the one, `--gpu-memory` the
 other, and `--kv-memory` skips the whole subtraction, starting from the figure an engine printed.
 Under pipeline parallelism every stage is sized and the deployment holds what its fullest stage
 allows, as vLLM takes the smallest block count of all its workers.
+
+With `engine` "sglang" the pool follows SGLang's rule instead (engines/sglang.py): the memory free
+before the weights load × mem_fraction_static − weights, in pages of --page-size (1 by default), with
+SGLang's own default mem_fraction_static, its DP attention (dense MLP, shared expert and head over all
+TP × DP ranks) and its max_running_requests. The reserve estimate is engines/reserve.py.
 """
 
 from __future__ import annotations
@@ -26,6 +31,16 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from kimicount.anatomy import Anatomy
+from kimicount.engines.deepep import DeepEPBuffer, low_latency_buffer
+from kimicount.engines.reserve import Reserve, engine_batch_defaults, reserve_estimate
+from kimicount.engines.sglang import (
+    DEFAULT_PAGE_SIZE,
+    PRELOAD_ESTIMATE,
+    StaticFraction,
+    default_mem_fraction_static,
+    max_running_requests,
+    sglang_reserve,
+)
 from kimicount.errors import UsageError, require_positive
 from kimicount.hardware import Accelerator
 from kimicount.kvcache import (
@@ -42,88 +57,8 @@ from kimicount.spec import ModelSpec
 
 GIB = 2**30
 
-#: vLLM's defaults for the API server: --max-num-batched-tokens and --max-num-seqs on GPUs of at least
-#: 70 GiB other than the A100 (its EngineArgs batch defaults); smaller GPUs and the A100 get 2,048 and 256.
-LARGE_GPU_DEFAULTS = (8192, 1024)
-SMALL_GPU_DEFAULTS = (2048, 256)
-#: The reserve's fixed part: CUDA graphs, NCCL and custom all-reduce buffers, cuBLAS workspaces.
-RUNTIME_ALLOWANCE = 2 * GIB
-#: fp32 copies of the logits the sampler holds at once: logits, probabilities, sorted values and their
-#: int64 indices (two fp32-sized halves).
-SAMPLER_COPIES = 4
-
-
-def engine_batch_defaults(gpu: Accelerator) -> tuple[int, int]:
-    """(max batched tokens, max sequences) that vLLM picks for this GPU when the user does not.
-
-    >>> from kimicount.hardware import ACCELERATORS
-    >>> engine_batch_defaults(ACCELERATORS["H200"]), engine_batch_defaults(ACCELERATORS["A100-80GB"])
-    ((8192, 1024), (2048, 256))
-    """
-    large = gpu.cuda_memory_bytes >= 70 * GIB and not gpu.name.startswith("A100")
-    return LARGE_GPU_DEFAULTS if large else SMALL_GPU_DEFAULTS
-
-
-# --- the reserve ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reserve:
-    """What the engine keeps back from the KV pool besides the weights. `estimate` is False when the
-    user gave the figure; `terms` are (name, calculation, bytes) of the estimate."""
-
-    bytes: int
-    estimate: bool
-    formula: str = ""
-    terms: tuple[tuple[str, str, int], ...] = ()
-    assumes: str = ""
-    assumes_short: str = ""
-
-
-RESERVE_FORMULA = (
-    "max_batched_tokens × (k × max(2 × I, H) + k × I + 4 × H) × 2 B"
-    " + min(max_num_seqs, max_batched_tokens) × vocab_size × 4 B × 4 + 2 GiB"
-)
-#: The same in a line, for the terminal.
-RESERVE_ASSUMES_SHORT = (
-    "vLLM V1's start-up profile: one pass of max_batched_tokens tokens, the sampler over max_num_seqs "
-    "rows, CUDA graphs and communication buffers"
-)
-RESERVE_ASSUMES = (
-    "vLLM V1's start-up profile: one pass of max_batched_tokens tokens (the fused-MoE kernel's workspaces "
-    "for k = num_experts_per_tok copies of each token, I = an expert's width on one GPU, and four "
-    "hidden-size buffers, in bf16), the sampler's fp32 logits, probabilities and sort over max_num_seqs "
-    "rows, and 2 GiB for CUDA graphs, NCCL and all-reduce buffers and cuBLAS workspaces"
-)
-
-
-def reserve_estimate(spec: ModelSpec, width: int, max_batched_tokens: int, max_num_seqs: int) -> Reserve:
-    """The reserve an engine takes, estimated from the largest transient buffers of its profile run,
-    with experts `width` wide on each GPU (placement.expert_width_per_gpu). [bytes]
-
-    >>> reserve = reserve_estimate(k2, 256, 8192, 1024)
-    >>> [bytes_ for _, _, bytes_ in reserve.terms]  # 8,192 × 88,064 × 2; 1,024 × 163,840 × 16; 2 GiB
-    [1442840576, 2684354560, 2147483648]
-    """
-    k, hidden = spec.num_experts_per_tok, spec.hidden_size
-    per_token = k * max(2 * width, hidden) + k * width + 4 * hidden
-    rows = min(max_num_seqs, max_batched_tokens)
-    terms = (
-        (
-            "activations",
-            f"{max_batched_tokens:,} × ({k} × max(2 × {width:,}, {hidden:,}) + {k} × {width:,} + 4 × {hidden:,}) × 2 B",
-            max_batched_tokens * per_token * 2,
-        ),
-        (
-            "sampler",
-            f"{rows:,} × {spec.vocab_size:,} × 4 B × {SAMPLER_COPIES}",
-            rows * spec.vocab_size * 4 * SAMPLER_COPIES,
-        ),
-        ("runtime", "2 GiB", RUNTIME_ALLOWANCE),
-    )
-    return Reserve(
-        sum(t[2] for t in terms), True, RESERVE_FORMULA, terms, RESERVE_ASSUMES, RESERVE_ASSUMES_SHORT
-    )
+#: The engines `plan` models.
+ENGINES = ("vllm", "sglang")
 
 
 def usable_memory(gpu: Accelerator, utilization: Fraction) -> int:
@@ -169,7 +104,12 @@ class DeploymentOptions:
     None or 1: off), the share of memory it may use, what it keeps back (`reserve`, or the defaults
     the estimate reads), or the KV pool it printed (`kv_memory`), the cache's dtype, layout and page
     size, the longest sequence, and what it loads besides the language model. Sizes in bytes; None:
-    the engine's default or the config's."""
+    the engine's default or the config's.
+
+    `engine` "sglang" reads SGLang's own options: `mem_fraction_static`, `page_size` (vLLM keeps
+    `block_size`), `dp_attention` (then `tp` is SGLang's --tp, all the GPUs of a stage, and the attention
+    TP group is tp ÷ dp), `max_running_requests`; `reserve` is then the memory in use before the
+    weights load. `redundant_experts` are EPLB's extra expert slots under either engine."""
 
     tp: int | None = None
     pp: int = 1
@@ -187,36 +127,128 @@ class DeploymentOptions:
     max_model_len: int | None = None
     mtp: bool = False
     vision: bool = True
+    engine: str = "vllm"
+    mem_fraction_static: Fraction | None = None  # SGLang's; None: its default for the GPU and layout
+    page_size: int | None = None  # SGLang's page (vLLM keeps block_size); None: 1
+    dp_attention: bool = False  # SGLang's --enable-dp-attention
+    redundant_experts: int = 0  # vLLM --num-redundant-experts, SGLang --ep-num-redundant-experts
+    max_running_requests: int | None = None  # SGLang's; None: its default from the pool
 
     def check(self, anatomy: Anatomy) -> None:
         """Refuse, in one line, an option no engine takes."""
+        if self.engine not in ENGINES:
+            raise UsageError(f"--engine {self.engine}: expected one of {', '.join(ENGINES)}")
         if not 0 < self.utilization <= 1:
             raise UsageError(
                 f"--gpu-memory-utilization {float(self.utilization):g}: expected a fraction in (0, 1]"
             )
+        if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static <= 1:
+            raise UsageError(
+                f"--mem-fraction-static {float(self.mem_fraction_static):g}: expected a fraction in (0, 1]"
+            )
         for option, value in (
             ("--block-size", self.block_size),
+            ("--page-size", self.page_size),
             ("--max-model-len", self.max_model_len),
             ("--max-batched-tokens", self.max_batched_tokens),
             ("--max-num-seqs", self.max_num_seqs),
+            ("--max-running-requests", self.max_running_requests),
             ("--reserve", self.reserve),
             ("--kv-memory", self.kv_memory),
         ):
             if value is not None:
                 require_positive(option, value)
+        self._check_engine()
         if self.mtp and anatomy.mtp is None:
             raise UsageError(
                 f"--mtp: {anatomy.spec.name} has no multi-token-prediction layer (num_nextn_predict_layers 0)"
             )
         element_bytes(self.dtype(anatomy.spec), "--kv-dtype")
 
+    def _check_engine(self) -> None:
+        """Refuse an option of the other engine, naming the one this engine takes."""
+        sglang = self.engine == "sglang"
+        if not sglang:
+            for option, given, instead in (
+                ("--mem-fraction-static", self.mem_fraction_static is not None, "--gpu-memory-utilization"),
+                ("--page-size", self.page_size is not None, "--block-size"),
+                ("--max-running-requests", self.max_running_requests is not None, "--max-num-seqs"),
+                ("--enable-dp-attention", self.dp_attention, "--dp (always data-parallel attention)"),
+            ):
+                if given:
+                    raise UsageError(f"{option} is SGLang's (--engine sglang); vLLM's is {instead}")
+            return
+        for option, given, instead in (
+            ("--gpu-memory-utilization", self.utilization != Fraction(9, 10), "--mem-fraction-static"),
+            ("--block-size", self.block_size != 64, "--page-size"),
+            ("--max-num-seqs", self.max_num_seqs is not None, "--max-running-requests"),
+            (
+                "--max-batched-tokens",
+                self.max_batched_tokens is not None,
+                "--chunked-prefill-size (not modelled)",
+            ),
+        ):
+            if given:
+                raise UsageError(f"{option} is vLLM's; with --engine sglang use SGLang's {instead}")
+        if self.dcp > 1:
+            raise UsageError(f"--dcp {self.dcp}: decode-context parallelism is modelled for vLLM only")
+        if self.dp > 1 and not self.dp_attention:
+            raise UsageError(
+                f"--dp {self.dp} without --enable-dp-attention: SGLang runs {self.dp} independent servers "
+                "behind its router; plan one of them (its share of --gpus), or add --enable-dp-attention"
+            )
+
     def parallel(self, spec: ModelSpec, gpus: int) -> Parallel:
         """The layout of `gpus` GPUs these options describe, checked (placement.parallel_layout).
+        Under SGLang's DP attention `tp` is SGLang's --tp, all the GPUs of a pipeline stage, and the
+        attention TP group is tp ÷ dp.
 
         >>> DeploymentOptions(dp=8, ep=8).parallel(k2, 8).label
         'DP8 + EP8'
+        >>> DeploymentOptions(engine="sglang", tp=8, dp=8, ep=8, dp_attention=True).parallel(k2, 8).label
+        'TP8 + DP8 attention + EP8'
         """
-        return parallel_layout(spec, gpus, tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep, dcp=self.dcp)
+        tp = self.tp
+        sglang_dp = self.engine == "sglang" and self.dp_attention
+        if sglang_dp:
+            tp_size = gpus // self.pp if tp is None else tp
+            if tp_size % self.dp:
+                raise UsageError(
+                    f"--dp {self.dp}: SGLang's DP attention splits --tp {tp_size} into DP groups; it must divide"
+                )
+            tp = tp_size // self.dp
+        return parallel_layout(
+            spec,
+            gpus,
+            tp=tp,
+            pp=self.pp,
+            dp=self.dp,
+            ep=self.ep,
+            dcp=self.dcp,
+            redundant=self.redundant_experts,
+            sglang_dp=sglang_dp,
+        )
+
+    def page(self) -> int:
+        """Tokens per KV page: vLLM's --block-size, SGLang's --page-size (1 unless given)."""
+        if self.engine == "sglang":
+            return DEFAULT_PAGE_SIZE if self.page_size is None else self.page_size
+        return self.block_size
+
+    def static_fraction(self, gpu: Accelerator, parallel: Parallel) -> StaticFraction | None:
+        """SGLang's mem_fraction_static, given or its default for this GPU and layout; None for vLLM."""
+        if self.engine != "sglang":
+            return None
+        if self.mem_fraction_static is not None:
+            return StaticFraction(self.mem_fraction_static, True)
+        return default_mem_fraction_static(
+            gpu,
+            parallel.tp * parallel.dp if parallel.sglang_dp else parallel.tp,
+            parallel.pp,
+            parallel.dp,
+            dp_attention=parallel.sglang_dp,
+            speculative=self.mtp,
+        )
 
     def context(self, spec: ModelSpec) -> int:
         """max_model_len, or the config's max_position_embeddings. [tokens]"""
@@ -227,9 +259,14 @@ class DeploymentOptions:
         return default_dtype(spec) if self.kv_dtype is None else self.kv_dtype
 
     def reserve_for(self, anatomy: Anatomy, gpu: Accelerator, parallel: Parallel) -> Reserve | None:
-        """What is kept back: None under --kv-memory, the given --reserve, or the estimate."""
+        """What is kept back: None under --kv-memory; for SGLang its rule (engines/sglang.py), --reserve
+        giving the memory in use before the weights load; for vLLM the given --reserve, or the estimate."""
         if self.kv_memory is not None:
             return None
+        fraction = self.static_fraction(gpu, parallel)
+        if fraction is not None:
+            preload = PRELOAD_ESTIMATE if self.reserve is None else self.reserve
+            return sglang_reserve(gpu, fraction.value, preload, self.reserve is not None)
         if self.reserve is not None:
             return Reserve(self.reserve, False)
         tokens, sequences = engine_batch_defaults(gpu)
@@ -288,10 +325,31 @@ class PlanReport:
     stages: tuple[StageMemory, ...]
     min_gpus: tuple[int, Parallel] | None = None
     min_gpus_asked: bool = False
+    static_fraction: StaticFraction | None = None  # SGLang's mem_fraction_static; None for vLLM
 
     @property
     def spec(self) -> ModelSpec:
         return self.anatomy.spec
+
+    @property
+    def engine(self) -> str:
+        return self.options.engine
+
+    @property
+    def deepep_buffer(self) -> DeepEPBuffer | None:
+        """Under EP, DeepEP's low-latency all-to-all buffer on one GPU, should the MoE run on DeepEP: an
+        estimate, not subtracted from the pool (engines/deepep.py). None without EP."""
+        if not self.parallel.ep:
+            return None
+        return low_latency_buffer(self.spec.hidden_size, self.spec.n_routed_experts + self.parallel.redundant)
+
+    @property
+    def max_running_requests(self) -> int | None:
+        """SGLang's max_running_requests per DP rank, as it prints it (None for vLLM)."""
+        if self.engine != "sglang":
+            return None
+        given = self.options.max_running_requests
+        return max_running_requests(self.tokens_per_gpu, self.max_model_len, given, self.parallel.dp)
 
     @property
     def utilization(self) -> Fraction:
@@ -303,7 +361,8 @@ class PlanReport:
 
     @property
     def block_size(self) -> int:
-        return self.options.block_size
+        """Tokens per KV page: vLLM's block size or SGLang's page size."""
+        return self.options.page()
 
     @property
     def max_model_len(self) -> int:
@@ -311,16 +370,23 @@ class PlanReport:
 
     @property
     def usable(self) -> int:
-        """usable_memory: ceil(CUDA's total × gpu_memory_utilization). [bytes]"""
-        return usable_memory(self.gpu, self.utilization)
+        """What the engine sizes against: vLLM's usable_memory, ceil(CUDA's total ×
+        gpu_memory_utilization); SGLang's whole CUDA total (its share is in the reserve). [bytes]"""
+        return engine_usable(self.gpu, self.options)
+
+    @property
+    def reserve_input(self) -> str:
+        """What the reserve estimate is called among the estimated inputs: 'reserve' (vLLM's),
+        'preload' (the memory in use before SGLang loads the weights)."""
+        return "preload" if self.engine == "sglang" else "reserve"
 
     @property
     def estimated_inputs(self) -> tuple[str, ...]:
         """The estimates the pool rests on, and so every figure that follows from it (tokens, concurrency,
-        the verdict, the fewest GPUs): 'reserve', 'cuda_memory'; none under --kv-memory."""
+        the verdict, the fewest GPUs): 'reserve' or 'preload', 'cuda_memory'; none under --kv-memory."""
         if self.kv_memory is not None:
             return ()
-        reserve = ("reserve",) if self.reserve is not None and self.reserve.estimate else ()
+        reserve = (self.reserve_input,) if self.reserve is not None and self.reserve.estimate else ()
         return reserve + (("cuda_memory",) if self.gpu.cuda_memory_estimated else ())
 
     @property
@@ -328,7 +394,7 @@ class PlanReport:
         """The estimates the --min-gpus search rests on: it sizes every layout from usable memory less
         the reserve (never from --kv-memory), so the reserve unless --reserve gave it, and an estimated
         CUDA total."""
-        reserve = ("reserve",) if self.options.reserve is None else ()
+        reserve = (self.reserve_input,) if self.options.reserve is None else ()
         return reserve + (("cuda_memory",) if self.gpu.cuda_memory_estimated else ())
 
     @property
@@ -395,23 +461,43 @@ def plan_memory(
 ) -> PlanReport:
     """Place the weights on `parallel.gpus` GPUs and size every stage's KV pool (options checked)."""
     spec = anatomy.spec
-    placement = place(anatomy, parallel, mtp=options.mtp, vision=options.vision)
+    placement = place(anatomy, parallel, mtp=options.mtp, vision=options.vision, engine=options.engine)
     dtype = options.dtype(spec)
     layout = engine_layout(spec, dtype, options.kv_layout)
     reserve = options.reserve_for(anatomy, gpu, parallel)
-    usable = usable_memory(gpu, options.utilization)
-    workload = Workload(tokens=options.context(spec), block_size=options.block_size, tp=parallel.tp)
+    usable = engine_usable(gpu, options)
+    workload = Workload(tokens=options.context(spec), block_size=options.page(), tp=parallel.tp)
+    kept = 0 if reserve is None else reserve.bytes
+    weights = [placement.weight_bytes(index) for index in range(len(placement.stages))]
+    # SGLang measures the free memory after loading as the minimum over all ranks (get_available_gpu_memory
+    # with distributed=True), so every stage sizes from the fullest one's; vLLM sizes each worker alone.
+    loaded = [max(weights)] * len(weights) if options.engine == "sglang" else weights
     stages = []
     for index, layers in enumerate(placement.stages):
         kv_layers = placement.kv_layers(index)
-        weights = placement.weight_bytes(index)
-        kept = 0 if reserve is None else reserve.bytes
-        pool = options.kv_memory if options.kv_memory is not None else usable - weights - kept
+        pool = options.kv_memory if options.kv_memory is not None else usable - loaded[index] - kept
         cache = layout_cache(spec, layout, element_bytes(dtype, "--kv-dtype"), kv_layers, workload)
-        stages.append(StageMemory(index, layers, kv_layers, weights, kept, pool, cache))
+        stages.append(StageMemory(index, layers, kv_layers, weights[index], kept, pool, cache))
     return PlanReport(
-        anatomy, gpu, parallel.gpus, parallel, placement, options, reserve, layout, dtype, tuple(stages)
+        anatomy,
+        gpu,
+        parallel.gpus,
+        parallel,
+        placement,
+        options,
+        reserve,
+        layout,
+        dtype,
+        tuple(stages),
+        static_fraction=options.static_fraction(gpu, parallel),
     )
+
+
+def engine_usable(gpu: Accelerator, options: DeploymentOptions) -> int:
+    """What the engine sizes against: vLLM's usable_memory; SGLang's CUDA total. [bytes]"""
+    if options.engine == "sglang":
+        return gpu.cuda_memory_bytes
+    return usable_memory(gpu, options.utilization)
 
 
 def plan(
@@ -445,16 +531,19 @@ def plan(
 MAX_SEARCH_GPUS = 4096
 
 
-def candidate_layouts(spec: ModelSpec, gpus: int) -> Iterator[Parallel]:
-    """Layouts of `gpus` GPUs worth trying, simplest first: TP alone, TP with EP, DP attention with EP,
-    then TP × PP with and without EP (fewer stages first). Layouts the model cannot run are skipped."""
+def candidate_layouts(
+    spec: ModelSpec, gpus: int, redundant: int = 0, engine: str = "vllm"
+) -> Iterator[Parallel]:
+    """Layouts of `gpus` GPUs worth trying, simplest first: TP alone, TP with EP, DP attention with EP
+    (SGLang's under `engine` sglang), then TP × PP with and without EP (fewer stages first). Layouts the
+    model cannot run, or whose EP does not divide the experts and `redundant` slots, are skipped."""
     tried: list[dict[str, int]] = [{"tp": gpus}, {"tp": gpus, "ep": gpus}, {"tp": 1, "dp": gpus, "ep": gpus}]
     for pp in range(2, min(gpus, spec.num_hidden_layers) + 1):
         if gpus % pp == 0:
             tried += [{"tp": gpus // pp, "pp": pp}, {"tp": gpus // pp, "pp": pp, "ep": gpus // pp}]
     for options in tried:
         try:
-            yield parallel_layout(spec, gpus, **options)
+            yield parallel_layout(spec, gpus, **options, redundant=redundant, sglang_dp=engine == "sglang")
         except UsageError:
             continue
 
@@ -478,7 +567,11 @@ def least_need(anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions) -
     dtype = options.dtype(spec)
     layout = engine_layout(spec, dtype, options.kv_layout)
     kv = bytes_per_token_per_layer(spec, layout, element_bytes(dtype, "--kv-dtype"))
-    one = sequence_pages(options.context(spec), options.block_size) * options.block_size * kv
+    one = sequence_pages(options.context(spec), options.page()) * options.page() * kv
+    if options.engine == "sglang":  # its reserve does not depend on the layout but through the fraction
+        fraction = options.mem_fraction_static or default_mem_fraction_static(gpu, 1).value
+        preload = PRELOAD_ESTIMATE if options.reserve is None else options.reserve
+        return one + sglang_reserve(gpu, fraction, preload, options.reserve is not None).bytes
     if options.reserve is not None:
         return one + options.reserve
     tokens, sequences = engine_batch_defaults(gpu)
@@ -493,7 +586,7 @@ def fewest_gpus(
     and one sequence of max_model_len; None when no count up to search_limit does, or at once when
     even least_need exceeds a GPU's usable memory."""
     spec = anatomy.spec
-    usable = usable_memory(gpu, options.utilization)
+    usable = engine_usable(gpu, options)
     if least_need(anatomy, gpu, options) > usable:
         return None
     search = replace(options, kv_memory=None)
@@ -501,7 +594,7 @@ def fewest_gpus(
         c.model_bytes for c in place(anatomy, Parallel(), mtp=options.mtp, vision=options.vision).components
     )
     for gpus in range(max(1, whole // usable), search_limit(spec) + 1):
-        for parallel in candidate_layouts(spec, gpus):
+        for parallel in candidate_layouts(spec, gpus, options.redundant_experts, options.engine):
             try:
                 if plan_memory(anatomy, gpu, parallel, search).fits:
                     return gpus, parallel

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from kimicount.flow import Mla
 from kimicount.hardware import GIVEN_MEMORY, Accelerator
-from kimicount.placement import Kind
+from kimicount.placement import Kind, Parallel
 from kimicount.plan import PlanReport, StageMemory, search_limit
 from kimicount.render import Column, fitted, flops_text, human_bytes, plural, say, show, show_fitted
 from kimicount.speed import Step, compute_bound_from
@@ -29,7 +29,13 @@ BAR_PARTS = {
     "headroom": ("·", "#7f7f7f"),
 }
 #: How each estimate the pool can rest on is named in a sentence.
-ESTIMATED_INPUTS = {"reserve": "the estimated reserve", "cuda_memory": "the estimated CUDA total"}
+ESTIMATED_INPUTS = {
+    "reserve": "the estimated reserve",
+    "preload": "the estimated memory in use before the weights load",
+    "cuda_memory": "the estimated CUDA total",
+}
+#: How each engine is named in prose.
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 def estimated_from(report: PlanReport, names: tuple[str, ...] | None = None) -> str:
@@ -49,9 +55,9 @@ def verdict(report: PlanReport) -> str:
     return text + (f" (estimated: it rests on {estimated_from(report)})" if report.estimate else "")
 
 
-def memory_text(gpu: Accelerator) -> str:
+def memory_text(gpu: Accelerator, engine: str = "vllm") -> str:
     """Where the GPU's memory figures come from: the vendor tool's total, shown so the part is
-    recognised, and CUDA's, which vLLM sizes against and the plan uses."""
+    recognised, and CUDA's, which the engine sizes against and the plan uses."""
     if gpu.memory_source == GIVEN_MEMORY:
         return (
             f"{human_bytes(gpu.memory_bytes)} ({gpu.memory_bytes:,} B) as given by --gpu-memory, used as the "
@@ -65,8 +71,8 @@ def memory_text(gpu: Accelerator) -> str:
     )
     about = "an estimated " if gpu.cuda_memory_estimated else ""
     return (
-        f"{shown}; the plan uses CUDA's total, {about}{gpu.cuda_memory_bytes // 2**20:,} MiB, which vLLM "
-        f"sizes against ({gpu.cuda_memory_source})"
+        f"{shown}; the plan uses CUDA's total, {about}{gpu.cuda_memory_bytes // 2**20:,} MiB, which "
+        f"{ENGINE_NAMES[engine]} sizes against ({gpu.cuda_memory_source})"
     )
 
 
@@ -74,23 +80,33 @@ def render_plan(console: Console, report: PlanReport) -> None:
     """The verdict, the weights per GPU, one GPU's memory and bar, the KV cache, --min-gpus."""
     spec, gpu, parallel = report.spec, report.gpu, report.parallel
     colour = "green" if report.fits else "red"
+    engine = ", as SGLang sizes it" if report.engine == "sglang" else ""
     say(
         console,
-        f"[bold]{spec.name}[/] ({spec.model_type}) on {report.count} × {gpu.name}, {parallel.label}: "
+        f"[bold]{spec.name}[/] ({spec.model_type}) on {report.count} × {gpu.name}, {parallel.label}{engine}: "
         f"[bold {colour}]{verdict(report)}[/]",
     )
     overridden = f"; given: {', '.join(gpu.overridden)}" if gpu.overridden else ""
-    say(console, f"{gpu.name}: {gpu.description}, {memory_text(gpu)}{overridden}")
+    say(console, f"{gpu.name}: {gpu.description}, {memory_text(gpu, report.engine)}{overridden}")
     say(console)
     say(console, f"Weights on one GPU, as stored: {quantization_summary(spec)}.")
     _weights_table(console, report)
     if parallel.dp > 1:
-        say(console, dp_text(parallel.dp))
+        say(console, sglang_dp_text(parallel) if parallel.sglang_dp else dp_text(parallel.dp))
+    if parallel.redundant:
+        say(console, redundant_text(report))
     if len(report.stages) > 1:
         show(console)
         _stages_table(console, report)
     show(console)
     _memory(console, report, report.fullest)
+    if report.deepep_buffer is not None:
+        buffer = report.deepep_buffer
+        say(
+            console,
+            f"If the MoE's all-to-all runs on DeepEP, keep {human_bytes(buffer.bytes)} per GPU free for its "
+            f"low-latency buffer, an estimate not taken from the pool: {buffer.calculation} ({buffer.source}).",
+        )
     show(console)
     _kv(console, report)
     if report.min_gpus_asked:
@@ -103,7 +119,30 @@ def dp_text(dp: int) -> str:
     return (
         f"DP{dp} is vLLM's data-parallel attention: each of the {dp} replicas holds the whole attention, dense "
         "MLP, shared expert, embedding and head, and keeps its own sequences; only the routed experts span "
-        "all GPUs. (SGLang's DP attention splits the dense MLP and the head over all GPUs: not modelled.)"
+        "all GPUs. (SGLang's DP attention splits the dense MLP and the head over all GPUs: --engine sglang "
+        "--enable-dp-attention.)"
+    )
+
+
+def sglang_dp_text(parallel: Parallel) -> str:
+    """What SGLang's DP attention is: attention per DP rank, the rest over the whole TP group."""
+    group = parallel.tp * parallel.dp
+    attention = "whole attention" if parallel.tp == 1 else f"attention split over TP{parallel.tp}"
+    return (
+        f"DP{parallel.dp} attention is SGLang's (--enable-dp-attention): each of the {parallel.dp} DP ranks holds "
+        f"the {attention} and keeps its own sequences in its own pool; the dense MLP, the shared expert and "
+        f"the output head split over all {group} GPUs of --tp {group}, the embedding is whole on every GPU."
+    )
+
+
+def redundant_text(report: PlanReport) -> str:
+    """The redundant expert slots: how many, where, and what they cost."""
+    parallel, spec = report.parallel, report.spec
+    slots = spec.n_routed_experts + parallel.redundant
+    return (
+        f"Redundant experts: {spec.n_routed_experts} + {parallel.redundant} = {slots:,} expert slots over "
+        f"EP{parallel.moe_ranks}, {slots // parallel.moe_ranks} per GPU, each a whole expert's weights "
+        "(EPLB: vLLM --enable-eplb --num-redundant-experts, SGLang --ep-num-redundant-experts)."
     )
 
 
@@ -130,7 +169,13 @@ def _weights_table(console: Console, report: PlanReport) -> None:
     totals = (f"[bold]{human_bytes(report.placement.weight_bytes(i))}[/]" for i in range(stages))
     rows.append(["[bold]Total[/]", "", human_bytes(whole), *totals])
     show_fitted(console, *fitted(console, columns, rows))
-    if report.placement.has(Kind.absorption):
+    if report.placement.has(Kind.absorption) and report.engine == "sglang":
+        say(
+            console,
+            "SGLang's BF16 w_kc, w_vc: its DeepSeek model dequantizes an FP8 kv_b_proj into BF16 copies of its "
+            "two halves for the absorbed decode (post_load_weights); not in the checkpoint.",
+        )
+    elif report.placement.has(Kind.absorption):
         say(
             console,
             "vLLM's BF16 W_UK, W_UV: vLLM's MLA layer keeps BF16 copies of an FP8 kv_b_proj's two halves for "
@@ -176,7 +221,13 @@ def _memory(console: Console, report: PlanReport, stage: StageMemory) -> None:
     utilization = f"{float(report.utilization):g}"
     about = " (an estimate)" if gpu.cuda_memory_estimated else ""
     grid.add_row(f"CUDA's total{about}", f"{gpu.cuda_memory_bytes:,} B", human_bytes(gpu.cuda_memory_bytes))
-    if report.kv_memory is None:
+    if report.kv_memory is None and report.engine == "sglang":
+        grid.add_row("− weights", f"{stage.weights:,} B", human_bytes(stage.weights))
+        label = "− kept back (SGLang's rule, below)"
+        grid.add_row(label, f"{stage.reserve:,} B", human_bytes(stage.reserve))
+        pool = "= KV cache pool (an estimate)" if report.estimate else "= KV cache pool"
+        grid.add_row(pool, f"{stage.pool:,} B", _signed(stage.pool))
+    elif report.kv_memory is None:
         grid.add_row(
             f"Usable: × {utilization} (--gpu-memory-utilization)",
             f"{report.usable:,} B",
@@ -193,7 +244,9 @@ def _memory(console: Console, report: PlanReport, stage: StageMemory) -> None:
     show(console, grid)
     for line in _bar(report, stage):
         say(console, line)
-    if report.reserve is not None and report.reserve.estimate:
+    if report.reserve is not None and report.engine == "sglang":
+        _sglang_reserve(console, report)
+    elif report.reserve is not None and report.reserve.estimate:
         say(console, f"Reserve, an estimate of {report.reserve.assumes_short}:")
         terms = Table.grid(padding=(0, 2))
         for justify in ("left", "left", "right"):
@@ -202,6 +255,31 @@ def _memory(console: Console, report: PlanReport, stage: StageMemory) -> None:
             terms.add_row(f"  {name}", calculation, f"= {bytes_:,} B")
         show(console, terms)
         say(console, "--reserve SIZE replaces it; --kv-memory SIZE starts from the pool an engine printed.")
+
+
+def _sglang_reserve(console: Console, report: PlanReport) -> None:
+    """SGLang's rule, its mem_fraction_static and the two terms it keeps back."""
+    fraction = report.static_fraction
+    assert fraction is not None and report.reserve is not None  # SGLang without --kv-memory
+    value = f"{float(fraction.value):g}"
+    if fraction.given:
+        say(console, f"mem_fraction_static {value} (--mem-fraction-static).")
+    else:
+        say(console, f"mem_fraction_static {value}, SGLang's default here: {fraction.calculation}.")
+    say(
+        console,
+        "Kept back, SGLang's rule: pool = free memory before the weights load × mem_fraction_static − weights:",
+    )
+    terms = Table.grid(padding=(0, 2))
+    for justify in ("left", "left", "right"):
+        terms.add_column(justify=justify)
+    for name, calculation, bytes_ in report.reserve.terms:
+        terms.add_row(f"  {name}", calculation, f"= {bytes_:,} B")
+    show(console, terms)
+    say(
+        console,
+        "--reserve SIZE replaces the memory in use before load; --kv-memory SIZE starts from the pool.",
+    )
 
 
 def bar_parts(report: PlanReport, stage: StageMemory) -> list[tuple[str, int]]:
@@ -267,27 +345,34 @@ def _kv(console: Console, report: PlanReport) -> None:
         )
     page = report.block_size
     pool = max(stage.pool, 0)
-    say(
-        console,
-        f"Pages of {page} tokens: floor({pool:,} B ÷ ({page} × {stage.bytes_per_token:,} B)) = "
-        f"{report.pages_per_gpu:,}",
-    )
+    if page == 1:
+        say(
+            console,
+            f"Tokens: floor({pool:,} B ÷ {stage.bytes_per_token:,} B) = {report.pages_per_gpu:,} (pages of 1)",
+        )
+    else:
+        say(
+            console,
+            f"Pages of {page} tokens: floor({pool:,} B ÷ ({page} × {stage.bytes_per_token:,} B)) = "
+            f"{report.pages_per_gpu:,}",
+        )
     replicas = "".join(
         (
             f"; × DCP {parallel.dcp} = {report.tokens_per_replica:,} per replica" if parallel.dcp > 1 else "",
             f"; × DP {parallel.dp} = {report.tokens_total:,} in all" if parallel.dp > 1 else "",
         )
     )
-    say(console, f"Tokens: {report.pages_per_gpu:,} × {page} = {report.tokens_per_gpu:,} per GPU{replicas}")
-    whole = plural(report.sequences_per_replica, "whole sequence")
-    everywhere = f", {report.sequences_per_replica * parallel.dp:,} in all" if parallel.dp > 1 else ""
-    split = f" ÷ ({page} × DCP {parallel.dcp})" if parallel.dcp > 1 else f" ÷ {page}"
-    say(
-        console,
-        f"Maximum concurrency for {report.max_model_len:,} tokens per request: {report.pages_per_gpu:,} pages ÷ "
-        f"{report.sequence_pages:,} (ceil({report.max_model_len:,}{split})) = {report.max_concurrency:.2f}× "
-        f"({whole} per replica{everywhere})",
-    )
+    if page > 1:
+        say(
+            console,
+            f"Tokens: {report.pages_per_gpu:,} × {page} = {report.tokens_per_gpu:,} per GPU{replicas}",
+        )
+    elif replicas:
+        say(console, f"Tokens: {report.tokens_per_gpu:,} per GPU{replicas}")
+    if report.engine == "sglang":
+        _sglang_capacity(console, report)
+    else:
+        _vllm_concurrency(console, report)
     needs = (
         f"one sequence of {report.max_model_len:,} tokens"
         if report.kv_memory is not None
@@ -304,6 +389,31 @@ def _kv(console: Console, report: PlanReport) -> None:
             f"The pool, its tokens, the concurrency and the verdict rest on {estimated_from(report)}: "
             "estimates, exact only as far as it is.",
         )
+
+
+def _sglang_capacity(console: Console, report: PlanReport) -> None:
+    """What SGLang prints at start-up, per DP rank (it prints GiB as "GB")."""
+    per_rank = " (each DP rank's scheduler prints its own)" if report.parallel.dp > 1 else ""
+    say(
+        console,
+        f"SGLang would print: max_total_num_tokens={report.tokens_per_gpu}, "
+        f"max_running_requests={report.max_running_requests}, context_len={report.max_model_len}{per_rank}; "
+        'its memory figures are GiB though it writes "GB".',
+    )
+
+
+def _vllm_concurrency(console: Console, report: PlanReport) -> None:
+    """vLLM's maximum concurrency line."""
+    parallel, page = report.parallel, report.block_size
+    whole = plural(report.sequences_per_replica, "whole sequence")
+    everywhere = f", {report.sequences_per_replica * parallel.dp:,} in all" if parallel.dp > 1 else ""
+    split = f" ÷ ({page} × DCP {parallel.dcp})" if parallel.dcp > 1 else f" ÷ {page}"
+    say(
+        console,
+        f"Maximum concurrency for {report.max_model_len:,} tokens per request: {report.pages_per_gpu:,} pages ÷ "
+        f"{report.sequence_pages:,} (ceil({report.max_model_len:,}{split})) = {report.max_concurrency:.2f}× "
+        f"({whole} per replica{everywhere})",
+    )
 
 
 def _min_gpus(report: PlanReport) -> str:
@@ -351,8 +461,9 @@ def render_speed(console: Console, report: PlanReport, step: Step, steps: list[S
         f"{flops_text(f)} in {dtype} at {gpu.peak_flops(dtype) / 1e12:,.4g} TFLOPS"
         for dtype, f in sorted(stage.flops.items())
     )
+    names = "SGLang's BF16 w_kc, w_vc" if report.engine == "sglang" else "vLLM's BF16 W_UK, W_UV"
     copies = (
-        " (vLLM's BF16 W_UK, W_UV in place of the FP8 kv_b_proj)"
+        f" ({names} in place of the FP8 kv_b_proj)"
         if step.way is Mla.absorbed and report.placement.has(Kind.absorption)
         else ""
     )

@@ -1,10 +1,12 @@
 """The JSON of `kimicount plan`: plain dictionaries of ints and strings, in the style of reports.py.
 
-Keys: `model`, `model_type`, `gpus` (the accelerator and its figures), `parallel`, `weights` (the
-components per GPU), `stages` (each stage's memory), `reserve`, `kv_cache`, `fits`, `short_by_bytes`,
+Keys: `model`, `model_type`, `engine` ('vllm' or 'sglang'), `gpus` (the accelerator and its figures),
+`parallel`, `weights` (the components per GPU), `stages` (each stage's memory), `reserve`, `sglang`
+(SGLang's mem_fraction_static and what it prints; null for vLLM), `deepep_buffer` (under EP, DeepEP's
+low-latency buffer per GPU: an estimate, not in the pool), `kv_cache`, `fits`, `short_by_bytes`,
 `min_gpus`, and `estimate` wherever a figure rests on an estimate: on each stage, on `kv_cache`, on
 `min_gpus` and at the top level (for `fits` and `short_by_bytes`), with `estimated_inputs` naming the
-estimates ('reserve', 'cuda_memory'). Bytes and FLOPs are ints; the speed floor's expected values
+estimates ('reserve', 'preload' (SGLang's memory in use before the weights load), 'cuda_memory'). Bytes and FLOPs are ints; the speed floor's expected values
 (what the experts a step touches under uniform routing, `"routing": "uniform"`, add) are rounded to
 the nearest byte or FLOP, under keys that say `expected`.
 """
@@ -40,17 +42,40 @@ def accelerator_json(gpu: Accelerator, count: int) -> dict[str, Any]:
     }
 
 
-def parallel_json(parallel: Parallel) -> dict[str, Any]:
-    """The layout's sizes; "ep" is 1 when expert parallelism is off."""
+def parallel_json(parallel: Parallel, engine: str = "vllm") -> dict[str, Any]:
+    """The layout's sizes; "ep" is 1 when expert parallelism is off; "tp" is the attention TP group
+    (under SGLang's DP attention its --tp is "dense_tp", all TP × DP ranks)."""
     return {
         "label": parallel.label,
-        "engine": "vLLM",  # whose layout: its DP attention, EP size TP × DP, PP split
+        "engine": "SGLang" if engine == "sglang" else "vLLM",  # whose layout: DP attention, EP, PP split
         "tp": parallel.tp,
         "pp": parallel.pp,
         "dp": parallel.dp,
+        "dp_attention": "sglang" if parallel.sglang_dp else ("vllm" if parallel.dp > 1 else None),
+        "dense_tp": parallel.dense_ranks,
         "ep": parallel.moe_ranks if parallel.ep else 1,
+        "redundant_experts": parallel.redundant,
         "dcp": parallel.dcp,
         "gpus": parallel.gpus,
+    }
+
+
+def sglang_json(report: PlanReport) -> dict[str, Any] | None:
+    """SGLang's figures: mem_fraction_static (given or its default, with the calculation) and what it
+    prints at start-up per DP rank (max_total_num_tokens, max_running_requests, context_len, in GiB
+    that it writes "GB"); None for vLLM."""
+    if report.engine != "sglang":
+        return None
+    fraction = report.static_fraction
+    return {
+        "mem_fraction_static": None if fraction is None else float(fraction.value),
+        "mem_fraction_static_given": None if fraction is None else fraction.given,
+        "mem_fraction_static_calculation": None if fraction is None else fraction.calculation,
+        "page_size": report.block_size,
+        "max_total_num_tokens": report.tokens_per_gpu,
+        "max_running_requests": report.max_running_requests,
+        "context_len": report.max_model_len,
+        "estimate": report.estimate,
     }
 
 
@@ -64,8 +89,9 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
     return {
         "model": spec.name,
         "model_type": spec.model_type,
+        "engine": report.engine,
         "gpus": accelerator_json(report.gpu, report.count),
-        "parallel": parallel_json(report.parallel),
+        "parallel": parallel_json(report.parallel, report.engine),
         "gpu_memory_utilization": float(report.utilization),
         "usable_bytes": report.usable,
         "estimated_inputs": list(report.estimated_inputs),
@@ -104,6 +130,16 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
             "terms": [{"name": n, "calculation": c, "bytes": b} for n, c, b in reserve.terms],
             "assumes": reserve.assumes,
         },
+        "sglang": sglang_json(report),
+        "deepep_buffer": None
+        if report.deepep_buffer is None
+        else {
+            "bytes": report.deepep_buffer.bytes,
+            "calculation": report.deepep_buffer.calculation,
+            "source": report.deepep_buffer.source,
+            "estimate": True,
+            "in_pool": False,
+        },
         "kv_memory_bytes": report.kv_memory,
         "kv_cache": {
             "layout": report.layout.value,
@@ -130,7 +166,7 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
         if report.min_gpus is None
         else {
             "count": report.min_gpus[0],
-            "parallel": parallel_json(report.min_gpus[1]),
+            "parallel": parallel_json(report.min_gpus[1], report.engine),
             "estimate": bool(report.search_estimated_inputs),
             "estimated_inputs": list(report.search_estimated_inputs),
         },

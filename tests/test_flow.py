@@ -365,17 +365,18 @@ def test_deepseeks_published_decode_throughput_is_under_the_ceiling():
     # the pool, by hand: ceil(CUDA's 81,090 MiB × 0.9) − weights − the reserve estimate
     weights = 61 * (DS_ATTENTION + DS_KV_B + DS_COPIES) + DS_DENSE + 58 * (DS_ROUTER + 3 * DS_EXPERT)
     weights += 2 * DS_VOCAB + 7_168 * 2
-    reserve = 8_192 * (8 * 7_168 + 8 * 2_048 + 4 * 7_168) * 2 + 1_024 * 129_280 * 16 + 2 * 2**30
+    # (activations; the sampler's 38 B per vocabulary entry over 1,024 rows; 1.5 GiB outside torch)
+    reserve = 8_192 * (8 * 7_168 + 8 * 2_048 + 4 * 7_168) * 2 + 1_024 * 129_280 * 38 + 3 * 2**30 // 2
     pool = -(-81_090 * 2**20 * 9 // 10) - weights - reserve
     pages = pool // (64 * 70_272)
     assert report["stages"][0]["weights_bytes"] == weights
-    assert report["kv_cache"]["pages_per_gpu"] == pages == 9_859
-    # a sequence of 4,989 tokens takes ceil(4,989 / 64) = 78 pages: 126 fit (9,828), 127 do not (9,906)
-    assert 126 * 78 <= pages < 127 * 78
+    assert report["kv_cache"]["pages_per_gpu"] == pages == 9_331
+    # a sequence of 4,989 tokens takes ceil(4,989 / 64) = 78 pages: 119 fit (9,282), 120 do not (9,360);
+    # under vLLM's estimated reserve DeepSeek's 126 fall 7 short (its own engine keeps less back)
+    assert 119 * 78 <= pages < 120 * 78
     step = report["decode"]
-    assert (
-        step["kv_fits"] is True and next(s for s in report["sweep"] if s["batch"] == 128)["kv_fits"] is False
-    )
+    assert step["kv_fits"] is False
+    assert next(s for s in report["sweep"] if s["batch"] == 64)["kv_fits"] is True
     # the floor at batch 126, by hand: 126 × 144 tokens touch 1 − (1 − 8/256)^18,144 of the experts
     touched = 1 - (1 - Fraction(8, 256)) ** (126 * 144)
     read = 61 * (DS_ATTENTION + DS_COPIES) + DS_DENSE + 58 * (DS_ROUTER + DS_EXPERT) + DS_VOCAB + 7_168 * 2

@@ -401,16 +401,18 @@ def test_reserve_estimate_is_labelled_and_shows_its_formula():
     terms = {t["name"]: t["bytes"] for t in reserve["terms"]}
     # 8,192 tokens × (8 top-k copies × max(2 × 256, 7,168) + 8 × 256 + 4 × 7,168) bf16 elements
     assert terms["activations"] == 8_192 * (8 * 7_168 + 8 * 256 + 4 * 7_168) * 2 == 1_442_840_576
-    assert terms["sampler"] == 1_024 * 163_840 * 4 * 4  # fp32 logits of 1,024 rows, four copies
-    assert terms["runtime"] == 2 * GIB
+    # the sampler's dummy run over 1,024 rows, at its sort: bf16 logits 2 + fp32 copy 4 + int64 iota 8 +
+    # sorted values 4 and indices 8 + CUB's alternate key and value buffers 4 + 8 = 38 B per entry
+    assert terms["sampler"] == 1_024 * 163_840 * (2 + 4 + 8 + 4 + 8 + 4 + 8)
+    assert terms["non-torch"] == 3 * GIB // 2
     assert reserve["bytes"] == sum(terms.values())
     out = invoke("plan", "--gpus", "8xH200").stdout
     assert "− reserve (an estimate, below)" in out
     assert "Reserve, an estimate of vLLM V1's start-up profile" in out
-    assert reserve["assumes"].startswith("vLLM V1's start-up profile: one pass of max_batched_tokens tokens")
+    assert reserve["assumes"].startswith("vLLM V1's start-up profile (gpu_worker.determine_available_memory)")
     assert "8,192 × (8 × max(2 × 256, 7,168) + 8 × 256 + 4 × 7,168) × 2 B" in out
     smaller = plan_json("--gpus", "8xH200", "--max-batched-tokens", "2048", "--max-num-seqs", "256")
-    assert {t["name"]: t["bytes"] for t in smaller["reserve"]["terms"]}["sampler"] == 256 * 163_840 * 16
+    assert {t["name"]: t["bytes"] for t in smaller["reserve"]["terms"]}["sampler"] == 256 * 163_840 * 38
 
 
 def test_kimi_k2_fp8_does_not_fit_8_h200_and_fits_16():
@@ -624,3 +626,71 @@ def test_the_dp_layout_is_said_to_be_vllms():
     assert "DP8 is vLLM's data-parallel attention: each of the 8 replicas holds the whole attention" in flat(
         invoke("plan", *args).stdout
     )
+
+
+# --- redundant experts (EPLB) ---------------------------------------------------------------------------
+
+
+def test_redundant_experts_add_whole_expert_slots_to_every_gpu():
+    # vLLM --enable-eplb --num-redundant-experts 8 over EP8: (384 + 8) ÷ 8 = 49 slots per GPU, each a whole
+    # expert; without them 384 ÷ 8 = 48. DeepSeek's EPLB asserts num_physical_experts % num_gpus == 0.
+    args = (
+        "--config",
+        K25,
+        "--text-only",
+        "--gpus",
+        "8xH200",
+        "--dp",
+        "8",
+        "--ep",
+        "8",
+        "--kv-memory",
+        "1GiB",
+    )
+    plain, redundant = plan_json(*args), plan_json(*args, "--num-redundant-experts", "8")
+    assert per_gpu(redundant)["Routed experts"] * 48 == per_gpu(plain)["Routed experts"] * 49
+    rules = {c["name"]: c["rule"] for c in redundant["weights"]}
+    assert rules["Routed experts"] == "whole experts: 49 of 384 + 8 redundant"
+    assert redundant["parallel"]["redundant_experts"] == 8
+    whole = {c["name"]: c["model_bytes"] for c in redundant["weights"]}
+    assert (
+        whole["Routed experts"] == {c["name"]: c["model_bytes"] for c in plain["weights"]}["Routed experts"]
+    )
+    out = flat(invoke("plan", *args, "--num-redundant-experts", "8").stdout)
+    assert "Redundant experts: 384 + 8 = 392 expert slots over EP8, 49 per GPU" in out
+    # SGLang's spelling of the same option
+    sglang = plan_json(
+        *args[:-2],
+        "--engine",
+        "sglang",
+        "--enable-dp-attention",
+        "--ep-num-redundant-experts",
+        "8",
+        "--kv-memory",
+        "1GiB",
+    )
+    assert per_gpu(sglang)["Routed experts"] == per_gpu(redundant)["Routed experts"]
+
+
+def test_min_gpus_counts_redundant_experts():
+    # without redundant experts the fewest H200s hold K2.5 as TP2 × PP3; with 8 redundant slots a layout
+    # needs expert parallelism whose size divides 392, and the search finds one that holds them
+    args = ("--config", K25, "--text-only", "--gpus", "8xH200", "--dp", "8", "--ep", "8", "--min-gpus")
+    found = plan_json(*args, "--num-redundant-experts", "8")["min_gpus"]["parallel"]
+    assert found["ep"] > 1 and 392 % found["ep"] == 0 and found["redundant_experts"] == 8
+    assert plan_json(*args)["min_gpus"]["parallel"]["ep"] == 1
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--dp", "8", "--ep", "8", "--num-redundant-experts", "3"], ["387 slots do not divide over EP 8"]),
+        (
+            ["--num-redundant-experts", "8"],
+            ["--num-redundant-experts 8", "turn on expert parallelism (--ep 8)"],
+        ),
+        (["--num-redundant-experts", "-1"], ["--num-redundant-experts"]),
+    ],
+)
+def test_redundant_experts_that_do_not_divide_are_refused(args, needles):
+    _fails_cleanly(invoke("plan", "--gpus", "8xH200", *args), *needles)

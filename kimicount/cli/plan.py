@@ -225,6 +225,59 @@ def plan_command(
             show_default=False,
         ),
     ] = None,
+    # --- the engine and its own options (SGLang's rule, redundant experts) --------------------------
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            metavar="[vllm|sglang|llama.cpp|ik_llama.cpp]",
+            help="Whose memory rule sizes the KV pool (default vllm; llama.cpp for a local run).",
+            show_default=False,
+        ),
+    ] = None,
+    mem_fraction_static: Annotated[
+        float | None,
+        typer.Option(
+            "--mem-fraction-static",
+            metavar="FRACTION",
+            help="SGLang's share for weights and KV pool. Default: SGLang's pick for the GPU and layout.",
+            show_default=False,
+        ),
+    ] = None,
+    page_size: Annotated[
+        str | None,
+        typer.Option(
+            "--page-size",
+            metavar="N",
+            help="SGLang's KV page in tokens (default 1; FlashMLA 64, CUTLASS MLA 128).",
+            show_default=False,
+        ),
+    ] = None,
+    dp_attention: Annotated[
+        bool,
+        typer.Option(
+            "--enable-dp-attention",
+            help="SGLang's DP attention: --tp is all GPUs, attention per --dp rank, each its own pool.",
+        ),
+    ] = False,
+    redundant_experts: Annotated[
+        str,
+        typer.Option(
+            "--num-redundant-experts",
+            "--ep-num-redundant-experts",
+            metavar="N",
+            help="Redundant expert slots for EPLB (vLLM --enable-eplb, SGLang): (E + N) ÷ EP per GPU.",
+        ),
+    ] = "0",
+    max_running_requests: Annotated[
+        str | None,
+        typer.Option(
+            "--max-running-requests",
+            metavar="N",
+            help="SGLang's cap on running requests. Default: SGLang's, from the pool.",
+            show_default=False,
+        ),
+    ] = None,
     # --- local runs (llama.cpp, ik_llama.cpp): any of --gguf, --quant, --ram, --offload, --n-cpu-moe, -ngl
     # takes the local route (kimicount.local, rendered by kimicount.render_local) ---------------------------
     gguf: Annotated[
@@ -279,9 +332,6 @@ def plan_command(
             show_default=False,
         ),
     ] = None,
-    engine: Annotated[
-        str, typer.Option("--engine", metavar="[llama.cpp|ik_llama.cpp]", help="Local run: the engine.")
-    ] = "llama.cpp",
     build: Annotated[
         str | None,
         typer.Option(
@@ -373,7 +423,8 @@ def plan_command(
         "--n-cpu-moe": n_cpu_moe,
         "-ngl": ngl,
     }
-    if any(value is not None for value in local.values()):
+    local_engine = engine is not None and engine.strip().lower() in ("llama.cpp", "ik_llama.cpp")
+    if local_engine or any(value is not None for value in local.values()):
         from kimicount.local.request import run_local_plan
 
         run_local_plan(
@@ -390,7 +441,7 @@ def plan_command(
             offload=offload,
             n_cpu_moe=n_cpu_moe,
             ngl=ngl,
-            engine=engine,
+            engine="llama.cpp" if engine is None else engine,
             build=build,
             mla=mla,
             cache_layout=cache_layout,
@@ -451,6 +502,15 @@ def plan_command(
         max_model_len=count_or_none(max_model_len, "--max-model-len"),
         mtp=mtp,
         vision=not text_only,
+        # the engine's own options, as SGLang and vLLM name them
+        engine="vllm" if engine is None else engine.strip().lower(),
+        mem_fraction_static=None if mem_fraction_static is None else Fraction(str(mem_fraction_static)),
+        page_size=count_or_none(page_size, "--page-size"),
+        dp_attention=dp_attention,
+        redundant_experts=0
+        if redundant_experts.strip() == "0"
+        else parse_count(redundant_experts, "--num-redundant-experts"),
+        max_running_requests=count_or_none(max_running_requests, "--max-running-requests"),
     )
     step = (count_or_none(batch, "--batch"), count_or_none(context, "--context"))
     from kimicount.anatomy import build_anatomy
