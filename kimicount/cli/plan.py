@@ -131,11 +131,11 @@ def plan_command(
         ),
     ] = False,
     gpu_memory_utilization: Annotated[
-        float,
+        str,
         typer.Option(
             "--gpu-memory-utilization", metavar="FRACTION", help="The share of memory the engine may use."
         ),
-    ] = 0.9,
+    ] = "0.9",
     reserve: Annotated[
         str | None,
         typer.Option(
@@ -231,8 +231,6 @@ def plan_command(
     Shards the model as vLLM does (TP, PP, DP attention, EP, DCP), at the checkpoint's stored bytes, and
     says how many tokens of context fit. The reserve is an estimate, labelled so.
     """
-    from fractions import Fraction
-
     from kimicount.hardware import (
         custom_accelerator,
         parse_bandwidth,
@@ -241,7 +239,7 @@ def plan_command(
         with_overrides,
     )
     from kimicount.kvcache import parse_layout
-    from kimicount.options import parse_size
+    from kimicount.options import parse_fraction, parse_size
     from kimicount.plan import DeploymentOptions, plan
 
     count, gpu = parse_gpus(gpus)
@@ -265,7 +263,7 @@ def plan_command(
         dp=parse_count(dp, "--dp"),
         ep=count_or_none(ep, "--ep"),
         dcp=parse_count(dcp, "--dcp"),
-        utilization=Fraction(str(gpu_memory_utilization)),
+        utilization=parse_fraction(gpu_memory_utilization, "--gpu-memory-utilization"),
         reserve=None if reserve is None else parse_size(reserve, "--reserve"),
         max_batched_tokens=count_or_none(max_batched_tokens, "--max-batched-tokens"),
         max_num_seqs=count_or_none(max_num_seqs, "--max-num-seqs"),
