@@ -399,7 +399,9 @@ class Watched(httpx.BaseTransport):
 
 def _failed(operation: Operation, request: Any, error: BaseException) -> None:
     """Record a try that failed with `error` (GaveUp, from it, when it was the last)."""
-    if isinstance(error, httpx.TimeoutException) and not isinstance(error, Stalled):
+    if isinstance(error, Stalled):
+        reason = f"too slow: {error}"
+    elif isinstance(error, httpx.TimeoutException):
         reason = f"no byte in {operation.options.speed_time:g} s ({type(error).__name__})"
     else:
         reason = f"{type(error).__name__}: {first_line(error)}"

@@ -219,7 +219,9 @@ def test_a_refused_connection_falls_back_on_the_cached_config(hub):
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    result = run_kimicount("params", "--repo", REPO, "--json", env={**env, "HF_ENDPOINT": f"http://127.0.0.1:{port}"})
+    result = run_kimicount(
+        "params", "--repo", REPO, "--json", env={**env, "HF_ENDPOINT": f"http://127.0.0.1:{port}"}
+    )
     assert result.returncode == 0 and json.loads(result.stdout)["total"] == 1_026_408_232_448
     assert result.stderr == (
         f"kimicount: cannot reach http://127.0.0.1:{port} (connection refused); config.json from the cache\n"
@@ -242,3 +244,24 @@ def test_retries_are_said(hub):
     assert result.returncode == 0, result.stderr
     url = f"{env['HF_ENDPOINT']}/{REPO}/resolve/main/config.json"
     assert result.stderr == f"kimicount: HEAD {url}: HTTP 503 SERVICE UNAVAILABLE; try 2 of 3\n"
+
+
+def test_the_hub_modules_import_nothing_above_them():
+    # source -> hub -> hub_transport -> options: the Hub client reads its options from below, so neither
+    # it nor its transport imports kimicount.source (which imports them when a repo is named).
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, kimicount.hub, kimicount.hub_transport\n"
+        "print(sorted(m for m in sys.modules if m in ('kimicount.source', 'kimicount.cli')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[]\n"
+    from kimicount.options import HubOptions
+    from kimicount.source import HubOptions as ForLibraryUsers
+
+    assert ForLibraryUsers is HubOptions
