@@ -190,8 +190,8 @@ def _config(operation: Operation, repo: str, revision: str | None) -> Path:
         with capped(MAX_CONFIG_BYTES, CONFIG_FILE):
             return hf_hub_download(repo, CONFIG_FILE, revision=revision, token=operation.options.token)
 
-    head = hf_hub_url(repo, CONFIG_FILE, revision=revision)  # what hf_hub_download asks first
     with hub_errors(repo, revision, CONFIG_FILE):
+        head = hf_hub_url(repo, CONFIG_FILE, revision=revision)  # what hf_hub_download asks first
         try:
             # huggingface_hub retries a HEAD that times out or is hung up on not at all: here it is.
             return Path(retried(operation, "HEAD", head, download, _no_answer))
@@ -234,12 +234,18 @@ def _checkpoint(
 ) -> tuple[Path, Checkpoint]:
     source, endpoint = _where(repo, revision), constants.ENDPOINT
     operation.status(f"fetching {CONFIG_FILE} and {INDEX_FILE} of {source} from {endpoint}")
-    beside = in_background(operation, lambda: _download_index(operation, repo, revision))
+    # Offline, nothing is sent: the config comes from the cache, and the index is then asked for (and
+    # refused) at the config's commit, which the error names.
+    beside = (
+        None
+        if constants.HF_HUB_OFFLINE
+        else in_background(operation, lambda: _download_index(operation, repo, revision))
+    )
     config = _config(operation, repo, revision)
     commit = config.parent.name  # the cache keeps files under snapshots/<commit>/
     if not _is_commit(commit):
         commit = revision or constants.DEFAULT_REVISION
-    index, index_commit = beside()
+    index, index_commit = beside() if beside else _download_index(operation, repo, commit)
     if index_commit is not None and _is_commit(commit) and index_commit != commit:
         index, _ = _download_index(operation, repo, commit)  # the branch moved in between
     files = index.files if index else [SINGLE_FILE]
@@ -267,8 +273,8 @@ def _download_index(operation: Operation, repo: str, revision: str | None) -> tu
     """The shard index at the revision (None for a single-file checkpoint), and the commit the Hub says
     it read it at. One GET, not through the cache: at a commit it never changes, and its size is
     checked before it is read."""
-    url = hf_hub_url(repo, INDEX_FILE, revision=revision)
     with hub_errors(repo, revision, INDEX_FILE):
+        url = hf_hub_url(repo, INDEX_FILE, revision=revision)
         try:
             body, headers = _get_capped(operation, url, MAX_INDEX_BYTES)
         except RemoteEntryNotFoundError:
