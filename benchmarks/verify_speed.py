@@ -215,30 +215,21 @@ def hub(folder: Path) -> None:
         commit = fake.repos[REPO].commit
         runs = [
             (
-                "`kimicount verify --repo` (main: bulk endpoint)",
+                "`kimicount verify --repo` (main: config, index, one ranged read per shard)",
                 [sys.executable, "-m", "kimicount", "verify", "--repo", REPO, "--json"],
-                True,
             ),
             (
-                "`kimicount verify --repo --revision <commit>` (ranged reads)",
+                "`kimicount verify --repo --revision <commit>` (the same at a commit)",
                 [sys.executable, "-m", "kimicount", "verify", "--repo", REPO, "--revision", commit, "--json"],
-                True,
-            ),
-            (
-                "`kimicount verify --repo` (main, endpoint without the bulk route)",
-                [sys.executable, "-m", "kimicount", "verify", "--repo", REPO, "--json"],
-                False,
             ),
             (
                 "huggingface_hub `get_safetensors_metadata` (headers only, checks nothing)",
                 [sys.executable, "-c", HUB_GET_METADATA, REPO],
-                True,
             ),
         ]
-        for label, command, bulk in runs:
+        for label, command in runs:
             fake.requests.clear()
             fake.bytes_sent = 0
-            fake.bulk_endpoint = bulk
             with tempfile.TemporaryDirectory() as hf_home:
                 env = {
                     **os.environ,

@@ -344,7 +344,9 @@ _ALIASES = {
     "A100-40G": "A100-40GB",
 }
 
-_GPUS = re.compile(r"\s*(?P<count>\d{1,19})\s*(?:[x×*]\s*(?P<kind>[A-Za-z0-9_.-]+))?\s*", re.IGNORECASE)
+_GPUS = re.compile(
+    r"\s*(?P<count>\d{1,19})\s*(?:[x×*]\s*(?P<kind>[A-Za-z0-9_.-]+))?\s*", re.IGNORECASE | re.ASCII
+)
 
 
 def find_accelerator(name: str) -> Accelerator:
@@ -370,8 +372,10 @@ def parse_gpus(text: str) -> tuple[int, Accelerator | None]:
             f"(types: {', '.join(ACCELERATORS)})"
         )
     count = int(match["count"])
-    if not 1 <= count <= MAX_COUNT:
+    if count < 1:
         raise UsageError(f"--gpus '{text}': expected at least 1 GPU")
+    if count > MAX_COUNT:
+        raise UsageError(f"--gpus '{text}': expected at most {MAX_COUNT:,} GPUs (2^63 − 1)")
     return count, None if match["kind"] is None else find_accelerator(match["kind"])
 
 

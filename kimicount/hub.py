@@ -1,11 +1,16 @@
 """Everything that talks to the Hugging Face Hub, through huggingface_hub: its protocol.
 
 Imported only when a `--repo` is named. huggingface_hub brings HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE,
-revisions, its download cache, its HTTP client and its retries; this module makes the fewest requests
-that read a checkpoint's headers, under the guarantees of kimicount.hub_transport: one deadline for the
-whole operation (`HubOptions.timeout`), a connection that cannot be made failing at once (config.json
-then comes from the Hub cache if it is there, as huggingface_hub does offline), retries said
-(`HubOptions.note`), and what is being fetched from where (`HubOptions.status`).
+revisions, its download cache and its HTTP client; this module makes the fewest requests that read a
+checkpoint's headers, on the routes the Hub documents and nothing else (docs/hub.md): a file at a
+revision, `/{repo}/resolve/{revision}/{path}`, whole (config.json, through the cache; the index) or a
+byte range of it (a shard's header), as huggingface_hub's own HfApi.get_safetensors_metadata and
+parse_safetensors_file_metadata read them (hf_api.py: hf_hub_url, then a GET with a Range header).
+It works under the guarantees of kimicount.hub_transport: one deadline for the whole operation
+(`HubOptions.timeout`), each request bounded by its progress and tried at most `HubOptions.tries`
+times, each retry said (`HubOptions.note`), a connection that cannot be made failing at once
+(config.json then comes from the Hub cache if it is there, as huggingface_hub does offline), and what
+is being fetched from where (`HubOptions.status`).
 
 Every failure becomes a SourceError whose single line says which repo, revision or file could not be
 had and why; what the files themselves say wrong is a CheckpointError.
@@ -17,7 +22,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from huggingface_hub import constants, hf_hub_download, hf_hub_url, try_to_load_from_cache
 from huggingface_hub.errors import (
@@ -31,7 +36,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_stream_backoff
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 from kimicount.checkpoint import (
     INDEX_FILE,
@@ -40,14 +45,16 @@ from kimicount.checkpoint import (
     Checkpoint,
     Index,
     assemble,
-    check_file_name,
     parse_index,
     paused_gc,
 )
 from kimicount.errors import CheckpointError, SourceError
-from kimicount.headers import MAX_HEADER_BYTES, FileHeader, header_from_json, header_length, parse_header
+from kimicount.headers import MAX_HEADER_BYTES, FileHeader, header_length, parse_header
 from kimicount.hub_transport import (
     COMMIT,
+    RETRIED_STATUSES,
+    TRANSIENT,
+    GaveUp,
     Operation,
     OutOfTime,
     Refused,
@@ -57,20 +64,20 @@ from kimicount.hub_transport import (
     httpx,
     in_background,
     map_parallel,
+    retried,
     run,
 )
-from kimicount.reading import parse_checked, shorten
-from kimicount.source import HubOptions
+from kimicount.options import HubOptions
+from kimicount.reading import shorten
 from kimicount.spec import MAX_CONFIG_BYTES, ModelSpec, load_config_file, spec_from_config
 
 CONFIG_FILE = "config.json"
 #: Bytes to ask for when the header size cannot be estimated (a single model.safetensors).
 DEFAULT_WINDOW = 256 * 1024
-#: The bulk answer holds every shard's header (about 14 MB for Kimi K2). A larger one is not read:
-#: the shards are then read one by one, each header capped as safetensors caps it.
-MAX_BULK_BYTES = MAX_HEADER_BYTES
 #: The largest file size a Content-Range or Content-Length may state: safetensors offsets are u64.
 MAX_FILE_SIZE = 2**64 - 1
+
+T = TypeVar("T")
 
 
 # --- errors ----------------------------------------------------------------------------------------
@@ -88,6 +95,8 @@ def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]
         raise SourceError(f"{where}: cannot reach {constants.ENDPOINT}: {error}") from error
     except Refused as error:
         raise SourceError(f"{where}: {filename}: {error}") from error
+    except GaveUp as error:  # already names the request, what failed and how often
+        raise SourceError(f"{where}: {error}") from error
     except GatedRepoError as error:
         raise SourceError(
             f"{where}: gated repo; accept its terms on the Hub and set HF_TOKEN or --token "
@@ -134,6 +143,14 @@ def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]
         ) from error
 
 
+def _no_answer(error: BaseException) -> bool:
+    """A failure of hf_hub_download's HEAD worth another try: no answer in time, a connection dropped
+    (huggingface_hub raises it, or reports it as a LocalEntryNotFoundError caused by it)."""
+    if isinstance(error, LocalEntryNotFoundError) and not constants.HF_HUB_OFFLINE:
+        error = error.__cause__ or error
+    return isinstance(error, TRANSIENT)
+
+
 def _why_not_fetched(error: LocalEntryNotFoundError, filename: str) -> str:
     cause = error.__cause__
     not_cached = f"and {filename} is not in the cache"
@@ -169,18 +186,25 @@ def download_config(repo: str, revision: str | None, options: HubOptions | None 
 
 
 def _config(operation: Operation, repo: str, revision: str | None) -> Path:
+    def download() -> str:
+        with capped(MAX_CONFIG_BYTES, CONFIG_FILE):
+            return hf_hub_download(repo, CONFIG_FILE, revision=revision, token=operation.options.token)
+
     with hub_errors(repo, revision, CONFIG_FILE):
+        head = hf_hub_url(repo, CONFIG_FILE, revision=revision)  # what hf_hub_download asks first
         try:
-            with capped(MAX_CONFIG_BYTES, CONFIG_FILE):
-                path = hf_hub_download(repo, CONFIG_FILE, revision=revision, token=operation.options.token)
-            return Path(path)
-        except Unreachable as error:
+            # huggingface_hub retries a HEAD that times out or is hung up on not at all: here it is.
+            return Path(retried(operation, "HEAD", head, download, _no_answer))
+        except (Unreachable, GaveUp) as error:
             cached = try_to_load_from_cache(repo, CONFIG_FILE, revision=revision)
             if not isinstance(cached, str):
                 raise
-            operation.options.note(
-                f"cannot reach {constants.ENDPOINT} ({error}); {CONFIG_FILE} from the cache"
+            why = (
+                f"cannot reach {constants.ENDPOINT} ({error})"
+                if isinstance(error, Unreachable)
+                else str(error)
             )
+            operation.options.note(f"{why}; {CONFIG_FILE} from the cache")
             return Path(cached)
 
 
@@ -193,15 +217,12 @@ def fetch_checkpoint(
     on_file: Callable[[str], None] | None = None,
     options: HubOptions | None = None,
 ) -> tuple[Path, Checkpoint]:
-    """config.json and every safetensors header of repo@revision, never the tensor data.
-
-    config.json comes through the Hub cache; its snapshot folder names the commit the revision resolves
-    to. Beside it, at once: on `main`, the Hub's bulk endpoint, which returns every shard header in one
-    request (it reads `main` as it is at that moment: a commit pushed in between would not match the
-    config; name the commit with --revision to pin both); elsewhere, the index at the revision. The
-    shards are then read at the config's commit, one ranged GET each, sized from the index in one pass
-    over it (a second GET only if a header is longer than estimated), in parallel. Without the bulk route
-    (another endpoint), main is read the same way.
+    """config.json and every safetensors header of repo@revision, never the tensor data, on the
+    documented routes only (docs/hub.md): config.json through the Hub cache (a HEAD, then a GET), its
+    snapshot folder naming the commit the revision resolves to; beside it, at once, the index at the
+    revision (one GET); then one ranged GET per shard at the config's commit, sized from the index in
+    one pass over it (a second GET only if a header is longer than estimated), MAX_WORKERS at a time.
+    The same on `main` as at a commit: 2 + 1 + N requests for N shards, in 2 + ceil(N / 8) round trips.
     """
     where = _where(repo, revision)
     with paused_gc():  # as read_folder: the headers are hundreds of thousands of objects, none in a cycle
@@ -212,27 +233,21 @@ def _checkpoint(
     operation: Operation, repo: str, revision: str | None, on_file: Callable[[str], None] | None
 ) -> tuple[Path, Checkpoint]:
     source, endpoint = _where(repo, revision), constants.ENDPOINT
-    on_main = revision in (None, constants.DEFAULT_REVISION)
-    if on_main:
-        operation.status(f"fetching {CONFIG_FILE} and the safetensors headers of {source} from {endpoint}")
-        beside = in_background(operation, lambda: _bulk_headers(operation, repo, source))
-    else:
-        operation.status(f"fetching {CONFIG_FILE} and {INDEX_FILE} of {source} from {endpoint}")
-        beside = in_background(operation, lambda: _download_index(operation, repo, revision))
+    operation.status(f"fetching {CONFIG_FILE} and {INDEX_FILE} of {source} from {endpoint}")
+    # Offline, nothing is sent: the config comes from the cache, and the index is then asked for (and
+    # refused) at the config's commit, which the error names.
+    beside = (
+        None
+        if constants.HF_HUB_OFFLINE
+        else in_background(operation, lambda: _download_index(operation, repo, revision))
+    )
     config = _config(operation, repo, revision)
     commit = config.parent.name  # the cache keeps files under snapshots/<commit>/
     if not _is_commit(commit):
         commit = revision or constants.DEFAULT_REVISION
-    if on_main:
-        bulk = beside()
-        if bulk is not None:
-            return config, bulk
-        operation.status(f"fetching {INDEX_FILE} of {source} from {endpoint}")
-        index, _ = _download_index(operation, repo, commit)
-    else:
-        index, index_commit = beside()
-        if index_commit is not None and _is_commit(commit) and index_commit != commit:
-            index, _ = _download_index(operation, repo, commit)  # the branch moved in between
+    index, index_commit = beside() if beside else _download_index(operation, repo, commit)
+    if index_commit is not None and _is_commit(commit) and index_commit != commit:
+        index, _ = _download_index(operation, repo, commit)  # the branch moved in between
     files = index.files if index else [SINGLE_FILE]
     windows = _windows(index)
     operation.status(f"reading the safetensors headers of {source} from {endpoint}: 0 of {len(files)} files")
@@ -254,60 +269,14 @@ def _checkpoint(
     return config, assemble(source, headers, index, bytes_read, requests)
 
 
-def _bulk_headers(operation: Operation, repo: str, source: str) -> Checkpoint | None:
-    """Every shard header of `main` in one request, or None where it is not to be had that way (not a
-    sharded repo, an endpoint without the route, an answer too large): the shards are then read one
-    by one. The request is not retried; the shard reads are the fallback."""
-    url = f"{constants.ENDPOINT}/api/models/{repo}/safetensors-metadata/{INDEX_FILE}"
-    try:
-        with hub_errors(repo, None, "the safetensors headers"):
-            body, _ = _get_capped(url, MAX_BULK_BYTES, operation.options.token, retries=0)
-    except SourceError:
-        return None
-    if body is None:
-        operation.options.note(
-            f"the safetensors headers of {source} are over {MAX_BULK_BYTES:,} bytes in one answer; "
-            "reading them shard by shard"
-        )
-        return None
-    where = f"{url} (the safetensors headers of {source})"
-    return parse_checked(body, where, CheckpointError, lambda answer: _bulk_checkpoint(answer, source, where))
-
-
-def _bulk_checkpoint(answer: Any, source: str, where: str) -> Checkpoint:
-    """The checkpoint the bulk endpoint's answer describes: {"index": the index without its weight map,
-    "headers": {shard: its header}}."""
-    raw_headers = answer.get("headers") if isinstance(answer, dict) else None
-    raw_index = answer.get("index", {}) if isinstance(answer, dict) else None
-    if not isinstance(raw_headers, dict) or not raw_headers or not isinstance(raw_index, dict):
-        raise CheckpointError(
-            f"{where}: expected an object with 'headers' (shard name -> header) and 'index', found "
-            f"{_shape(answer)}"
-        )
-    headers = []
-    for file, header in raw_headers.items():
-        check_file_name(file, where)
-        headers.append(header_from_json(header, file, f"{source}/{file}", file_size=None, header_size=None))
-    metadata = raw_index.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise CheckpointError(f"{where}: index.metadata is {_shape(metadata)}, expected an object")
-    total = metadata.get("total_size")
-    index = Index(weight_map=None, total_size=total if type(total) is int and total >= 0 else None)
-    return assemble(source, headers, index, bytes_read=None, requests=1)
-
-
-def _shape(value: Any) -> str:
-    return f"a JSON {type(value).__name__}" if not isinstance(value, dict) else f"keys {sorted(value)[:5]}"
-
-
 def _download_index(operation: Operation, repo: str, revision: str | None) -> tuple[Index | None, str | None]:
     """The shard index at the revision (None for a single-file checkpoint), and the commit the Hub says
     it read it at. One GET, not through the cache: at a commit it never changes, and its size is
     checked before it is read."""
-    url = hf_hub_url(repo, INDEX_FILE, revision=revision)
     with hub_errors(repo, revision, INDEX_FILE):
+        url = hf_hub_url(repo, INDEX_FILE, revision=revision)
         try:
-            body, headers = _get_capped(url, MAX_INDEX_BYTES, operation.options.token)
+            body, headers = _get_capped(operation, url, MAX_INDEX_BYTES)
         except RemoteEntryNotFoundError:
             return None, None
     where = f"{_where(repo, revision)}/{INDEX_FILE}"
@@ -335,13 +304,12 @@ def _read_remote_header(
     """One file's header by ranged GETs; returns it, the bytes received and the requests made."""
     url = hf_hub_url(repo, file, revision=commit)
     where = f"{_where(repo, commit)}/{file}"
-    token = operation.options.token
     with hub_errors(repo, commit, file):
-        data, size = _get_range(url, 0, window, token, where)
+        data, size = _get_range(operation, url, 0, window, where)
         requests = 1
         length = header_length(data, where, size)
         if 8 + length > len(data):  # longer than estimated: fetch the rest
-            rest, _ = _get_range(url, len(data), 8 + length - len(data), token, where)
+            rest, _ = _get_range(operation, url, len(data), 8 + length - len(data), where)
             data, requests = data + rest, 2
     return parse_header(data[8 : 8 + length], file, size, where=where), len(data), requests
 
@@ -351,19 +319,45 @@ def _request_headers(token: str | None, **extra: str) -> dict[str, str]:
     return {**build_hf_headers(token=token), "Accept-Encoding": "identity", **extra}
 
 
-def _get_capped(
-    url: str, limit: int, token: str | None, retries: int = 5
-) -> tuple[bytes | None, httpx.Headers]:
+def _get(operation: Operation, url: str, headers: dict[str, str], read: Callable[[Any], T]) -> T:
+    """read(the response) of a GET, tried again when a try fails the way huggingface_hub retries (a
+    timeout, a dropped connection, a transfer too slow, 408, 429 or 5xx), after 1 s, then 2 s, …: the
+    transport (kimicount.hub_transport.Watched) counts the tries, says each retry, and ends the last
+    failure as GaveUp. A loop around the whole request and its body, not a generator (as
+    huggingface_hub's http_stream_backoff is): a body that fails half read is retried like any other
+    failure, instead of being thrown into a generator that yields again ("generator didn't stop after
+    throw()")."""
+
+    def once() -> T:
+        with get_session().stream(
+            "GET", url, headers=headers, timeout=operation.options.speed_time
+        ) as response:
+            if response.status_code in RETRIED_STATUSES:
+                raise _Retry(response.status_code)
+            _raise_for_status(response)
+            return read(response)
+
+    try:
+        return retried(operation, "GET", url, once, lambda e: isinstance(e, (_Retry, *TRANSIENT)))
+    except _Retry as error:  # the last try, when Watched is not counting: the Hub's own words for it
+        raise SourceError(
+            f"GET {url}: HTTP {error.status}; gave up after {operation.options.tries} tries"
+        ) from None
+
+
+class _Retry(Exception):
+    """An answer whose status is worth another try (Watched has counted it)."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+def _get_capped(operation: Operation, url: str, limit: int) -> tuple[bytes | None, httpx.Headers]:
     """The body of a GET (None when it is longer than `limit` bytes, stated or received: reading stops
     there), and the response's headers."""
-    with http_stream_backoff(
-        "GET",
-        url,
-        headers=_request_headers(token),
-        timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT,
-        max_retries=retries,
-    ) as response:
-        _raise_for_status(response)
+
+    def read(response: Any) -> tuple[bytes | None, httpx.Headers]:
         stated = response.headers.get("Content-Length", "")
         if re.fullmatch(r"[0-9]{1,20}", stated) and int(stated) > limit:
             return None, response.headers
@@ -372,17 +366,17 @@ def _get_capped(
             data += chunk
             if len(data) > limit:
                 return None, response.headers
-    return bytes(data), response.headers
+        return bytes(data), response.headers
+
+    return _get(operation, url, _request_headers(operation.options.token), read)
 
 
-def _get_range(url: str, start: int, length: int, token: str | None, where: str) -> tuple[bytes, int]:
+def _get_range(operation: Operation, url: str, start: int, length: int, where: str) -> tuple[bytes, int]:
     """Up to `length` bytes from `start`, and the file's total size. Streams, so that a server that
     ignores Range (answering 200 with the whole file) costs no more than the bytes up to those asked for."""
-    headers = _request_headers(token, Range=f"bytes={start}-{start + length - 1}")
-    with http_stream_backoff(
-        "GET", url, headers=headers, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT
-    ) as response:
-        _raise_for_status(response)
+    headers = _request_headers(operation.options.token, Range=f"bytes={start}-{start + length - 1}")
+
+    def read(response: Any) -> tuple[bytes, int]:
         encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             raise SourceError(
@@ -397,7 +391,9 @@ def _get_range(url: str, start: int, length: int, token: str | None, where: str)
             data += chunk
             if len(data) >= skip + length:
                 break
-    return bytes(data[skip : skip + length]), total
+        return bytes(data[skip : skip + length]), total
+
+    return _get(operation, url, headers, read)
 
 
 def _content_range_total(value: str, start: int, where: str) -> int:

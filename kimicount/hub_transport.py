@@ -7,10 +7,16 @@ a 500 costs five retries over 23 s. So an operation runs in daemon threads that 
 most the deadline (`run`; Ctrl-C ends the wait at once, whatever the threads are doing), and every
 request they send goes through `Watched`, a wrapper of the transports of huggingface_hub's own client:
 
-- the request's timeouts are cut to the time left, and its body stops at the deadline;
+- a request is bounded by its progress, as curl's --speed-limit and --speed-time bound one: no byte in
+  `speed_time` seconds (its timeouts), or fewer than `speed_limit` bytes a second over any
+  `speed_time` seconds of its body (`Stalled`), and it has failed; its timeouts are also cut to the
+  time left, and its body stops at the deadline;
+- a request is tried `tries` times in all, whoever retries it (huggingface_hub, or kimicount.hub,
+  which retries what huggingface_hub does not: `retried`): each retry is said (`HubOptions.note`), and
+  the failure of the last try is `GaveUp`, which says what failed and after how many tries, and which
+  nothing retries;
 - a connection that cannot be made (refused, no route to the host, a name that does not resolve) fails
   at once, where huggingface_hub would retry it for 23 s to the same end;
-- a retry (the same request again after it failed) is said (`HubOptions.note`);
 - an answer is refused as it arrives when huggingface_hub would build a path in its cache from a header
   that is not a plain token (`../../escape` as a commit or ETag), or when its body is over the size the
   caller can take (`capped`).
@@ -38,8 +44,8 @@ from huggingface_hub import constants
 from huggingface_hub.utils import _http, get_session, set_client_factory
 
 from kimicount.errors import SourceError
+from kimicount.options import HubOptions
 from kimicount.reading import shorten
-from kimicount.source import HubOptions
 
 T = TypeVar("T")
 
@@ -72,6 +78,11 @@ class Unreachable(Exception):
     Not an httpx error, so that huggingface_hub passes it through instead of retrying it."""
 
 
+class GaveUp(Exception):
+    """A request failed on each of its tries ("GET URL: what failed; gave up after 3 tries"). Not an
+    httpx error: huggingface_hub passes it through instead of retrying it."""
+
+
 class Refused(Exception):
     """An answer refused as it arrived (a header that would name a path outside the Hub cache, a body
     over what the caller takes). Not an httpx error either: huggingface_hub does not retry it."""
@@ -84,7 +95,8 @@ abandoned = False
 
 class Operation:
     """One Hub operation: when it must end, what it is doing (for the status line and the timeout
-    message), the requests it has sent (a request sent again is a retry), and its threads at work."""
+    message), the requests that failed (a request sent again after it failed is a retry), and its
+    threads at work."""
 
     def __init__(self, options: HubOptions, where: str):
         self.options = options
@@ -93,8 +105,8 @@ class Operation:
         self.doing = "starting"
         self.last_failure: str | None = None
         self.working = 0  # threads started and not yet done
-        self._sent: Counter[tuple[str, str, str | None]] = Counter()
-        self._failures: dict[tuple[str, str, str | None], str] = {}
+        self._failures: Counter[tuple[str, str]] = Counter()
+        self._reasons: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
     def status(self, text: str) -> None:
@@ -106,26 +118,40 @@ class Operation:
             raise OutOfTime(self.where)
 
     def sending(self, request: Any) -> None:
-        """Before each request: stop if the time is up, cut its timeouts to the time left, and say so
-        when it repeats one that failed (huggingface_hub's retries)."""
+        """Before each request: stop if the time is up, bound its timeouts by `speed_time` and the time
+        left, and say so when it repeats one that failed (a retry)."""
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise OutOfTime(self.where)
+        bound = min(self.options.speed_time, left)
         timeouts = request.extensions.get("timeout") or {}
         request.extensions["timeout"] = {
-            kind: min(timeouts.get(kind) or left, left) for kind in ("connect", "read", "write", "pool")
+            kind: min(timeouts.get(kind) or bound, bound) for kind in ("connect", "read", "write", "pool")
         }
         key = _key(request)
         with self._lock:
-            retry, self._sent[key] = self._sent[key], self._sent[key] + 1
-            reason = self._failures.get(key)
-        if retry and reason:  # the same request again after it failed: huggingface_hub retries it
-            self.options.note(f"{request.method} {request.url}: {reason}; retry {retry}")
+            failed, reason = self._failures[key], self._reasons.get(key)
+        if failed and reason:
+            self.options.note(f"{key[0]} {key[1]}: {reason}; try {failed + 1} of {self.options.tries}")
 
     def failed(self, request: Any, reason: str) -> None:
+        """A try of `request` failed for `reason`; GaveUp when it was the last one."""
+        key = _key(request)
         with self._lock:
-            self._failures[_key(request)] = reason
+            self._failures[key] += 1
+            self._reasons[key] = reason
             self.last_failure = reason
+            tries = self._failures[key]
+        if tries >= self.options.tries:
+            raise GaveUp(f"{key[0]} {key[1]}: {reason}; gave up after {_tries(tries)}")
+
+    def back_off(self, request: Any) -> None:
+        """Wait before the next try of `request`: 1 s after its first failure, 2 s after its second, …
+        (huggingface_hub's back-off), never past the deadline."""
+        with self._lock:
+            failed = self._failures[_key(request)]
+        time.sleep(min(2.0 ** max(failed - 1, 0), 8.0, max(0.0, self.deadline - time.monotonic())))
+        self.check()
 
     def out_of_time(self) -> SourceError:
         last = f" (last failure: {self.last_failure})" if self.last_failure else ""
@@ -143,8 +169,13 @@ class Operation:
             self.working -= 1
 
 
-def _key(request: Any) -> tuple[str, str, str | None]:
-    return request.method, str(request.url), request.headers.get("Range")
+def _tries(count: int) -> str:
+    return "1 try" if count == 1 else f"{count} tries"
+
+
+def _key(request: Any) -> tuple[str, str]:
+    """What a retry repeats: the method and URL (huggingface_hub resumes a download with another Range)."""
+    return request.method, str(request.url)
 
 
 # --- threads: each passes what its work returned or raised through a queue ----------------------------
@@ -231,6 +262,39 @@ def map_parallel(operation: Operation, work: Callable[[str], T], items: list[str
         yield value
 
 
+#: The failures of a try that are worth another: no answer in time, a connection dropped or refused
+#: on the way, an answer cut short (huggingface_hub's _DEFAULT_RETRY_ON_EXCEPTIONS).
+TRANSIENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+def retried(
+    operation: Operation,
+    method: str,
+    url: str,
+    work: Callable[[], T],
+    transient: Callable[[BaseException], bool],
+) -> T:
+    """work(), tried again while it fails with an error `transient` says is worth another try, after
+    the back-off, until Watched ends the last try of the request (`method`, `url`) as GaveUp; at most
+    `tries` times here too, should Watched not be counting (a huggingface_hub without the factory)."""
+    key = _Sent(method, url)
+    for attempt in range(1, operation.options.tries + 1):
+        try:
+            return work()
+        except Exception as error:
+            if attempt == operation.options.tries or not transient(error):
+                raise
+        operation.back_off(key)
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+class _Sent:
+    """A request as Operation keys it: its method and URL."""
+
+    def __init__(self, method: str, url: str):
+        self.method, self.url = method, httpx.URL(url)
+
+
 @contextmanager
 def capped(limit: int, what: str) -> Iterator[None]:
     """The requests this thread sends meanwhile take at most `limit` bytes of body: one said larger is
@@ -283,6 +347,14 @@ def _refuse_size(request: Any, response: Any, limit: int, what: str) -> int:
     return offset
 
 
+class Stalled(httpx.ReadTimeout):
+    """A body that moves too slowly (Watched): an httpx timeout, so that it is retried as one."""
+
+
+#: The statuses huggingface_hub retries (utils/_http.py, _DEFAULT_RETRY_ON_STATUS_CODES): a try failed.
+RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
 class Watched(httpx.BaseTransport):
     """huggingface_hub's transport, with the operation's rules (see the module's docstring)."""
 
@@ -300,13 +372,17 @@ class Watched(httpx.BaseTransport):
             reason = _cannot_connect(error)
             if reason:
                 raise Unreachable(reason) from error
-            operation.failed(request, first_line(error))
+            _failed(operation, request, error)
             raise
-        except httpx.TransportError as error:  # a timeout, a dropped connection: huggingface_hub retries
-            operation.failed(request, f"{type(error).__name__}: {first_line(error)}")
+        except httpx.TransportError as error:  # a timeout, a dropped connection: a try that failed
+            _failed(operation, request, error)
             raise
-        if response.status_code >= 500 or response.status_code in (408, 429):
-            operation.failed(request, f"HTTP {response.status_code} {response.reason_phrase}".strip())
+        if response.status_code >= 500 or response.status_code in RETRIED_STATUSES:
+            try:
+                operation.failed(request, f"HTTP {response.status_code} {response.reason_phrase}".strip())
+            except GaveUp:
+                response.close()
+                raise
         try:
             _refuse_paths(request, response)
             limit, what = getattr(_thread, "body_limit", None) or (None, "")
@@ -314,30 +390,69 @@ class Watched(httpx.BaseTransport):
         except Refused:
             response.close()
             raise
-        response.stream = _UntilDeadline(response.stream, operation, received, limit, what)
+        response.stream = _Progressing(response.stream, operation, request, received, limit, what)
         return response
 
     def close(self) -> None:
         self._inner.close()
 
 
-class _UntilDeadline(httpx.SyncByteStream):
-    """A response body that stops at the deadline (a trickle never trips a read timeout), and past
-    `limit` bytes of the file when there is one."""
+def _failed(operation: Operation, request: Any, error: BaseException) -> None:
+    """Record a try that failed with `error` (GaveUp, from it, when it was the last)."""
+    if isinstance(error, Stalled):
+        reason = f"too slow: {error}"
+    elif isinstance(error, httpx.TimeoutException):
+        reason = f"no byte in {operation.options.speed_time:g} s ({type(error).__name__})"
+    else:
+        reason = f"{type(error).__name__}: {first_line(error)}"
+    try:
+        operation.failed(request, reason)
+    except GaveUp as gave_up:
+        raise gave_up from error
 
-    def __init__(self, inner: Any, operation: Operation, received: int, limit: int | None, what: str):
+
+class _Progressing(httpx.SyncByteStream):
+    """A response body that must keep moving: fewer than `speed_limit` bytes a second over any
+    `speed_time` seconds fails it (Stalled), as a silent one fails by its read timeout; it stops at the
+    deadline, and past `limit` bytes of the file when there is one."""
+
+    def __init__(
+        self, inner: Any, operation: Operation, request: Any, received: int, limit: int | None, what: str
+    ):
         self._inner = inner
         self._operation = operation
+        self._request = request
         self._received = received
         self._limit = limit
         self._what = what
 
     def __iter__(self) -> Iterator[bytes]:
-        for chunk in self._inner:
+        options = self._operation.options
+        since, moved = time.monotonic(), 0
+        chunks = iter(self._inner)
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                return
+            except httpx.TransportError as error:  # no byte in speed_time, the connection dropped
+                _failed(self._operation, self._request, error)
+                raise
             self._operation.check()
             self._received += len(chunk)
             if self._limit is not None and self._received > self._limit:
                 raise Refused(f"more than {self._limit:,} bytes, more than any {self._what}")
+            moved += len(chunk)
+            elapsed = time.monotonic() - since
+            if elapsed >= options.speed_time:
+                if moved < options.speed_limit * elapsed:
+                    slow = Stalled(
+                        f"{moved:,} bytes in {elapsed:.0f} s, under {options.speed_limit:,} bytes/s "
+                        f"for {options.speed_time:g} s"
+                    )
+                    _failed(self._operation, self._request, slow)
+                    raise slow
+                since, moved = time.monotonic(), 0
             yield chunk
 
     def close(self) -> None:

@@ -26,16 +26,8 @@ def render_verify(console: Console, report: VerifyReport, *, max_depth: int | No
         console,
         f"[bold]{report.source}[/] against [bold]{report.model}[/]: {report.files} files, "
         f"{report.tensors:,} tensors, "
-        + (
-            "headers from the Hub's bulk endpoint in one request"
-            if report.bytes_read is None
-            else f"{report.bytes_read:,} header bytes read"
-            + (
-                f" in {report.requests} request{'' if report.requests == 1 else 's'}"
-                if report.requests
-                else ""
-            )
-        ),
+        + f"{report.bytes_read or 0:,} header bytes read"
+        + (f" in {report.requests} request{'' if report.requests == 1 else 's'}" if report.requests else ""),
     )
     show(console)
     show_fitted(console, *_summary_table(console, report))

@@ -3,46 +3,25 @@ where a checkpoint comes from: a local folder or a Hub repo, with the config tha
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from kimicount.errors import SourceError, UsageError
+
+# HubOptions lives with the other option values, below both this module and kimicount.hub, so that the
+# imports run one way (source -> hub -> hub_transport -> options); it is named here for library users.
+from kimicount.options import DEFAULT_TIMEOUT, HubOptions
+
+__all__ = ["DEFAULT_TIMEOUT", "HubOptions", "load_checkpoint", "load_spec"]
 from kimicount.reading import shorten
 from kimicount.spec import ModelSpec, bundled_spec, spec_from_path
 
 if TYPE_CHECKING:  # params and kv-cache read no checkpoint
     from kimicount.checkpoint import Checkpoint
-
-#: The default deadline for everything one command asks of the Hub [s]: room for Kimi K2's 61 shard
-#: headers and 13 MB index on a slow link, and still an end to a server that never finishes answering.
-DEFAULT_TIMEOUT = 300.0
-
-
-def _nothing(_text: str) -> None:
-    pass
-
-
-@dataclass(frozen=True)
-class HubOptions:
-    """How to talk to the Hub for --repo: the token (None: huggingface_hub's own, HF_TOKEN or the
-    login's), the deadline for the whole operation [s], and where to say what is happening: `status`
-    (what is being fetched from where, replaced by the next) and `note` (a retry, a fallback to the
-    cache: worth keeping)."""
-
-    token: str | None = None
-    timeout: float = DEFAULT_TIMEOUT
-    status: Callable[[str], None] = _nothing
-    note: Callable[[str], None] = _nothing
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.timeout) and self.timeout > 0):
-            raise UsageError(f"timeout {self.timeout}: expected a positive number of seconds")
 
 
 def load_spec(

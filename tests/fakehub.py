@@ -4,10 +4,9 @@ huggingface_hub client with HF_ENDPOINT pointed at it.
 It serves `HEAD` and `GET` (with `Range`) on `/{repo}/resolve/{revision}/{path}` the way the Hub does:
 `X-Repo-Commit`, `ETag`, `Content-Length`, `206 Partial Content`, and the `X-Error-Code` header
 (RepoNotFound, GatedRepo, RevisionNotFound, EntryNotFound) that huggingface_hub turns into its error
-types. It also serves the bulk header endpoint that `HfApi.get_sharded_safetensors_metadata` reads,
-`/api/models/{repo}/safetensors-metadata/{index}` (every shard header of `main` in one response), unless
-`bulk_endpoint` is off, as on a Hub mirror without it. Every request is recorded so tests and
-benchmarks can count them.
+types. That is the only route it serves, the one the Hub documents for files (every other path is a
+404), so a count of its requests is what the documented protocol costs. Every request is recorded so
+tests and benchmarks can count them.
 
 A test can make the Hub misbehave: `override` sees every request first and may answer it instead
 (`trickle` sends a body one byte at a time, as a stalled link or a hostile server does).
@@ -18,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,7 +25,6 @@ from pathlib import Path
 from werkzeug import Request, Response
 
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<path>.+)$")
-_BULK = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/safetensors-metadata/(?P<path>.+)$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 #: HfApi.list_repo_tree (list_repo_files): GET /api/models/{repo}/tree/{revision}[/{path}]?recursive=...
 _TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<revision>[^/]+)(?:/(?P<path>.*))?$")
@@ -47,7 +44,6 @@ class FakeHub:
     repos: dict[str, FakeRepo] = field(default_factory=dict)
     #: (method, path, Range header) of every request received.
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
-    bulk_endpoint: bool = True
     #: Answer ranged GETs with the whole file (200), as some servers and proxies do.
     ignore_range: bool = False
     #: Response body bytes sent, for benchmarks.
@@ -81,8 +77,8 @@ class FakeHub:
         tree = _TREE.match(request.path)
         if tree:
             return self._tree(request, tree)
-        match = _RESOLVE.match(request.path) or _BULK.match(request.path)
-        if not match or (match.re is _BULK and not self.bulk_endpoint):
+        match = _RESOLVE.match(request.path)
+        if not match:
             return Response("Not Found", status=404)
         repo = self.repos.get(match["repo"])
         if repo is None:
@@ -90,13 +86,11 @@ class FakeHub:
             return _error(401, "RepoNotFound", "Repository not found")
         if repo.token is not None and request.headers.get("Authorization") != f"Bearer {repo.token}":
             return _error(401, "GatedRepo", "Access to this repo is restricted")
-        if match.re is _RESOLVE and match["revision"] not in (*repo.branches, repo.commit):
+        if match["revision"] not in (*repo.branches, repo.commit):
             return _error(404, "RevisionNotFound", "Invalid rev id")
         content = repo.files.get(match["path"])
         if content is None:
             return _error(404, "EntryNotFound", "Entry not found")
-        if match.re is _BULK:
-            return _bulk_headers(repo, content)
         return _serve(request, content, repo.commit, self.ignore_range)
 
     def _tree(self, request: Request, match: re.Match) -> Response:
@@ -126,18 +120,6 @@ class FakeHub:
             entries.append({"type": "file", "path": path, "size": size, "oid": _etag(content)[:40]})
         listing = [{"type": "directory", "path": f, "oid": "0" * 40} for f in sorted(folders)] + entries
         return Response(json.dumps(listing), status=200, content_type="application/json")
-
-
-def _bulk_headers(repo: FakeRepo, index_content: bytes | Path) -> Response:
-    """{"index": the index without its weight map, "headers": {shard: its parsed header}}."""
-    index = json.loads(_read(index_content, 0, 1 << 40))
-    headers = {}
-    for shard in sorted(set(index["weight_map"].values())):
-        content = repo.files[shard]
-        (length,) = struct.unpack("<Q", _read(content, 0, 8))
-        headers[shard] = json.loads(_read(content, 8, length))
-    body = {"index": {k: v for k, v in index.items() if k != "weight_map"}, "headers": headers}
-    return Response(json.dumps(body), status=200, content_type="application/json")
 
 
 def _error(status: int, code: str, message: str) -> Response:

@@ -184,7 +184,15 @@ def kv_json(*args: str) -> dict:
 
 @pytest.mark.parametrize(
     "tokens, count",
-    [("128k", 128_000), ("128Ki", 131_072), ("1M", 1_000_000), ("1e6", 1_000_000), ("131,072", 131_072)],
+    [
+        ("128k", 128_000),
+        ("128K", 131_072),  # upper case is binary, as vLLM reads it (vllm/engine/arg_utils.py)
+        ("128Ki", 131_072),
+        ("1M", 1_048_576),
+        ("1m", 1_000_000),
+        ("1e6", 1_000_000),
+        ("131,072", 131_072),
+    ],
 )
 def test_token_counts_as_people_write_them(tokens, count):
     report = kv_json("--tokens", tokens, "--layout", "latent")
@@ -207,6 +215,7 @@ def test_tokens_past_the_models_context_warn():
     result = invoke("kv-cache", "--tokens", "200k", "--layout", "naive", "--json")
     assert result.exit_code == 0
     assert result.stderr == (
+        "kimicount: warning: 200k = 200,000 tokens, as vLLM reads it; 200K is 204,800\n"
         "kimicount: warning: --tokens 200,000 is past the model's context, 131,072 tokens "
         "(max_position_embeddings); the sizes are exact all the same\n"
     )

@@ -54,18 +54,48 @@ def _check_kimi_k2(report: dict) -> None:
     assert report["index"]["total_size"] == 1_029_173_256_720
 
 
-def test_main_reads_every_header_in_one_request(hub):
+def test_main_costs_the_config_the_index_and_one_ranged_read_per_shard(hub):
+    # The documented protocol only (docs/hub.md), counted on a server that serves nothing else:
+    #   config.json through the Hub cache, as hf_hub_download fetches a file:  HEAD + GET  =  2
+    #   model.safetensors.index.json, one GET beside it                               =  1
+    #   each of Kimi K2's 61 shards, one ranged GET of its header (the index sizes
+    #   the range so that every header fits in it)                                     = 61
+    #                                                                             total = 64
     fake, env = hub
     code, report, _ = verify_repo(env)
     assert code == 0
     _check_kimi_k2(report)
-    paths = sorted((method, path) for method, path, _ in fake.requests)
-    # config.json through the Hub cache (HEAD, then GET), and beside it the bulk header endpoint
-    assert paths == [
-        ("GET", f"/api/models/{REPO}/safetensors-metadata/model.safetensors.index.json"),
+    assert len(fake.requests) == 2 + 1 + 61
+    commit = fake.repos[REPO].commit
+    shard_reads = [(m, p, r) for m, p, r in fake.requests if p.endswith(".safetensors")]
+    assert len({p for _, p, _ in shard_reads}) == 61
+    assert all(m == "GET" and p.startswith(f"/{REPO}/resolve/{commit}/") for m, p, _ in shard_reads)
+    assert all(r is not None and r.startswith("bytes=0-") for _, _, r in shard_reads)
+    assert sorted((m, p) for m, p, _ in fake.requests if not p.endswith(".safetensors")) == [
         ("GET", f"/{REPO}/resolve/main/config.json"),
+        ("GET", f"/{REPO}/resolve/main/model.safetensors.index.json"),
         ("HEAD", f"/{REPO}/resolve/main/config.json"),
     ]
+    # the index goes out beside the config, before any shard: the round trips do not grow on main
+    assert max(fake.requests.index(r) for r in fake.requests if not r[1].endswith(".safetensors")) < 3
+    assert report["read"]["requests"] == 61
+
+
+def test_no_other_route_is_asked(hub):
+    # A stand-in that answers every /api/models/... path with the model's info (as a local mirror may)
+    # changes nothing: that route is never asked.
+    from werkzeug import Response
+
+    fake, env = hub
+    fake.override = lambda r: (
+        Response(json.dumps({"id": REPO, "sha": "x"}), content_type="application/json")
+        if r.path.startswith("/api/")
+        else None
+    )
+    code, report, stderr = verify_repo(env)
+    assert code == 0, stderr
+    _check_kimi_k2(report)
+    assert not any(path.startswith("/api/") for _, path, _ in fake.requests)
 
 
 def test_a_repo_named_as_hf_download_names_it(hub):
@@ -97,15 +127,6 @@ def test_a_revision_costs_one_ranged_read_per_shard(hub):
         if isinstance(p, Path)
     )
     assert headers <= report["read"]["header_bytes"] < 2 * headers  # never the tensor data
-
-
-def test_main_falls_back_to_ranged_reads_without_the_bulk_endpoint(hub):
-    fake, env = hub
-    fake.bulk_endpoint = False
-    code, report, _ = verify_repo(env)
-    assert code == 0
-    _check_kimi_k2(report)
-    assert sum(path.endswith(".safetensors") for _, path, _ in fake.requests) == 61
 
 
 def test_single_file_repo_and_a_long_header(httpserver, tmp_path):
@@ -143,7 +164,6 @@ def test_a_lying_header_on_the_hub_exits_2(hub, tmp_path):
 def test_a_shard_missing_on_the_hub_exits_2(hub):
     fake, env = hub
     del fake.repos[REPO].files["model-00030-of-00061.safetensors"]
-    fake.bulk_endpoint = False
     code, _, stderr = verify_repo(env)
     assert code == 2
     assert "no file 'model-00030-of-00061.safetensors' in the repo" in stderr
@@ -199,7 +219,9 @@ def test_a_refused_connection_falls_back_on_the_cached_config(hub):
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    result = run_kimicount("params", "--repo", REPO, "--json", env={**env, "HF_ENDPOINT": f"http://127.0.0.1:{port}"})
+    result = run_kimicount(
+        "params", "--repo", REPO, "--json", env={**env, "HF_ENDPOINT": f"http://127.0.0.1:{port}"}
+    )
     assert result.returncode == 0 and json.loads(result.stdout)["total"] == 1_026_408_232_448
     assert result.stderr == (
         f"kimicount: cannot reach http://127.0.0.1:{port} (connection refused); config.json from the cache\n"
@@ -221,4 +243,25 @@ def test_retries_are_said(hub):
     result = run_kimicount("params", "--repo", REPO, "--json", env=env)
     assert result.returncode == 0, result.stderr
     url = f"{env['HF_ENDPOINT']}/{REPO}/resolve/main/config.json"
-    assert result.stderr == f"kimicount: HEAD {url}: HTTP 503 SERVICE UNAVAILABLE; retry 1\n"
+    assert result.stderr == f"kimicount: HEAD {url}: HTTP 503 SERVICE UNAVAILABLE; try 2 of 3\n"
+
+
+def test_the_hub_modules_import_nothing_above_them():
+    # source -> hub -> hub_transport -> options: the Hub client reads its options from below, so neither
+    # it nor its transport imports kimicount.source (which imports them when a repo is named).
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, kimicount.hub, kimicount.hub_transport\n"
+        "print(sorted(m for m in sys.modules if m in ('kimicount.source', 'kimicount.cli')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[]\n"
+    from kimicount.options import HubOptions
+    from kimicount.source import HubOptions as ForLibraryUsers
+
+    assert ForLibraryUsers is HubOptions

@@ -21,11 +21,11 @@ import typer
 
 from kimicount.cli.exits import say
 from kimicount.errors import UsageError
-from kimicount.options import DTYPE_METAVAR, parse_count
+from kimicount.options import DTYPE_METAVAR, parse_count, vllm_reading
 from kimicount.reading import shorten
 
 if TYPE_CHECKING:
-    from kimicount.source import HubOptions
+    from kimicount.options import HubOptions
     from kimicount.spec import ModelSpec
 
 
@@ -94,7 +94,7 @@ TimeoutOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the stable JSON report instead of tables.")]
 
 #: How --help describes the forms a count takes (--tokens, --batch, ...).
-COUNTS = "128k = 128,000, 128Ki = 131,072, 1e6"
+COUNTS = "128k = 128,000, 128K = 131,072 as vLLM reads them, 1e6"
 
 
 def repo_id(model: str | None, repo: str | None) -> str | None:
@@ -131,9 +131,24 @@ def print_json(report: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=not encoding.startswith("utf")) + "\n")
 
 
+#: The options that count tokens, as vLLM's --max-model-len and --max-num-batched-tokens do.
+TOKEN_OPTIONS = frozenset({"--tokens", "--context", "--max-model-len", "--max-batched-tokens"})
+
+
+def count(text: str, option: str) -> int:
+    """A count option (options.parse_count). A token count written with a lower-case suffix gets one
+    warning line saying how vLLM reads it and what the upper-case one would be (256k = 256,000 and
+    256K = 262,144): the two are easily mixed up. It is said as the option is read, so a run that then
+    fails prints it before its one error line: the error may be about that very number."""
+    value = parse_count(text, option)
+    if option in TOKEN_OPTIONS and (note := vllm_reading(text)):
+        warn(note)
+    return value
+
+
 def count_or_none(text: str | None, option: str) -> int | None:
     """An optional count option: None when not given."""
-    return None if text is None else parse_count(text, option)
+    return None if text is None else count(text, option)
 
 
 @dataclass(frozen=True)
@@ -152,7 +167,7 @@ def hub_timeout(option: str | None) -> float:
     Traceback (most recent call last):
     kimicount.errors.UsageError: --timeout -1: expected a positive number of seconds
     """
-    from kimicount.source import DEFAULT_TIMEOUT
+    from kimicount.options import DEFAULT_TIMEOUT
 
     if option is not None:
         text, shown = option, f"--timeout {shorten(option, 40)}"
@@ -178,7 +193,7 @@ def progress(
     or local checkpoint files are read: one transient line, what is being fetched from where or how many
     files have been read, with each Hub retry printed above it. Elsewhere: only the retries, one line
     each."""
-    from kimicount.source import HubOptions
+    from kimicount.options import HubOptions, hub_limits
 
     if repo is None and token is not None:
         raise UsageError("--token needs --repo")
@@ -186,7 +201,9 @@ def progress(
         warn("--timeout has no effect without --repo (it bounds what is asked of the Hub)")
 
     def hub(status: Callable[[str], None], note: Callable[[str], None]) -> HubOptions | None:
-        return None if repo is None else HubOptions(token, hub_timeout(timeout), status, note)
+        if repo is None:
+            return None
+        return HubOptions(token, hub_timeout(timeout), status, note, **hub_limits(os.environ))
 
     def note_line(text: str) -> None:
         say(f"kimicount: {text}")

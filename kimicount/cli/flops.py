@@ -15,12 +15,13 @@ from kimicount.cli.common import (
     RevisionOption,
     TimeoutOption,
     TokenOption,
+    count,
     load_model,
     print_json,
 )
 from kimicount.cli.exits import EXIT_CODES
 from kimicount.cli.root import app
-from kimicount.options import parse_count, parse_depth
+from kimicount.options import parse_depth
 
 
 @app.command(
@@ -55,7 +56,7 @@ def flops_command(
     the latent re-expanded through kv_b_proj every step, and the absorbed latent, in prefill and decode.
     """
     max_depth = parse_depth(depth)
-    prompt, positions = parse_count(tokens, "--tokens"), parse_count(context, "--context")
+    prompt, positions = count(tokens, "--tokens"), count(context, "--context")
     from kimicount.anatomy import build_anatomy
     from kimicount.flow import flops_report
 

@@ -17,6 +17,7 @@ from kimicount.cli.common import (
     RevisionOption,
     TimeoutOption,
     TokenOption,
+    count_or_none,
     ignored,
     load_model,
     print_json,
@@ -122,7 +123,7 @@ def kv_cache(
     spec = load_model(model, config, repo, revision, token, timeout, live=not as_json)
     report = kv_cache_report(
         spec,
-        tokens=None if tokens is None else parse_count(tokens, "--tokens"),
+        tokens=count_or_none(tokens, "--tokens"),
         batch=parse_count(batch, "--batch"),
         dtype=None if dtype is None else parse_dtype(dtype),
         layouts=[parse_layout(name) for name in layout or ()],

@@ -18,6 +18,7 @@ from kimicount.cli.common import (
     TimeoutOption,
     TokenOption,
     choices,
+    count,
     load_model,
     print_json,
 )
@@ -84,7 +85,7 @@ def measure_command(
     result = measure(
         spec,
         device=device.value,
-        tokens=parse_count(tokens, "--tokens"),
+        tokens=count(tokens, "--tokens"),
         batch=parse_count(batch, "--batch"),
         layers=parse_count(layers, "--layers"),
         dtype=None if dtype is None else parse_dtype(dtype),

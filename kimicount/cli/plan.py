@@ -132,11 +132,11 @@ def plan_command(
         ),
     ] = False,
     gpu_memory_utilization: Annotated[
-        float,
+        str,
         typer.Option(
             "--gpu-memory-utilization", metavar="FRACTION", help="The share of memory the engine may use."
         ),
-    ] = 0.9,
+    ] = "0.9",
     reserve: Annotated[
         str | None,
         typer.Option(
@@ -236,7 +236,7 @@ def plan_command(
         ),
     ] = None,
     mem_fraction_static: Annotated[
-        float | None,
+        str | None,
         typer.Option(
             "--mem-fraction-static",
             metavar="FRACTION",
@@ -457,8 +457,6 @@ def plan_command(
             as_json=as_json,
         )
         return
-    from fractions import Fraction
-
     from kimicount.hardware import (
         custom_accelerator,
         parse_bandwidth,
@@ -467,7 +465,7 @@ def plan_command(
         with_overrides,
     )
     from kimicount.kvcache import parse_layout
-    from kimicount.options import parse_size
+    from kimicount.options import parse_fraction, parse_size
     from kimicount.plan import DeploymentOptions, plan
 
     count, gpu = parse_gpus(gpus)
@@ -491,7 +489,7 @@ def plan_command(
         dp=parse_count(dp, "--dp"),
         ep=count_or_none(ep, "--ep"),
         dcp=parse_count(dcp, "--dcp"),
-        utilization=Fraction(str(gpu_memory_utilization)),
+        utilization=parse_fraction(gpu_memory_utilization, "--gpu-memory-utilization"),
         reserve=None if reserve is None else parse_size(reserve, "--reserve"),
         max_batched_tokens=count_or_none(max_batched_tokens, "--max-batched-tokens"),
         max_num_seqs=count_or_none(max_num_seqs, "--max-num-seqs"),
@@ -504,7 +502,9 @@ def plan_command(
         vision=not text_only,
         # the engine's own options, as SGLang and vLLM name them
         engine="vllm" if engine is None else engine.strip().lower(),
-        mem_fraction_static=None if mem_fraction_static is None else Fraction(str(mem_fraction_static)),
+        mem_fraction_static=None
+        if mem_fraction_static is None
+        else parse_fraction(mem_fraction_static, "--mem-fraction-static"),
         page_size=count_or_none(page_size, "--page-size"),
         dp_attention=dp_attention,
         redundant_experts=0
