@@ -187,6 +187,12 @@ def test_not_deepseek2_and_missing_keys(tmp_path):
     assert fails(str(file)) == (
         f"kimicount: error: {file}: key 'deepseek2.expert_count': missing (required to check the tensors)"
     )
+    metadata = deepseek2_metadata("kimi-k2-thinking")
+    metadata["deepseek2.expert_used_count"] = (500, GGUFValueType.UINT32)
+    (file,) = write_gguf(tmp_path / "k.gguf", tensors, as_listed, metadata)
+    assert fails(str(file)).startswith(
+        f"kimicount: error: {file}: key 'deepseek2.expert_used_count': 500 is more"
+    )
 
 
 def test_params_does_not_import_gguf():

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kimicount.anatomy import Node, TensorRef, build_anatomy
-from kimicount.errors import CheckpointError
+from kimicount.errors import CheckpointError, ConfigError
 from kimicount.gguf.reader import GGUFArray, GGUFListing, GGUFTensor
 from kimicount.spec import ModelSpec, spec_from_config
 from kimicount.verify import Mismatch
@@ -137,6 +137,17 @@ _REQUIRED_KEYS = {
 }
 
 
+#: Every config.json key the spec is built from, by the GGUF key it comes from (for error messages).
+_METADATA_KEYS = {
+    **{f"{ARCH}.{key}": hf for key, hf in _REQUIRED_KEYS.items()},
+    f"{ARCH}.attention.q_lora_rank": "q_lora_rank",
+    f"{ARCH}.attention.key_length(_mla)": "qk_nope_head_dim",
+    f"{ARCH}.attention.value_length(_mla)": "v_head_dim",
+    f"{ARCH}.vocab_size": "vocab_size",
+    f"{ARCH}.context_length": "max_position_embeddings",
+}
+
+
 def _integer(metadata: Mapping[str, object], key: str, where: str, *, required: bool = True) -> int | None:
     value = metadata.get(key)
     if value is None:
@@ -197,13 +208,20 @@ def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSp
         _integer(metadata, f"{ARCH}.context_length", where, required=False) or 1
     )
     # expert_gating_func 2 is sigmoid (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID): V3's router, with its
-    # score-correction bias (exp_probs_b); 1 (softmax) is V2's, without.
+    # score-correction bias (exp_probs_b); 1 (softmax) is V2's, without. llama-model.cpp reads a file
+    # without the key (DeepSeek-V2/V2.5 GGUFs) as softmax.
     gating = metadata.get(f"{ARCH}.expert_gating_func")
-    config["topk_method"] = "greedy" if gating == 1 else "noaux_tc"
+    config["topk_method"] = "noaux_tc" if gating == 2 else "greedy"
     config["tie_word_embeddings"] = False
     config["torch_dtype"] = "bfloat16"
     label = name or str(metadata.get("general.name") or where)
-    return spec_from_config(config, name=label, where=f"{where} ({ARCH}.* metadata)")
+    try:
+        return spec_from_config(config, name=label, where=where)
+    except ConfigError as error:  # it names config.json's keys: say which GGUF key each came from
+        message = str(error)
+        for key, hf in _METADATA_KEYS.items():
+            message = message.replace(f"key '{hf}'", f"key '{key}'")
+        raise CheckpointError(message) from error
 
 
 # --- the check and the bytes per component ----------------------------------------------------------
