@@ -110,11 +110,37 @@ def test_metadata_that_disagrees_with_the_tensors(tmp_path):
     assert "blk.0.attn_k_b.weight" in wrong
 
 
+def test_a_gguf_converted_before_mla(tmp_path):
+    # before llama.cpp PR #12801: one attn_kv_b [kv_lora_rank, H·(qk_nope + v)] per layer, and the head
+    # widths in key_length 192 / value_length 128 (no *_mla keys)
+    tensors, kv_b = [], read_map("kimi-k2-thinking")[0].__class__
+    for t in read_map("kimi-k2-thinking"):
+        if ".attn_v_b." in t.name:
+            continue
+        if ".attn_k_b." in t.name:
+            t = kv_b(
+                t.name.replace("attn_k_b", "attn_kv_b"), (512, 64 * 256), "bf16", 512 * 16384, 2 * 512 * 16384
+            )
+        tensors.append(t)
+    metadata = deepseek2_metadata("kimi-k2-thinking")
+    del metadata["deepseek2.attention.key_length_mla"], metadata["deepseek2.attention.value_length_mla"]
+    metadata["deepseek2.attention.key_length"] = (192, GGUFValueType.UINT32)
+    metadata["deepseek2.attention.value_length"] = (128, GGUFValueType.UINT32)
+    (file,) = write_gguf(tmp_path / "old.gguf", tensors, as_listed, metadata)
+    report = gguf_json(str(file))
+    assert report["ok"] and report["kv_b"] == "attn_kv_b"
+    assert report["file_size"]["bytes"] == 2_053_148_825_600  # the same elements, in BF16
+    # attn_kv_b split by rows: half of each head's 256 rows are key content, half value
+    assert component(report, "Key content up-projection", 5)["bytes"] == 60 * 2 * 512 * 8192
+    assert component(report, "Value heads", 4)["bytes"] == 60 * 2 * 512 * 8192
+
+
 # --- --quant: sizing from the config, labelled -----------------------------------------------------------
 
 
 def test_quant_q6_k_from_the_bundled_config():
     report = gguf_json("--quant", "Q6_K")
+    assert report["ok"] and report["mismatches"] == []
     assert report["estimate"].startswith("estimate:")
     assert report["file_size"]["llama_cpp"] == K2_Q6_K  # the real conversion's figure
     assert {k: v["tensors"] for k, v in report["by_type"].items()} == {"Q6_K": 670, "F32": 365, "Q8_0": 61}
@@ -268,6 +294,14 @@ def test_hub_split_set_missing_a_file(hub):
         f"kimicount: error: {REPO}@main/BF16/DeepSeek-R1-BF16-00001-of-00002.gguf: key 'split.count' is 3, "
         "found 2 files"
     )
+
+
+def test_hub_quant_reads_the_repos_config(hub):
+    fake, env = hub
+    fake.repos[REPO].files["config.json"] = (FIXTURES / "deepseek-v3" / "config.json").read_bytes()
+    result = run_kimicount("gguf", "--repo", REPO, "--quant", "Q8_0", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["file_size"]["llama_cpp"] == R1_Q8_0
 
 
 def test_hub_repo_not_found(hub):
