@@ -14,6 +14,7 @@ from .fakehub import FakeHub
 from .gguf_files import deepseek2_metadata, read_map, write_gguf
 from .helpers import FIXTURES, invoke, run_kimicount
 from .test_gguf_reader import as_listed, k2_q6, k2_q6_k  # noqa: F401 - the module-scoped fixture
+from .test_terminal import _check_80_columns
 
 #: llama.cpp's log lines for the real files (llama_model_loader::print_info).
 K2_Q6_K = "file size   = 784.70 GiB (6.57 BPW)"
@@ -221,6 +222,15 @@ def test_not_deepseek2_and_missing_keys(tmp_path):
     )
 
 
+@pytest.mark.parametrize("args", [["gguf", "--help"], ["gguf", "--quant", "Q7"], ["gguf", "-h"]])
+def test_help_and_usage_errors_import_neither_rich_gguf_nor_the_anatomy(args):
+    result = run_kimicount(*args, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "kimicount.cli.gguf" in imported  # the check sees our own imports
+    heavy = {m for m in imported if m.split(".")[0] in ("rich", "gguf", "numpy", "huggingface_hub")}
+    assert not heavy and "kimicount.anatomy" not in imported
+
+
 def test_params_does_not_import_gguf():
     result = run_kimicount("params", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
@@ -308,3 +318,20 @@ def test_hub_repo_not_found(hub):
     _, env = hub
     result = run_kimicount("gguf", "--repo", "nobody/nothing", "--include", "*", env=env)
     assert result.returncode == 2 and "repo not found" in result.stderr
+
+
+# --- an 80-column terminal: every number whole -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", ["3", "all"])
+def test_every_number_whole_at_80_columns(depth):
+    # the figures: llama.cpp's total for Kimi K2 Q6_K, and the routed experts of the 60 MoE blocks
+    figures = ["842,565,869,056", "784.70 GiB", f"{60 * 3 * (7168 * 2048 * 384 // 256 * 210):,}"]
+    _check_80_columns(["gguf", "--quant", "Q6_K", "--depth", depth], figures[: 3 if depth == "all" else 2])
+
+
+def test_mismatches_at_80_columns(tmp_path):
+    tensors = [t for t in read_map("kimi-k2-thinking") if t.name != "blk.7.attn_q_a_norm.weight"]
+    (file,) = write_gguf(tmp_path / "bad.gguf", tensors, as_listed, deepseek2_metadata("kimi-k2-thinking"))
+    out = _check_80_columns(["gguf", str(file)], ["blk.7.attn_q_a_norm.weight", "[1536]"], exit_code=1)
+    assert "1 mismatches" in out

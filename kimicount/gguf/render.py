@@ -82,9 +82,9 @@ def render_gguf(console: Console, report: GGUFReport, *, max_depth: int | None =
         Column("Component"),
         Column("Parameters", number=True),
         Column("Tensors", number=True, drop=2),
-        Column("Types", drop=1),
+        Column("Types", drop=3, hint="--json"),
         Column("Bytes", number=True),
-        Column("", number=True),
+        Column("Size", number=True, drop=1),
         Column("BPW", number=True),
     )
     rows = [
