@@ -136,6 +136,26 @@ def test_a_gguf_converted_before_mla(tmp_path):
     assert component(report, "Value heads", 4)["bytes"] == 60 * 2 * 512 * 8192
 
 
+def test_attn_kv_b_beside_attn_k_b_and_attn_v_b(tmp_path):
+    # a conversion that keeps attn_kv_b [512, 64 × 256] as well: not a mismatch, its bytes counted too
+    tensors = read_map("kimi-k2-thinking")
+    kv_b = tensors[0].__class__
+    extra = [
+        kv_b(f"blk.{i}.attn_kv_b.weight", (512, 16384), "bf16", 512 * 16384, 2 * 512 * 16384)
+        for i in range(61)
+    ]
+    (file,) = write_gguf(
+        tmp_path / "both.gguf", tensors + extra, as_listed, deepseek2_metadata("kimi-k2-thinking")
+    )
+    report = gguf_json(str(file))
+    assert report["ok"] and report["kv_b"] == "attn_k_b + attn_v_b + attn_kv_b"
+    assert report["file_size"]["bytes"] == 2_053_148_825_600 + 61 * 2 * 512 * 16384
+    # attn_k_b (128 × 512 × 64, BF16) and half of attn_kv_b's rows
+    assert component(report, "Key content up-projection", 5)["bytes"] == 60 * (
+        2 * 128 * 512 * 64 + 2 * 512 * 8192
+    )
+
+
 # --- --quant: sizing from the config, labelled -----------------------------------------------------------
 
 

@@ -256,7 +256,7 @@ class GGUFReport:
     by_type: dict[str, tuple[int, int, int]]  # ggml type -> (tensors, elements, bytes)
     components: tuple[ComponentBytes, ...]
     mismatches: tuple[Mismatch, ...]
-    kv_b_split: bool
+    kv_b: str  # how kv_b_proj is stored: "attn_k_b + attn_v_b", "attn_kv_b", or both
     estimate: str | None = None  # why the figures are an estimate (a --quant sizing), or None
 
     @property
@@ -282,8 +282,15 @@ def check_listing(
     spec = spec or spec_from_metadata(listing)
     found = {t.name: t for t in listing.tensors}
     split = any(re.fullmatch(r"blk\.[0-9]+\.attn_[kv]_b\.weight", name) for name in found)
+    whole = any(re.fullmatch(r"blk\.[0-9]+\.attn_kv_b\.weight", name) for name in found)
     tree = build_anatomy(spec).model
     expected, leaves = expected_tensors(tree, spec, split_kv_b=split)
+    if split and whole:
+        # Some conversions write attn_kv_b beside attn_k_b and attn_v_b (llama.cpp's loader takes it as
+        # optional, llama-model.cpp TENSOR_NOT_REQUIRED): the same weights stored twice, both counted in
+        # the file size and in the key and value components' bytes.
+        both, _ = expected_tensors(tree, spec, split_kv_b=False)
+        expected.update((name, t) for name, t in both.items() if name.endswith(".attn_kv_b.weight"))
     mismatches = []
     leaf_bytes = [0] * len(leaves)
     leaf_tensors: list[set[str]] = [set() for _ in leaves]
@@ -347,6 +354,6 @@ def check_listing(
         by_type={k: tuple(v) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1][2])},
         components=tuple(components),
         mismatches=tuple(mismatches),
-        kv_b_split=split,
+        kv_b=" + ".join(["attn_k_b + attn_v_b"] * split + ["attn_kv_b"] * (whole or not split)),
         estimate=estimate,
     )

@@ -79,6 +79,17 @@ class GGUFTensor:
             n *= d
         return n
 
+    @property
+    def layer(self) -> int | None:
+        """The block a `blk.N.…` tensor belongs to; None for token_embd, output_norm, output.
+
+        >>> GGUFTensor("blk.12.ffn_up_exps.weight", (7168, 2048, 384), "Q6_K", 0).layer
+        12
+        """
+        head, _, rest = self.name.partition(".")
+        number = rest.partition(".")[0]
+        return int(number) if head == "blk" and number.isdigit() else None
+
 
 @dataclass(frozen=True)
 class GGUFArray:
