@@ -312,38 +312,18 @@ def check_listing(
         for t in listing.tensors
         if t.name not in expected
     ]
-    types_of = {t.name: t.ggml_type for t in listing.tensors}
-    components = []
-    ids = {id(leaf): i for i, leaf in enumerate(leaves)}
-
-    def visit(node: Node, depth: int) -> tuple[int, set[str]]:
-        if node.tensors:
-            i = ids[id(node)]
-            total, names = leaf_bytes[i], set(leaf_tensors[i])
-            index = len(components)
-            components.append(None)
-        else:
-            index = len(components)
-            components.append(None)
-            total, names = 0, set()
-            for child in node.children:
-                child_bytes, child_names = visit(child, depth + 1)
-                total += child_bytes
-                names |= child_names
-        types = tuple(sorted({types_of[n] for n in names}))
-        components[index] = ComponentBytes(node.name, depth, node.params, len(names), total, types)
-        return total, names
-
-    visit(tree, 0)
+    components = _component_bytes(
+        tree, leaves, leaf_bytes, leaf_tensors, {t.name: t.ggml_type for t in listing.tensors}
+    )
     by_type: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for t in listing.tensors:
         row = by_type[t.ggml_type]
         row[0] += 1
         row[1] += t.elements
         row[2] += t.nbytes
+    more = len(listing.files) - 1
     return GGUFReport(
-        source=", ".join(listing.files[:1])
-        + (f" (+{len(listing.files) - 1} files)" if len(listing.files) > 1 else ""),
+        source=listing.files[0] + (f" (+{more} files)" if more else ""),
         model=spec.name,
         files=listing.files,
         file_bytes=listing.file_bytes,
@@ -352,8 +332,38 @@ def check_listing(
         elements=listing.elements,
         parameters_expected=tree.params,
         by_type={k: tuple(v) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1][2])},
-        components=tuple(components),
+        components=components,
         mismatches=tuple(mismatches),
         kv_b=" + ".join(["attn_k_b + attn_v_b"] * split + ["attn_kv_b"] * (whole or not split)),
         estimate=estimate,
     )
+
+
+def _component_bytes(
+    tree: Node,
+    leaves: list[Node],
+    leaf_bytes: list[int],
+    leaf_tensors: list[set[str]],
+    types_of: dict[str, str],
+) -> tuple[ComponentBytes, ...]:
+    """Every node of the tree, in order (a node before its children): its bytes, the sum of its leaves',
+    and the GGUF tensors it owns all or part of (a tensor two children share counts once)."""
+    ids = {id(leaf): i for i, leaf in enumerate(leaves)}
+    rows: list[ComponentBytes] = []
+
+    def visit(node: Node, depth: int) -> tuple[int, set[str]]:
+        index = len(rows)
+        rows.append(ComponentBytes(node.name, depth, node.params, 0, 0, ()))  # filled in below
+        if node.tensors:
+            total, names = leaf_bytes[ids[id(node)]], leaf_tensors[ids[id(node)]]
+        else:
+            total, names = 0, set()
+            for child in node.children:
+                child_bytes, child_names = visit(child, depth + 1)
+                total, names = total + child_bytes, names | child_names
+        types = tuple(sorted({types_of[name] for name in names}))
+        rows[index] = ComponentBytes(node.name, depth, node.params, len(names), total, types)
+        return total, names
+
+    visit(tree, 0)
+    return tuple(rows)
