@@ -312,7 +312,12 @@ def test_hub_include_matching_nothing_or_too_much(hub):
         f"kimicount: error: {REPO}@main: no .gguf file matches --include Q2_K/*"
     )
     result = run_kimicount("gguf", "--repo", REPO, "--include", "*.gguf", env=env)
-    assert result.returncode == 2 and "are not one split set" in result.stderr
+    assert (
+        result.returncode == 2
+        and "--include matches 5 .gguf files that are not one split set" in result.stderr
+    )
+    result = run_kimicount("gguf", "--repo", REPO, env=env)
+    assert result.returncode == 2 and "the repo has 5 .gguf files that are not one split set" in result.stderr
 
 
 def test_hub_split_set_missing_a_file(hub):

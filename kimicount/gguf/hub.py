@@ -45,7 +45,7 @@ def _read(operation: Operation, repo: str, include: list[str], revision: str | N
     patterns = " ".join(include) or "(none)"
     if not ggufs:
         raise SourceError(f"{where}: no .gguf file matches --include {patterns}")
-    _one_set(where, [e.path for e in ggufs])
+    _one_set(where, [e.path for e in ggufs], bool(include))
     sizes = {e.path: e.size for e in ggufs}
 
     def read(path: str) -> FileHeader:
@@ -66,7 +66,7 @@ def _read(operation: Operation, repo: str, include: list[str], revision: str | N
     return assemble(ordered)
 
 
-def _one_set(where: str, paths: list[str]) -> None:
+def _one_set(where: str, paths: list[str], included: bool) -> None:
     """One file, or the files of one split set (PREFIX-0000N-of-0000M.gguf, one prefix and M)."""
     if len(paths) == 1:
         return
@@ -77,7 +77,8 @@ def _one_set(where: str, paths: list[str]) -> None:
         sets.add((head, match["prefix"], match["count"]) if match else (path,))
     if len(sets) > 1:
         listed = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+        matched = "--include matches" if included else "the repo has"
         raise SourceError(
-            f"{where}: --include matches {len(paths)} .gguf files that are not one split set ({listed}); "
-            "narrow it to one quantization"
+            f"{where}: {matched} {len(paths)} .gguf files that are not one split set ({listed}); "
+            'choose one quantization with --include (e.g. "Q4_K_M/*")'
         )
