@@ -192,3 +192,31 @@ def test_not_a_file(tmp_path):
         read_gguf(tmp_path)
     with pytest.raises(SourceError, match="nope.gguf: no such file"):
         read_gguf(tmp_path / "nope.gguf")
+
+
+def test_agrees_with_gguf_pys_own_reader(tmp_path):
+    # GGUFReader, llama.cpp's reference reader in Python, on the same full-size files: every tensor's
+    # name, shape, type and bytes, and every scalar of the metadata, the same
+    from gguf import GGUFReader, GGUFValueType
+
+    files = write_gguf(tmp_path / "R1-Q8_0.gguf", read_map("deepseek-v3.1-terminus"),
+                       lambda t: "F32" if t.dtype == "f32" else "Q8_0", deepseek2_metadata("deepseek-v3"),
+                       split_max_tensors=500, tokens=1000)  # fmt: skip
+    listing = read_gguf(files[0])
+    theirs = [GGUFReader(f) for f in files]
+    assert [(t.name, t.shape, t.ggml_type, t.nbytes) for t in listing.tensors] == [
+        (t.name, tuple(int(d) for d in t.shape), t.tensor_type.name, int(t.n_bytes))
+        for r in theirs
+        for t in r.tensors
+    ]
+    scalars = {
+        name: field.contents()
+        for name, field in theirs[0].fields.items()
+        if not name.startswith("GGUF.") and field.types[0] != GGUFValueType.ARRAY
+    }
+    assert scalars == {k: v for k, v in listing.metadata.items() if k in scalars}
+    assert set(scalars) == {k for k, v in listing.metadata.items() if not hasattr(v, "length")}
+    assert (
+        theirs[0].fields["tokenizer.ggml.tokens"].contents()[:3]
+        == list(listing.metadata["tokenizer.ggml.tokens"].values or ["t0", "t1", "t2"])[:3]
+    )
