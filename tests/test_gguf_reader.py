@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from gguf import GGUFValueType
 
 from kimicount.errors import CheckpointError, SourceError
 from kimicount.gguf.reader import read_gguf
@@ -221,3 +222,16 @@ def test_agrees_with_gguf_pys_own_reader(tmp_path):
         "STRING",
         len(theirs[0].fields["tokenizer.ggml.tokens"].data),
     )
+
+
+def test_short_arrays_keep_their_values(tmp_path):
+    metadata = {
+        "general.tags": (["deepseek", "kimi"], GGUFValueType.ARRAY),
+        "x.layers": ([1, 2, 3], GGUFValueType.ARRAY),
+        "x.long": (list(range(300)), GGUFValueType.ARRAY),
+    }
+    (file,) = write_gguf(tmp_path / "arrays.gguf", read_map("kimi-k2-thinking")[:2], as_listed, metadata)
+    found = read_gguf(file).metadata
+    assert (found["general.tags"].item_type, found["general.tags"].values) == ("STRING", ("deepseek", "kimi"))
+    assert found["x.layers"].values == (1, 2, 3) and found["x.layers"].length == 3
+    assert (found["x.long"].length, found["x.long"].values) == (300, None)  # longer than 256: length only
