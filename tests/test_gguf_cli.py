@@ -360,3 +360,15 @@ def test_mismatches_at_80_columns(tmp_path):
     (file,) = write_gguf(tmp_path / "bad.gguf", tensors, as_listed, deepseek2_metadata("kimi-k2-thinking"))
     out = _check_80_columns(["gguf", str(file)], ["blk.7.attn_q_a_norm.weight", "[1536]"], exit_code=1)
     assert "1 mismatches" in out
+
+
+def test_hub_header_longer_than_the_first_read(httpserver, tmp_path, k2_q6):  # noqa: F811
+    # Kimi K2's header holds 163,840 tokens (about 2.4 MB): the first MiB, then the window grown fourfold
+    fake = FakeHub()
+    fake.add_repo("someone/Kimi-K2-GGUF", {"Q6_K/Kimi-K2-Instruct-Q6_K.gguf": k2_q6})
+    env = {"HF_ENDPOINT": fake.install(httpserver), "HF_HOME": str(tmp_path / "hf")}
+    result = run_kimicount("gguf", "--repo", "someone/Kimi-K2-GGUF", "--include", "Q6_K/*", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["file_size"]["llama_cpp"] == K2_Q6_K
+    ranges = [r for _, path, r in fake.requests if "/resolve/" in path]
+    assert ranges == ["bytes=0-1048575", "bytes=1048576-4194303"]

@@ -198,7 +198,7 @@ def test_not_a_file(tmp_path):
 def test_agrees_with_gguf_pys_own_reader(tmp_path):
     # GGUFReader, llama.cpp's reference reader in Python, on the same full-size files: every tensor's
     # name, shape, type and bytes, and every scalar of the metadata, the same
-    from gguf import GGUFReader, GGUFValueType
+    from gguf import GGUFReader
 
     files = write_gguf(tmp_path / "R1-Q8_0.gguf", read_map("deepseek-v3.1-terminus"),
                        lambda t: "F32" if t.dtype == "f32" else "Q8_0", deepseek2_metadata("deepseek-v3"),
