@@ -188,6 +188,14 @@ def test_bad_header_is_one_error_naming_file_and_field(tmp_path, data, size, mes
         read_gguf(path)
 
 
+def test_a_header_too_long_to_read(tmp_path):
+    # a 300 MB string in a 1 GB (sparse) file: refused before it is read
+    data = header([], kv=gguf_string("k") + struct.pack("<IQ", 8, 300_000_000), kv_count=1)
+    path = write(tmp_path / "long.gguf", data, 10**9)
+    with pytest.raises(CheckpointError, match=r"long.gguf: the header is over 268,435,456 bytes"):
+        read_gguf(path)
+
+
 def test_not_a_file(tmp_path):
     with pytest.raises(CheckpointError, match="a directory, expected a .gguf file"):
         read_gguf(tmp_path)

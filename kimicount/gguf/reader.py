@@ -49,8 +49,9 @@ VERSIONS = (2, 3)
 MAX_DIMS = 4
 #: The largest element count or byte size of one tensor: ggml counts in int64.
 MAX_SIZE = 2**63 - 1
-#: A header larger than this is refused: Kimi K2's, with its 163,840-token vocabulary, is about 5 MB.
-MAX_HEADER_BYTES = 1 << 30
+#: A header larger than this is refused before it is read: Kimi K2's, with its 163,840-token vocabulary,
+#: is about 2.5 MB; the largest vocabularies (256k tokens and their merges) make tens of MB.
+MAX_HEADER_BYTES = 256 << 20
 #: Arrays of metadata up to this length are kept with their values; longer ones (the tokenizer's
 #: tokens, merges, scores) are kept as their item type and length only.
 MAX_KEPT_ARRAY = 256
