@@ -196,9 +196,20 @@ def test_a_header_too_long_to_read(tmp_path):
         read_gguf(path)
 
 
-def test_not_a_file(tmp_path):
-    with pytest.raises(CheckpointError, match="a directory, expected a .gguf file"):
+def test_a_folder_holding_one_split_set(tmp_path):
+    files = write_gguf(tmp_path / "m.gguf", read_map("deepseek-v3.1-terminus")[:30], as_listed,
+                       deepseek2_metadata("v3"), split_max_tensors=10)  # fmt: skip
+    (tmp_path / "README.md").write_text("not a gguf")
+    listing = read_gguf(tmp_path)
+    assert listing.files == tuple(map(str, files)) and len(listing.tensors) == 30
+    (tmp_path / "mmproj.gguf").write_bytes(b"GGUF")
+    with pytest.raises(SourceError, match=r"4 .gguf files that are not one split set \(.*\); name one file$"):
         read_gguf(tmp_path)
+    with pytest.raises(SourceError, match=r"empty: no .gguf file in this folder"):
+        read_gguf((tmp_path / "empty").mkdir() or tmp_path / "empty")
+
+
+def test_not_a_file(tmp_path):
     with pytest.raises(SourceError, match="nope.gguf: no such file"):
         read_gguf(tmp_path / "nope.gguf")
 

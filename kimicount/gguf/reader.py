@@ -325,8 +325,6 @@ def _read_local(path: Path) -> FileHeader:
     where = str(path)
     try:
         status = path.stat()
-        if stat.S_ISDIR(status.st_mode):
-            raise CheckpointError(f"{where}: a directory, expected a .gguf file")
         if not stat.S_ISREG(status.st_mode):
             raise CheckpointError(f"{where}: not a regular file")
         with path.open("rb") as handle:
@@ -416,15 +414,52 @@ def assemble(headers: list[FileHeader]) -> GGUFListing:
     )
 
 
+def one_set(paths: list[str]) -> bool:
+    """Whether the paths are one file, or the files of one split set (PREFIX-0000N-of-0000M.gguf, one
+    folder, prefix and M).
+
+    >>> one_set(["a-00001-of-00002.gguf", "a-00002-of-00002.gguf"]), one_set(["a.gguf", "b.gguf"])
+    (True, False)
+    """
+    sets = set()
+    for path in paths:
+        head, _, name = path.rpartition("/")
+        match = SPLIT_NAME.match(name)
+        sets.add((head, match["prefix"], match["count"]) if match else (path,))
+    return len(sets) <= 1
+
+
+def listed(paths: list[str]) -> str:
+    """The first few of many paths, for a message."""
+    return ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+
+
+def _in_folder(folder: Path) -> Path:
+    """The first file of the one GGUF (a file or a split set) a folder holds."""
+    try:
+        paths = sorted(str(p) for p in folder.iterdir() if p.suffix == ".gguf" and p.is_file())
+    except OSError as failure:
+        raise SourceError(f"{folder}: cannot list: {failure.strerror or failure}") from None
+    if not paths:
+        raise SourceError(f"{folder}: no .gguf file in this folder")
+    if not one_set(paths):
+        raise SourceError(
+            f"{folder}: {len(paths)} .gguf files that are not one split set ({listed(paths)}); name one file"
+        )
+    return Path(paths[0])
+
+
 def read_gguf(path: str | os.PathLike[str]) -> GGUFListing:
-    """The listing of a .gguf file, or of the split set whose first file `path` is (every file's
-    header is read). Header bytes only.
+    """The listing of a .gguf file, of the split set whose first file `path` is (every file's header is
+    read), or of the one file or split set a folder holds. Header bytes only.
 
     >>> read_gguf("no/such.gguf")
     Traceback (most recent call last):
     kimicount.errors.SourceError: no/such.gguf: no such file
     """
     path = Path(path)
+    if path.is_dir():
+        path = _in_folder(path)
     first = _read_local(path)
     count = split_count(first)
     if count == 1 or _split_no(first) != 0:
