@@ -1,5 +1,5 @@
 """Full-size, header-only GGUF files for tests, written with gguf-py's own GGUFWriter from the real
-tensor listings in /work/shared/data/gguf/ (every tensor of Kimi-K2-Thinking and DeepSeek-V3.1-Terminus
+tensor listings in fixtures/gguf/ (every tensor of Kimi-K2-Thinking and DeepSeek-V3.1-Terminus
 as llama.cpp converted them): the header is GGUFWriter's, the data a sparse hole (truncate) as long as
 the tensors at the types a test chooses, so a 784 GiB file costs a few kB of disk.
 
@@ -20,9 +20,8 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGUFValueType, GGUFWriter
 from gguf import GGMLQuantizationType as T
 
-GGUF_DATA = Path(__file__).resolve().parents[1].parent.parent / "shared" / "data" / "gguf"
-if not GGUF_DATA.is_dir():  # a worktree at /work/wt/NAME, or the main checkout at /work/main
-    GGUF_DATA = Path("/work/shared/data/gguf")
+#: Verbatim copies of the shared data's GGUF listings (fixtures/gguf/README.md says where they come from).
+GGUF_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "gguf"
 
 _LINE = re.compile(r"^[^:]*:[0-9a-f]{64}:(?P<name>[^:]+):shape=\((?P<shape>[0-9, ]+)\):dtype=(?P<dtype>\w+):"
                    r"elements=(?P<elements>[0-9]+):bytes=(?P<bytes>[0-9]+)$")  # fmt: skip

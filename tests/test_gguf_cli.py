@@ -14,6 +14,7 @@ from .fakehub import FakeHub
 from .gguf_files import deepseek2_metadata, read_map, write_gguf
 from .helpers import FIXTURES, invoke, run_kimicount
 from .test_gguf_reader import as_listed, k2_q6, k2_q6_k  # noqa: F401 - the module-scoped fixture
+from .test_terminal import _check_80_columns
 
 #: llama.cpp's log lines for the real files (llama_model_loader::print_info).
 K2_Q6_K = "file size   = 784.70 GiB (6.57 BPW)"
@@ -110,11 +111,57 @@ def test_metadata_that_disagrees_with_the_tensors(tmp_path):
     assert "blk.0.attn_k_b.weight" in wrong
 
 
+def test_a_gguf_converted_before_mla(tmp_path):
+    # before llama.cpp PR #12801: one attn_kv_b [kv_lora_rank, H·(qk_nope + v)] per layer, and the head
+    # widths in key_length 192 / value_length 128 (no *_mla keys)
+    tensors, kv_b = [], read_map("kimi-k2-thinking")[0].__class__
+    for t in read_map("kimi-k2-thinking"):
+        if ".attn_v_b." in t.name:
+            continue
+        if ".attn_k_b." in t.name:
+            t = kv_b(
+                t.name.replace("attn_k_b", "attn_kv_b"), (512, 64 * 256), "bf16", 512 * 16384, 2 * 512 * 16384
+            )
+        tensors.append(t)
+    metadata = deepseek2_metadata("kimi-k2-thinking")
+    del metadata["deepseek2.attention.key_length_mla"], metadata["deepseek2.attention.value_length_mla"]
+    metadata["deepseek2.attention.key_length"] = (192, GGUFValueType.UINT32)
+    metadata["deepseek2.attention.value_length"] = (128, GGUFValueType.UINT32)
+    (file,) = write_gguf(tmp_path / "old.gguf", tensors, as_listed, metadata)
+    report = gguf_json(str(file))
+    assert report["ok"] and report["kv_b"] == "attn_kv_b"
+    assert report["file_size"]["bytes"] == 2_053_148_825_600  # the same elements, in BF16
+    # attn_kv_b split by rows: half of each head's 256 rows are key content, half value
+    assert component(report, "Key content up-projection", 5)["bytes"] == 60 * 2 * 512 * 8192
+    assert component(report, "Value heads", 4)["bytes"] == 60 * 2 * 512 * 8192
+
+
+def test_attn_kv_b_beside_attn_k_b_and_attn_v_b(tmp_path):
+    # a conversion that keeps attn_kv_b [512, 64 × 256] as well: not a mismatch, its bytes counted too
+    tensors = read_map("kimi-k2-thinking")
+    kv_b = tensors[0].__class__
+    extra = [
+        kv_b(f"blk.{i}.attn_kv_b.weight", (512, 16384), "bf16", 512 * 16384, 2 * 512 * 16384)
+        for i in range(61)
+    ]
+    (file,) = write_gguf(
+        tmp_path / "both.gguf", tensors + extra, as_listed, deepseek2_metadata("kimi-k2-thinking")
+    )
+    report = gguf_json(str(file))
+    assert report["ok"] and report["kv_b"] == "attn_k_b + attn_v_b + attn_kv_b"
+    assert report["file_size"]["bytes"] == 2_053_148_825_600 + 61 * 2 * 512 * 16384
+    # attn_k_b (128 × 512 × 64, BF16) and half of attn_kv_b's rows
+    assert component(report, "Key content up-projection", 5)["bytes"] == 60 * (
+        2 * 128 * 512 * 64 + 2 * 512 * 8192
+    )
+
+
 # --- --quant: sizing from the config, labelled -----------------------------------------------------------
 
 
 def test_quant_q6_k_from_the_bundled_config():
     report = gguf_json("--quant", "Q6_K")
+    assert report["ok"] and report["mismatches"] == []
     assert report["estimate"].startswith("estimate:")
     assert report["file_size"]["llama_cpp"] == K2_Q6_K  # the real conversion's figure
     assert {k: v["tensors"] for k, v in report["by_type"].items()} == {"Q6_K": 670, "F32": 365, "Q8_0": 61}
@@ -187,6 +234,21 @@ def test_not_deepseek2_and_missing_keys(tmp_path):
     assert fails(str(file)) == (
         f"kimicount: error: {file}: key 'deepseek2.expert_count': missing (required to check the tensors)"
     )
+    metadata = deepseek2_metadata("kimi-k2-thinking")
+    metadata["deepseek2.expert_used_count"] = (500, GGUFValueType.UINT32)
+    (file,) = write_gguf(tmp_path / "k.gguf", tensors, as_listed, metadata)
+    assert fails(str(file)).startswith(
+        f"kimicount: error: {file}: key 'deepseek2.expert_used_count': 500 is more"
+    )
+
+
+@pytest.mark.parametrize("args", [["gguf", "--help"], ["gguf", "--quant", "Q7"], ["gguf", "-h"]])
+def test_help_and_usage_errors_import_neither_rich_gguf_nor_the_anatomy(args):
+    result = run_kimicount(*args, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "kimicount.cli.gguf" in imported  # the check sees our own imports
+    heavy = {m for m in imported if m.split(".")[0] in ("rich", "gguf", "numpy", "huggingface_hub")}
+    assert not heavy and "kimicount.anatomy" not in imported
 
 
 def test_params_does_not_import_gguf():
@@ -250,7 +312,12 @@ def test_hub_include_matching_nothing_or_too_much(hub):
         f"kimicount: error: {REPO}@main: no .gguf file matches --include Q2_K/*"
     )
     result = run_kimicount("gguf", "--repo", REPO, "--include", "*.gguf", env=env)
-    assert result.returncode == 2 and "are not one split set" in result.stderr
+    assert (
+        result.returncode == 2
+        and "--include matches 5 .gguf files that are not one split set" in result.stderr
+    )
+    result = run_kimicount("gguf", "--repo", REPO, env=env)
+    assert result.returncode == 2 and "the repo has 5 .gguf files that are not one split set" in result.stderr
 
 
 def test_hub_split_set_missing_a_file(hub):
@@ -264,7 +331,44 @@ def test_hub_split_set_missing_a_file(hub):
     )
 
 
+def test_hub_quant_reads_the_repos_config(hub):
+    fake, env = hub
+    fake.repos[REPO].files["config.json"] = (FIXTURES / "deepseek-v3" / "config.json").read_bytes()
+    result = run_kimicount("gguf", "--repo", REPO, "--quant", "Q8_0", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["file_size"]["llama_cpp"] == R1_Q8_0
+
+
 def test_hub_repo_not_found(hub):
     _, env = hub
     result = run_kimicount("gguf", "--repo", "nobody/nothing", "--include", "*", env=env)
     assert result.returncode == 2 and "repo not found" in result.stderr
+
+
+# --- an 80-column terminal: every number whole -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", ["3", "all"])
+def test_every_number_whole_at_80_columns(depth):
+    # the figures: llama.cpp's total for Kimi K2 Q6_K, and the routed experts of the 60 MoE blocks
+    figures = ["842,565,869,056", "784.70 GiB", f"{60 * 3 * (7168 * 2048 * 384 // 256 * 210):,}"]
+    _check_80_columns(["gguf", "--quant", "Q6_K", "--depth", depth], figures[: 3 if depth == "all" else 2])
+
+
+def test_mismatches_at_80_columns(tmp_path):
+    tensors = [t for t in read_map("kimi-k2-thinking") if t.name != "blk.7.attn_q_a_norm.weight"]
+    (file,) = write_gguf(tmp_path / "bad.gguf", tensors, as_listed, deepseek2_metadata("kimi-k2-thinking"))
+    out = _check_80_columns(["gguf", str(file)], ["blk.7.attn_q_a_norm.weight", "[1536]"], exit_code=1)
+    assert "1 mismatches" in out
+
+
+def test_hub_header_longer_than_the_first_read(httpserver, tmp_path, k2_q6):  # noqa: F811
+    # Kimi K2's header holds 163,840 tokens (about 2.4 MB): the first MiB, then the window grown fourfold
+    fake = FakeHub()
+    fake.add_repo("someone/Kimi-K2-GGUF", {"Q6_K/Kimi-K2-Instruct-Q6_K.gguf": k2_q6})
+    env = {"HF_ENDPOINT": fake.install(httpserver), "HF_HOME": str(tmp_path / "hf")}
+    result = run_kimicount("gguf", "--repo", "someone/Kimi-K2-GGUF", "--include", "Q6_K/*", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["file_size"]["llama_cpp"] == K2_Q6_K
+    ranges = [r for _, path, r in fake.requests if "/resolve/" in path]
+    assert ranges == ["bytes=0-1048575", "bytes=1048576-4194303"]

@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from gguf import GGUFValueType
 
 from kimicount.errors import CheckpointError, SourceError
 from kimicount.gguf.reader import read_gguf
@@ -187,8 +188,69 @@ def test_bad_header_is_one_error_naming_file_and_field(tmp_path, data, size, mes
         read_gguf(path)
 
 
-def test_not_a_file(tmp_path):
-    with pytest.raises(CheckpointError, match="a directory, expected a .gguf file"):
+def test_a_header_too_long_to_read(tmp_path):
+    # a 300 MB string in a 1 GB (sparse) file: refused before it is read
+    data = header([], kv=gguf_string("k") + struct.pack("<IQ", 8, 300_000_000), kv_count=1)
+    path = write(tmp_path / "long.gguf", data, 10**9)
+    with pytest.raises(CheckpointError, match=r"long.gguf: the header is over 268,435,456 bytes"):
+        read_gguf(path)
+
+
+def test_a_folder_holding_one_split_set(tmp_path):
+    files = write_gguf(tmp_path / "m.gguf", read_map("deepseek-v3.1-terminus")[:30], as_listed,
+                       deepseek2_metadata("v3"), split_max_tensors=10)  # fmt: skip
+    (tmp_path / "README.md").write_text("not a gguf")
+    listing = read_gguf(tmp_path)
+    assert listing.files == tuple(map(str, files)) and len(listing.tensors) == 30
+    (tmp_path / "mmproj.gguf").write_bytes(b"GGUF")
+    with pytest.raises(SourceError, match=r"4 .gguf files that are not one split set \(.*\); name one file$"):
         read_gguf(tmp_path)
+    with pytest.raises(SourceError, match=r"empty: no .gguf file in this folder"):
+        read_gguf((tmp_path / "empty").mkdir() or tmp_path / "empty")
+
+
+def test_not_a_file(tmp_path):
     with pytest.raises(SourceError, match="nope.gguf: no such file"):
         read_gguf(tmp_path / "nope.gguf")
+
+
+def test_agrees_with_gguf_pys_own_reader(tmp_path):
+    # GGUFReader, llama.cpp's reference reader in Python, on the same full-size files: every tensor's
+    # name, shape, type and bytes, and every scalar of the metadata, the same
+    from gguf import GGUFReader
+
+    files = write_gguf(tmp_path / "R1-Q8_0.gguf", read_map("deepseek-v3.1-terminus"),
+                       lambda t: "F32" if t.dtype == "f32" else "Q8_0", deepseek2_metadata("deepseek-v3"),
+                       split_max_tensors=500, tokens=1000)  # fmt: skip
+    listing = read_gguf(files[0])
+    theirs = [GGUFReader(f) for f in files]
+    assert [(t.name, t.shape, t.ggml_type, t.nbytes) for t in listing.tensors] == [
+        (t.name, tuple(int(d) for d in t.shape), t.tensor_type.name, int(t.n_bytes))
+        for r in theirs
+        for t in r.tensors
+    ]
+    scalars = {
+        name: field.contents()
+        for name, field in theirs[0].fields.items()
+        if not name.startswith("GGUF.") and field.types[0] != GGUFValueType.ARRAY
+    }
+    assert scalars == {k: v for k, v in listing.metadata.items() if k in scalars}
+    assert set(scalars) == {k for k, v in listing.metadata.items() if not hasattr(v, "length")}
+    tokens = listing.metadata["tokenizer.ggml.tokens"]
+    assert (tokens.item_type, tokens.length) == (
+        "STRING",
+        len(theirs[0].fields["tokenizer.ggml.tokens"].data),
+    )
+
+
+def test_short_arrays_keep_their_values(tmp_path):
+    metadata = {
+        "general.tags": (["deepseek", "kimi"], GGUFValueType.ARRAY),
+        "x.layers": ([1, 2, 3], GGUFValueType.ARRAY),
+        "x.long": (list(range(300)), GGUFValueType.ARRAY),
+    }
+    (file,) = write_gguf(tmp_path / "arrays.gguf", read_map("kimi-k2-thinking")[:2], as_listed, metadata)
+    found = read_gguf(file).metadata
+    assert (found["general.tags"].item_type, found["general.tags"].values) == ("STRING", ("deepseek", "kimi"))
+    assert found["x.layers"].values == (1, 2, 3) and found["x.layers"].length == 3
+    assert (found["x.long"].length, found["x.long"].values) == (300, None)  # longer than 256: length only

@@ -34,8 +34,8 @@ def gguf(
         Path | None,
         typer.Argument(
             metavar="[FILE]",
-            help="A .gguf file, or the first file of a split set (…-00001-of-00009.gguf): every file's "
-            "header is read, never the tensor data.",
+            help="A .gguf file, the first file of a split set (…-00001-of-00009.gguf), or a folder "
+            "holding one of either: every file's header is read, never the tensor data.",
             show_default=False,
         ),
     ] = None,

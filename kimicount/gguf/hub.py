@@ -14,7 +14,7 @@ from huggingface_hub import HfApi, constants, hf_hub_url
 from huggingface_hub.utils import filter_repo_objects
 
 from kimicount.errors import SourceError
-from kimicount.gguf.reader import SPLIT_NAME, FileHeader, GGUFListing, assemble, read_header
+from kimicount.gguf.reader import FileHeader, GGUFListing, assemble, listed, one_set, read_header
 from kimicount.hub import _get_range, _where, hub_errors
 from kimicount.hub_transport import Operation, map_parallel, run
 from kimicount.source import HubOptions
@@ -45,7 +45,7 @@ def _read(operation: Operation, repo: str, include: list[str], revision: str | N
     patterns = " ".join(include) or "(none)"
     if not ggufs:
         raise SourceError(f"{where}: no .gguf file matches --include {patterns}")
-    _one_set(where, [e.path for e in ggufs])
+    _one_set(where, [e.path for e in ggufs], bool(include))
     sizes = {e.path: e.size for e in ggufs}
 
     def read(path: str) -> FileHeader:
@@ -66,18 +66,10 @@ def _read(operation: Operation, repo: str, include: list[str], revision: str | N
     return assemble(ordered)
 
 
-def _one_set(where: str, paths: list[str]) -> None:
-    """One file, or the files of one split set (PREFIX-0000N-of-0000M.gguf, one prefix and M)."""
-    if len(paths) == 1:
-        return
-    sets = set()
-    for path in paths:
-        head, _, name = path.rpartition("/")
-        match = SPLIT_NAME.match(name)
-        sets.add((head, match["prefix"], match["count"]) if match else (path,))
-    if len(sets) > 1:
-        listed = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+def _one_set(where: str, paths: list[str], included: bool) -> None:
+    if not one_set(paths):
+        matched = "--include matches" if included else "the repo has"
         raise SourceError(
-            f"{where}: --include matches {len(paths)} .gguf files that are not one split set ({listed}); "
-            "narrow it to one quantization"
+            f"{where}: {matched} {len(paths)} .gguf files that are not one split set ({listed(paths)}); "
+            'choose one quantization with --include (e.g. "Q4_K_M/*")'
         )

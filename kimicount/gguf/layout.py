@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kimicount.anatomy import Node, TensorRef, build_anatomy
-from kimicount.errors import CheckpointError
+from kimicount.errors import CheckpointError, ConfigError
 from kimicount.gguf.reader import GGUFArray, GGUFListing, GGUFTensor
 from kimicount.spec import ModelSpec, spec_from_config
 from kimicount.verify import Mismatch
@@ -137,6 +137,17 @@ _REQUIRED_KEYS = {
 }
 
 
+#: Every config.json key the spec is built from, by the GGUF key it comes from (for error messages).
+_METADATA_KEYS = {
+    **{f"{ARCH}.{key}": hf for key, hf in _REQUIRED_KEYS.items()},
+    f"{ARCH}.attention.q_lora_rank": "q_lora_rank",
+    f"{ARCH}.attention.key_length(_mla)": "qk_nope_head_dim",
+    f"{ARCH}.attention.value_length(_mla)": "v_head_dim",
+    f"{ARCH}.vocab_size": "vocab_size",
+    f"{ARCH}.context_length": "max_position_embeddings",
+}
+
+
 def _integer(metadata: Mapping[str, object], key: str, where: str, *, required: bool = True) -> int | None:
     value = metadata.get(key)
     if value is None:
@@ -197,13 +208,20 @@ def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSp
         _integer(metadata, f"{ARCH}.context_length", where, required=False) or 1
     )
     # expert_gating_func 2 is sigmoid (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID): V3's router, with its
-    # score-correction bias (exp_probs_b); 1 (softmax) is V2's, without.
+    # score-correction bias (exp_probs_b); 1 (softmax) is V2's, without. llama-model.cpp reads a file
+    # without the key (DeepSeek-V2/V2.5 GGUFs) as softmax.
     gating = metadata.get(f"{ARCH}.expert_gating_func")
-    config["topk_method"] = "greedy" if gating == 1 else "noaux_tc"
+    config["topk_method"] = "noaux_tc" if gating == 2 else "greedy"
     config["tie_word_embeddings"] = False
     config["torch_dtype"] = "bfloat16"
     label = name or str(metadata.get("general.name") or where)
-    return spec_from_config(config, name=label, where=f"{where} ({ARCH}.* metadata)")
+    try:
+        return spec_from_config(config, name=label, where=where)
+    except ConfigError as error:  # it names config.json's keys: say which GGUF key each came from
+        message = str(error)
+        for key, hf in _METADATA_KEYS.items():
+            message = message.replace(f"key '{hf}'", f"key '{key}'")
+        raise CheckpointError(message) from error
 
 
 # --- the check and the bytes per component ----------------------------------------------------------
@@ -238,7 +256,7 @@ class GGUFReport:
     by_type: dict[str, tuple[int, int, int]]  # ggml type -> (tensors, elements, bytes)
     components: tuple[ComponentBytes, ...]
     mismatches: tuple[Mismatch, ...]
-    kv_b_split: bool
+    kv_b: str  # how kv_b_proj is stored: "attn_k_b + attn_v_b", "attn_kv_b", or both
     estimate: str | None = None  # why the figures are an estimate (a --quant sizing), or None
 
     @property
@@ -264,8 +282,15 @@ def check_listing(
     spec = spec or spec_from_metadata(listing)
     found = {t.name: t for t in listing.tensors}
     split = any(re.fullmatch(r"blk\.[0-9]+\.attn_[kv]_b\.weight", name) for name in found)
+    whole = any(re.fullmatch(r"blk\.[0-9]+\.attn_kv_b\.weight", name) for name in found)
     tree = build_anatomy(spec).model
     expected, leaves = expected_tensors(tree, spec, split_kv_b=split)
+    if split and whole:
+        # Some conversions write attn_kv_b beside attn_k_b and attn_v_b (llama.cpp's loader takes it as
+        # optional, llama-model.cpp TENSOR_NOT_REQUIRED): the same weights stored twice, both counted in
+        # the file size and in the key and value components' bytes.
+        both, _ = expected_tensors(tree, spec, split_kv_b=False)
+        expected.update((name, t) for name, t in both.items() if name.endswith(".attn_kv_b.weight"))
     mismatches = []
     leaf_bytes = [0] * len(leaves)
     leaf_tensors: list[set[str]] = [set() for _ in leaves]
@@ -287,38 +312,18 @@ def check_listing(
         for t in listing.tensors
         if t.name not in expected
     ]
-    types_of = {t.name: t.ggml_type for t in listing.tensors}
-    components = []
-    ids = {id(leaf): i for i, leaf in enumerate(leaves)}
-
-    def visit(node: Node, depth: int) -> tuple[int, set[str]]:
-        if node.tensors:
-            i = ids[id(node)]
-            total, names = leaf_bytes[i], set(leaf_tensors[i])
-            index = len(components)
-            components.append(None)
-        else:
-            index = len(components)
-            components.append(None)
-            total, names = 0, set()
-            for child in node.children:
-                child_bytes, child_names = visit(child, depth + 1)
-                total += child_bytes
-                names |= child_names
-        types = tuple(sorted({types_of[n] for n in names}))
-        components[index] = ComponentBytes(node.name, depth, node.params, len(names), total, types)
-        return total, names
-
-    visit(tree, 0)
+    components = _component_bytes(
+        tree, leaves, leaf_bytes, leaf_tensors, {t.name: t.ggml_type for t in listing.tensors}
+    )
     by_type: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for t in listing.tensors:
         row = by_type[t.ggml_type]
         row[0] += 1
         row[1] += t.elements
         row[2] += t.nbytes
+    more = len(listing.files) - 1
     return GGUFReport(
-        source=", ".join(listing.files[:1])
-        + (f" (+{len(listing.files) - 1} files)" if len(listing.files) > 1 else ""),
+        source=listing.files[0] + (f" (+{more} files)" if more else ""),
         model=spec.name,
         files=listing.files,
         file_bytes=listing.file_bytes,
@@ -327,8 +332,38 @@ def check_listing(
         elements=listing.elements,
         parameters_expected=tree.params,
         by_type={k: tuple(v) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1][2])},
-        components=tuple(components),
+        components=components,
         mismatches=tuple(mismatches),
-        kv_b_split=split,
+        kv_b=" + ".join(["attn_k_b + attn_v_b"] * split + ["attn_kv_b"] * (whole or not split)),
         estimate=estimate,
     )
+
+
+def _component_bytes(
+    tree: Node,
+    leaves: list[Node],
+    leaf_bytes: list[int],
+    leaf_tensors: list[set[str]],
+    types_of: dict[str, str],
+) -> tuple[ComponentBytes, ...]:
+    """Every node of the tree, in order (a node before its children): its bytes, the sum of its leaves',
+    and the GGUF tensors it owns all or part of (a tensor two children share counts once)."""
+    ids = {id(leaf): i for i, leaf in enumerate(leaves)}
+    rows: list[ComponentBytes] = []
+
+    def visit(node: Node, depth: int) -> tuple[int, set[str]]:
+        index = len(rows)
+        rows.append(ComponentBytes(node.name, depth, node.params, 0, 0, ()))  # filled in below
+        if node.tensors:
+            total, names = leaf_bytes[ids[id(node)]], leaf_tensors[ids[id(node)]]
+        else:
+            total, names = 0, set()
+            for child in node.children:
+                child_bytes, child_names = visit(child, depth + 1)
+                total, names = total + child_bytes, names | child_names
+        types = tuple(sorted({types_of[name] for name in names}))
+        rows[index] = ComponentBytes(node.name, depth, node.params, len(names), total, types)
+        return total, names
+
+    visit(tree, 0)
+    return tuple(rows)

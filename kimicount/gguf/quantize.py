@@ -24,12 +24,13 @@ rules (MLA has neither), the n_expert == 8 rules (Mixtral), imatrix-dependent ch
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from kimicount.anatomy import build_anatomy
 from kimicount.errors import UsageError
-from kimicount.gguf.layout import expected_tensors
 from kimicount.gguf.reader import GGUFListing, GGUFTensor
-from kimicount.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from kimicount.spec import ModelSpec
 
 #: The ftypes llama-quantize (and convert_hf_to_gguf.py for the float ones) offers that we size, with
 #: their default ggml type (llama_ftype_get_default_type).
@@ -142,6 +143,10 @@ def estimate_uniform(spec: ModelSpec, quant: str) -> GGUFListing:
     >>> f"{listing.tensor_bytes / 1024**3:.2f} GiB"  # llama.cpp printed 784.70 GiB for Kimi K2 Q6_K
     '784.70 GiB'
     """
+    # imported here: parse_quant, which reads the option, needs neither
+    from kimicount.anatomy import build_anatomy
+    from kimicount.gguf.layout import expected_tensors
+
     ftype = parse_quant(quant)
     tree = build_anatomy(spec).model
     expected, _ = expected_tensors(tree, spec, split_kv_b=True)

@@ -42,7 +42,7 @@ def gguf_json(report: GGUFReport) -> dict[str, Any]:
             "bits_per_weight": round(report.bits_per_weight, 4),
             "llama_cpp": file_size_line(report),
         },
-        "kv_b": "attn_k_b + attn_v_b" if report.kv_b_split else "attn_kv_b",
+        "kv_b": report.kv_b,
         "by_type": {
             name: {"tensors": tensors, "elements": elements, "bytes": nbytes}
             for name, (tensors, elements, nbytes) in report.by_type.items()
@@ -82,9 +82,9 @@ def render_gguf(console: Console, report: GGUFReport, *, max_depth: int | None =
         Column("Component"),
         Column("Parameters", number=True),
         Column("Tensors", number=True, drop=2),
-        Column("Types", drop=1),
+        Column("Types", drop=3, hint="--json"),
         Column("Bytes", number=True),
-        Column("", number=True),
+        Column("Size", number=True, drop=1),
         Column("BPW", number=True),
     )
     rows = [
