@@ -17,7 +17,7 @@ from kimicount.errors import SourceError
 from kimicount.gguf.reader import FileHeader, GGUFListing, assemble, listed, one_set, read_header
 from kimicount.hub import _get_range, _where, hub_errors
 from kimicount.hub_transport import Operation, map_parallel, run
-from kimicount.source import HubOptions
+from kimicount.options import HubOptions
 
 
 def read_gguf_hub(
@@ -53,7 +53,7 @@ def _read(operation: Operation, repo: str, include: list[str], revision: str | N
         file_where = f"{where}/{path}"
         with hub_errors(repo, revision, path):
             return read_header(
-                lambda start, length: _get_range(url, start, length, token, file_where)[0],
+                lambda start, length: _get_range(operation, url, start, length, file_where)[0],
                 sizes[path],
                 file_where,
             )
