@@ -1,6 +1,6 @@
 """The command line: parse options, call the library, render with rich or print --json. Nothing else.
 
-One module per command (params, verify, kv_cache, measure, flops, plan), each the same shape, so that a
+One module per command (params, verify, kv_cache, measure, flops, plan, models), each the same shape, so that a
 new one slots in the same way:
 - its options are the shared annotated types of `common`: the model (a positional ORG/NAME, --repo,
   --config, --revision), and counts, sizes and dtypes as text that kimicount.options reads the same
@@ -29,6 +29,7 @@ COMMANDS = {
     "flops": "flops",
     "kv-cache": "kv_cache",
     "measure": "measure",
+    "models": "models",
     "params": "params",
     "plan": "plan",
     "verify": "verify",
