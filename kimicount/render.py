@@ -21,6 +21,7 @@ from typing import NamedTuple, TypeVar
 
 from rich.cells import cell_len
 from rich.console import Console, RenderableType
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -276,7 +277,8 @@ def _fewest_lines(
     their headers on two lines, or whole); and either the wrapping columns sharing what is left, the
     narrowest widened first, or the one wrapping column on indented lines under each row, with the room
     left to the first column. Each layout's line count falls as `width` grows and the set of layouts
-    that fit only grows, so the fewest falls too. Ties: more columns, then the wrapping text in columns."""
+    that fit only grows, so the fewest falls too. The line naming the columns left out counts too.
+    Ties: more columns, then the wrapping text in columns."""
     sets = [list(range(len(columns)))]
     while max(columns[i].drop for i in sets[-1]) > 0:
         highest = max(columns[i].drop for i in sets[-1])
@@ -295,6 +297,8 @@ def _fewest_lines(
 
     for rank, kept in enumerate(sets):
         wrapping = [i for i in kept if columns[i].wraps]
+        left_out = [column for i, column in enumerate(columns) if i not in kept]
+        note = len(_wrapped(escape(left_out_note(width, left_out)), width)) if left_out else 0
         for level, chosen in enumerate(header_widths):
             widths = list(chosen)
             room = width - _total(widths[i] for i in kept)
@@ -308,7 +312,7 @@ def _fewest_lines(
                 overflows = int(room < 0)  # a layout that does not fit only when none does
                 if overflows and not columns[kept[0]].number:  # then cut the first column's text, no number
                     widths[kept[0]] = max(1, widths[kept[0]] + room)
-                lines = _table_lines(columns, headers, cells, kept, widths)
+                lines = note + _table_lines(columns, headers, cells, kept, widths)
                 consider((overflows, lines, rank, 0, -level), _Layout(kept, widths))
             if len(wrapping) == 1 and wrapping[0] != kept[0]:
                 under = wrapping[0]
@@ -316,7 +320,7 @@ def _fewest_lines(
                 room = width - _total(widths[i] for i in kept if i != under)
                 if room >= 0:
                     widths[kept[0]] += room
-                    lines = _under_lines(columns, headers, cells, kept, widths, under, continuation)
+                    lines = note + _under_lines(columns, headers, cells, kept, widths, under, continuation)
                     consider((0, lines, rank, 1, -level), _Layout(kept, widths, under))
     assert best is not None
     return best[1]
@@ -448,8 +452,13 @@ def show_fitted(console: Console, table: Table, left_out: Sequence[Column]) -> N
     """Print a fitted table, then a line naming the columns it left out and where else to see them."""
     show(console, table)
     if left_out:
-        names = ", ".join(column.header + (f" ({column.hint})" if column.hint else "") for column in left_out)
-        show(console, f"[dim]Left out at {console.width} columns: {names}; a wider terminal shows them.[/]")
+        show(console, f"[dim]{left_out_note(console.width, left_out)}[/]")
+
+
+def left_out_note(width: int, left_out: Sequence[Column]) -> str:
+    """The line under a table that names the columns it left out, and where else to see them."""
+    names = ", ".join(column.header + (f" ({column.hint})" if column.hint else "") for column in left_out)
+    return f"Left out at {width} columns: {names}; a wider terminal shows them."
 
 
 # --- runs of identical layers ----------------------------------------------------------------------
