@@ -96,8 +96,12 @@ def load_checkpoint(
         raise UsageError("name one checkpoint: --path DIR or --repo ORG/NAME")
     _hub_options_need_repo(revision, hub_options, repo)
     if repo is not None:
-        from kimicount.models import looks_like_folder, spec_for_config_option
+        from kimicount.models import known_model, looks_like_folder, spec_for_config_option
 
+        if (
+            known := known_model(repo)
+        ) is not None:  # a short name stands for its repo (the headers are the Hub's)
+            repo = known.repo
         if looks_like_folder(repo):
             raise UsageError(
                 f"{shorten(repo)}: a folder, not a Hub repo id (ORG/NAME): give it as --path {shorten(repo)}"

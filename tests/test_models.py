@@ -213,3 +213,19 @@ def test_names_are_unique():
     # no name answers for two models
     names = [name for model in MODELS for name in set(model.names())]
     assert len(names) == len(set(names))
+
+
+def test_a_known_name_imports_no_hub_client():
+    result = run_kimicount("params", "deepseek-v3", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == 0, result.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "kimicount.models" in imported  # the check sees our own imports
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "huggingface_hub")}
+
+
+def test_verify_reads_a_short_name_as_its_repo(httpserver, tmp_path):
+    fake = FakeHub()
+    env = {"HF_ENDPOINT": fake.install(httpserver), "HF_HOME": str(tmp_path / "hf")}
+    result = run_kimicount("verify", "k2-thinking", env=env)
+    assert result.returncode == 2
+    assert result.stderr.startswith("kimicount: error: moonshotai/Kimi-K2-Thinking@main: ")
