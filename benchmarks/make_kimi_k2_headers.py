@@ -8,6 +8,7 @@ run `kimicount verify --path` on without downloading a terabyte.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -17,10 +18,17 @@ sys.path.insert(0, str(ROOT))
 from tests.checkpoints import kimi_k2_layout
 
 
-def main() -> None:
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__)
-    folder = kimi_k2_layout(Path(sys.argv[1]), config=ROOT / "fixtures/kimi-k2-instruct/config.json")
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "folder",
+        type=Path,
+        help="where to write the shards (created; a few MB on disk, the data left as sparse holes)",
+    )
+    args = parser.parse_args(argv)  # --help prints and exits before anything is written
+    folder = kimi_k2_layout(args.folder, config=ROOT / "fixtures/kimi-k2-instruct/config.json")
     print(f"{folder}: {len(list(folder.glob('*.safetensors')))} header-only shards, index and config.json")
 
 

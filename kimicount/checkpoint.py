@@ -175,9 +175,14 @@ def checkpoint_files(folder: Path) -> tuple[list[Path], Index | None]:
     if os.path.lexists(index_path):
         text = read_capped(index_path, MAX_INDEX_BYTES, "index", CheckpointError)
         index = parse_index(text, str(index_path))
-        for name in index.files:
-            if not (folder / name).is_file():
-                raise CheckpointError(f"{index_path}: names shard '{name}', which is not in {folder}")
+        missing = [name for name in index.files if not (folder / name).is_file()]
+        if len(missing) == 1:
+            raise CheckpointError(f"{index_path}: names shard '{missing[0]}', which is not in {folder}")
+        if missing:  # every one, so that one download fetches them all
+            names = ", ".join(f"'{name}'" for name in missing)
+            raise CheckpointError(
+                f"{index_path}: names {len(missing)} shards that are not in {folder}: {names}"
+            )
         return [folder / name for name in index.files], index
     if os.path.lexists(folder / SINGLE_FILE):  # read_local_header says if it is no regular file
         return [folder / SINGLE_FILE], None

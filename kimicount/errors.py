@@ -24,6 +24,11 @@ class SourceError(KimicountError):
     """A repo, revision, file or folder cannot be reached or does not exist."""
 
 
+class UnreachableError(SourceError):
+    """The source could not be asked: no connection, no answer in time, offline mode, or every try
+    failed. It says nothing of whether the repo or file is there (a bundled config may stand in)."""
+
+
 class UsageError(KimicountError):
     """An option value that parses but makes no sense (a budget, a TP degree that does not divide heads)."""
 

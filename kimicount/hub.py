@@ -48,7 +48,7 @@ from kimicount.checkpoint import (
     parse_index,
     paused_gc,
 )
-from kimicount.errors import CheckpointError, SourceError
+from kimicount.errors import CheckpointError, SourceError, UnreachableError
 from kimicount.headers import MAX_HEADER_BYTES, FileHeader, header_length, parse_header
 from kimicount.hub_transport import (
     COMMIT,
@@ -92,11 +92,11 @@ def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]
     except (OutOfTime, SourceError, CheckpointError):
         raise
     except Unreachable as error:
-        raise SourceError(f"{where}: cannot reach {constants.ENDPOINT}: {error}") from error
+        raise UnreachableError(f"{where}: cannot reach {constants.ENDPOINT}: {error}") from error
     except Refused as error:
         raise SourceError(f"{where}: {filename}: {error}") from error
     except GaveUp as error:  # already names the request, what failed and how often
-        raise SourceError(f"{where}: {error}") from error
+        raise UnreachableError(f"{where}: {error}") from error
     except GatedRepoError as error:
         raise SourceError(
             f"{where}: gated repo; accept its terms on the Hub and set HF_TOKEN or --token "
@@ -111,11 +111,14 @@ def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]
     except LocalEntryNotFoundError as error:
         # The Hub could not be asked (offline mode, a timeout) or did not answer with the file, and the
         # file is not in the local cache either: say which.
-        raise SourceError(f"{where}: {_why_not_fetched(error, filename)}") from error
+        answered = isinstance(error.__cause__, HfHubHTTPError) and error.__cause__.response is not None
+        raise (SourceError if answered else UnreachableError)(
+            f"{where}: {_why_not_fetched(error, filename)}"
+        ) from error
     except EntryNotFoundError as error:
         raise SourceError(f"{where}: no file '{filename}' in the repo") from error
     except OfflineModeIsEnabled as error:
-        raise SourceError(f"{where}: HF_HUB_OFFLINE is set and {filename} must be fetched") from error
+        raise UnreachableError(f"{where}: HF_HUB_OFFLINE is set and {filename} must be fetched") from error
     except HFValidationError as error:
         raise SourceError(f"'{shorten(repo)}': not a valid repo id ({first_line(error)})") from error
     except HfHubHTTPError as error:
@@ -130,11 +133,11 @@ def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]
             f"({first_line(error)})"
         ) from error
     except httpx.TimeoutException as error:
-        raise SourceError(
+        raise UnreachableError(
             f"{where}: {filename}: no answer from {constants.ENDPOINT} in time ({error})"
         ) from error
     except httpx.HTTPError as error:  # any other network failure
-        raise SourceError(f"{where}: cannot reach {constants.ENDPOINT}: {first_line(error)}") from error
+        raise UnreachableError(f"{where}: cannot reach {constants.ENDPOINT}: {first_line(error)}") from error
     except httpx.InvalidURL as error:
         raise SourceError(f"{where}: {filename}: not a valid URL ({first_line(error)})") from error
     except OSError as error:  # the Hub cache: a file name too long, a full disk, no permission

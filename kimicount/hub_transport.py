@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from huggingface_hub import constants
 from huggingface_hub.utils import _http, get_session, set_client_factory
 
-from kimicount.errors import SourceError
+from kimicount.errors import UnreachableError
 from kimicount.options import HubOptions
 from kimicount.reading import shorten
 
@@ -153,9 +153,9 @@ class Operation:
         time.sleep(min(2.0 ** max(failed - 1, 0), 8.0, max(0.0, self.deadline - time.monotonic())))
         self.check()
 
-    def out_of_time(self) -> SourceError:
+    def out_of_time(self) -> UnreachableError:
         last = f" (last failure: {self.last_failure})" if self.last_failure else ""
-        return SourceError(
+        return UnreachableError(
             f"{self.where}: gave up after {self.options.timeout:g} s (--timeout, KIMICOUNT_TIMEOUT) while "
             f"{self.doing}{last}"
         )

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TypeVar
+from functools import lru_cache
+from typing import NamedTuple, TypeVar
 
+from rich.cells import cell_len
 from rich.console import Console, RenderableType
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -173,12 +177,18 @@ def fitted(
     *,
     styles: Sequence[str | None] | None = None,
     header: bool = True,
+    continuation: Sequence[str] | None = None,
 ) -> tuple[Table, list[Column]]:
     """A table of `rows` that fits `console.width` without cutting a number, and the columns it left out.
 
     As wide as its contents when that fits (the usual case off a terminal: 240 columns). Otherwise the
-    number columns' headers wrap (never the numbers), wrapping text narrows to its minimum, and columns
-    are left out, highest `drop` first, until the rest fits. `header=False` gives a grid."""
+    layout that takes the fewest lines, of those that fit: which columns to leave out (highest `drop`
+    first), how wide the number columns' headers are (they wrap, never the numbers), and the rest to the
+    wrapping text, which breaks between words and, in a word too long for its line, only after a `.`, `/`
+    or `,` between the parts of a name (never inside a number). Ties keep more columns. Each layout takes
+    fewer lines the wider the console, so a wider console never prints more lines than a narrower one.
+    `continuation` (per row) fills the first column's extra lines, e.g. with a tree's guides.
+    `header=False` gives a grid."""
     rows = [list(row) for row in rows]
     cells = [[row[i] for row in rows] for i in range(len(columns))]
     headers = [column.header if header else "" for column in columns]
@@ -187,57 +197,268 @@ def fitted(
     for column, head, col, width in zip(columns, headers, cells, natural):
         if column.number:
             narrowest.append(max(_longest_word(head), *(_width(c) for c in col)))
-        elif column.wraps:  # words longer than WORD_FOLD (tensor names) are folded, not given the width
+        elif column.wraps:  # words longer than WORD_FOLD (tensor names) break at dots, not given the width
             words = min(WORD_FOLD, max(_longest_word(c) for c in col))
             narrowest.append(max(column.min_width, _longest_word(head), words))
         else:
             narrowest.append(width)
 
-    def total(widths: Iterable[int]) -> int:
-        widths = list(widths)
-        return sum(widths) + GAP * (len(widths) - 1)
-
-    kept = list(range(len(columns)))
-    squeezed = total(natural) > console.width
-    if squeezed:
-        while total(narrowest[i] for i in kept) > console.width:
-            highest = max(columns[i].drop for i in kept)
-            if highest == 0:
-                break  # narrower than any table here is designed for: rich cuts what it must
-            kept = [i for i in kept if columns[i].drop != highest]
-        squeezed = total(natural[i] for i in kept) > console.width
-    widths = list(narrowest)
-    if squeezed:  # the room left widens number columns whose headers wrap: to two lines, then to one
-        room = console.width - total(narrowest[i] for i in kept)
-        for wanted in ([_two_lines(headers[i], narrowest[i]) for i in range(len(columns))], natural):
-            for i in sorted(kept, key=lambda i: wanted[i] - widths[i]):
-                if columns[i].number and 0 < wanted[i] - widths[i] <= room:
-                    room -= wanted[i] - widths[i]
-                    widths[i] = wanted[i]
+    if _total(natural) <= console.width:
+        layout = _Layout(list(range(len(columns))), None)
+    else:
+        layout = _fewest_lines(console.width, columns, headers, cells, natural, narrowest, continuation)
+    kept, widths, under = layout
     if header:
         table = Table(box=None, pad_edge=False, header_style="bold", show_header=True)
     else:
         table = Table.grid(padding=(0, GAP))
-    for i in kept:
+    shown_columns = [i for i in kept if i != under]
+    if under is not None:  # its header under the first column's, where its text is
+        headers = _under_headers(headers, kept[0], under)
+    for i in shown_columns:
         column = columns[i]
         table.add_column(
             headers[i],
             justify="right" if column.number else "left",
-            no_wrap=not column.wraps and not (column.number and squeezed),
+            no_wrap=not column.wraps and not (column.number and widths is not None),
             overflow="fold" if column.wraps else "ellipsis",
-            width=widths[i] if column.number and squeezed else None,
+            width=None if widths is None else widths[i],
         )
     for n, row in enumerate(rows):
-        table.add_row(*(row[i] for i in kept), style=styles[n] if styles else None)
+        wrapped = {i: _wrapped(row[i], widths[i]) for i in kept if columns[i].wraps} if widths else {}
+        guide = continuation[n] if continuation is not None else ""
+        first = Text.from_markup(row[kept[0]])
+        if under is not None and row[under]:
+            indent = Text(guide + " " * GAP)
+            lines = _wrapped(row[under], widths[kept[0]] - indent.cell_len)
+            first = Text("\n").join([first, *(indent + line for line in lines)])
+        height = max(
+            [len(lines) for i, lines in wrapped.items() if i != under] + [_lines(row[i]) for i in kept]
+        )
+        height = max(height, len(first.split("\n", allow_blank=True)))
+        shown: list[RenderableType] = []
+        for i in shown_columns:
+            if i == kept[0]:
+                extra = height - len(first.split("\n", allow_blank=True))
+                shown.append(Text("\n").join([first, *[Text(guide)] * extra]) if extra > 0 else first)
+            elif i in wrapped:
+                shown.append(Text("\n").join(wrapped[i]))
+            else:
+                shown.append(row[i])
+        table.add_row(*shown, style=styles[n] if styles else None)
     return table, [columns[i] for i in range(len(columns)) if i not in kept]
+
+
+class _Layout(NamedTuple):
+    """Which columns a table keeps, their widths (None: as wide as their contents), and the wrapping
+    column whose text goes on indented lines under each row's first cell instead of a column (None: none)."""
+
+    kept: list[int]
+    widths: list[int] | None
+    under: int | None = None
+
+
+def _total(widths: Iterable[int]) -> int:
+    widths = list(widths)
+    return sum(widths) + GAP * (len(widths) - 1)
+
+
+def _fewest_lines(
+    width: int,
+    columns: Sequence[Column],
+    headers: Sequence[str],
+    cells: Sequence[Sequence[str]],
+    natural: Sequence[int],
+    narrowest: Sequence[int],
+    continuation: Sequence[str] | None,
+) -> _Layout:
+    """The layout of fewest lines, of those that fit a table too wide for `width`. A layout is a set of
+    columns (leaving out the highest `drop` first); a width for all number columns (their narrowest,
+    their headers on two lines, or whole); and either the wrapping columns sharing what is left, the
+    narrowest widened first, or the one wrapping column on indented lines under each row, with the room
+    left to the first column. Each layout's line count falls as `width` grows and the set of layouts
+    that fit only grows, so the fewest falls too. The line naming the columns left out counts too.
+    Ties: more columns, then the wrapping text in columns."""
+    sets = [list(range(len(columns)))]
+    while max(columns[i].drop for i in sets[-1]) > 0:
+        highest = max(columns[i].drop for i in sets[-1])
+        sets.append([i for i in sets[-1] if columns[i].drop != highest])
+    header_widths = (
+        list(narrowest),
+        [_two_lines(h, n) if c.number else n for c, h, n in zip(columns, headers, narrowest)],
+        [max(w, n) if c.number else n for c, w, n in zip(columns, natural, narrowest)],
+    )
+    best: tuple[tuple[int, int, int, int, int], _Layout] | None = None
+
+    def consider(key: tuple[int, int, int, int, int], layout: _Layout) -> None:
+        nonlocal best
+        if best is None or key < best[0]:
+            best = (key, layout)
+
+    for rank, kept in enumerate(sets):
+        wrapping = [i for i in kept if columns[i].wraps]
+        left_out = [column for i, column in enumerate(columns) if i not in kept]
+        note = len(_wrapped(escape(left_out_note(width, left_out)), width)) if left_out else 0
+        for level, chosen in enumerate(header_widths):
+            widths = list(chosen)
+            room = width - _total(widths[i] for i in kept)
+            if room >= 0 or (level == 0 and rank == len(sets) - 1):  # the last: narrower than designed for
+                while room > 0:  # one column at a time to the narrowest wrapping column that wants more
+                    wanting = [i for i in wrapping if widths[i] < natural[i]]
+                    if not wanting:
+                        break
+                    widths[min(wanting, key=lambda i: widths[i])] += 1
+                    room -= 1
+                overflows = int(room < 0)  # a layout that does not fit only when none does
+                if overflows and not columns[kept[0]].number:  # then cut the first column's text, no number
+                    widths[kept[0]] = max(1, widths[kept[0]] + room)
+                lines = note + _table_lines(columns, headers, cells, kept, widths)
+                consider((overflows, lines, rank, 0, -level), _Layout(kept, widths))
+            if len(wrapping) == 1 and wrapping[0] != kept[0]:
+                under = wrapping[0]
+                widths = list(chosen)
+                room = width - _total(widths[i] for i in kept if i != under)
+                if room >= 0:
+                    widths[kept[0]] += room
+                    lines = note + _under_lines(columns, headers, cells, kept, widths, under, continuation)
+                    consider((0, lines, rank, 1, -level), _Layout(kept, widths, under))
+    assert best is not None
+    return best[1]
+
+
+def _under_headers(headers: Sequence[str], first: int, under: int) -> list[str]:
+    """The headers with column `under`'s moved under the first column's, indented as its text is."""
+    moved = list(headers)
+    if headers[under]:
+        moved[first] = f"{headers[first]}\n{' ' * GAP}{headers[under]}"
+    return moved
+
+
+def _under_lines(
+    columns: Sequence[Column],
+    headers: Sequence[str],
+    cells: Sequence[Sequence[str]],
+    kept: Sequence[int],
+    widths: Sequence[int],
+    under: int,
+    continuation: Sequence[str] | None,
+) -> int:
+    """The lines of a layout that puts column `under`'s text on lines under each row's first cell."""
+    shown = [i for i in kept if i != under]
+    total = _table_lines(columns, _under_headers(headers, kept[0], under), cells, shown, widths)
+    for n, text in enumerate(cells[under]):
+        if text:
+            guide = continuation[n] if continuation is not None else ""
+            total += len(_wrapped(text, widths[kept[0]] - cell_len(guide) - GAP))
+    return total
+
+
+def _table_lines(
+    columns: Sequence[Column],
+    headers: Sequence[str],
+    cells: Sequence[Sequence[str]],
+    kept: Sequence[int],
+    widths: Sequence[int],
+) -> int:
+    """The lines the table takes with these columns at these widths: its header and every row."""
+
+    def height(i: int, text: str) -> int:
+        if columns[i].wraps or (columns[i].number and text is headers[i]):
+            return len(_wrapped(text, widths[i]))
+        return _lines(text)
+
+    head = max(height(i, headers[i]) for i in kept) if any(headers) else 0
+    rows = range(len(cells[0])) if cells else range(0)
+    return head + sum(max(height(i, cells[i][n]) for i in kept) for n in rows)
+
+
+def _lines(text: str) -> int:
+    return text.count("\n") + 1
+
+
+_WORD = re.compile(r"\s*\S+\s*")
+
+#: The marks after which a word too long for its line may break, when they join two parts of a name.
+_JOINS = ".,/"
+
+
+def _parts(word: str) -> list[str]:
+    """A word cut after each `.`, `,` or `/` that joins two parts of a name (model.layers.0.mlp,
+    org/name), but not inside a number (1.03, 7,168) or a range (0..60).
+
+    >>> _parts("model.layers.0.self_attn.q_a_proj.weight")
+    ['model.', 'layers.', '0.', 'self_attn.', 'q_a_proj.', 'weight']
+    >>> _parts("1,026,408.5"), _parts("layers.{0..60}.mlp"), _parts("a.")
+    (['1,026,408.5'], ['layers.', '{0..60}.', 'mlp'], ['a.'])
+    """
+    parts, start = [], 0
+    for k in range(1, len(word) - 1):
+        before, mark, after = word[k - 1], word[k], word[k + 1]
+        if (
+            mark in _JOINS
+            and before not in _JOINS
+            and after not in _JOINS
+            and not (before.isdigit() and after.isdigit())
+        ):
+            parts.append(word[start : k + 1])
+            start = k + 1
+    return [*parts, word[start:]]
+
+
+@lru_cache(maxsize=4096)
+def _wrapped(markup: str, width: int) -> tuple[Text, ...]:
+    """`markup` as lines of at most `width` cells: explicit line breaks kept; words packed greedily as
+    rich does; a word longer than the width starts its own line, broken after name parts (`_parts`), and
+    only a part longer than the whole width is cut."""
+    text = Text.from_markup(markup)
+    width = max(width, 1)
+    lines: list[Text] = []
+    for paragraph in text.split("\n", allow_blank=True):
+        plain = paragraph.plain
+        offsets: list[int] = []  # where each line after the first starts
+        position = 0  # cells on the current line
+        for match in _WORD.finditer(plain):
+            word, start = match.group(), match.start()
+            length = cell_len(word.rstrip())
+            if position + length <= width:
+                position += cell_len(word)
+                continue
+            if length <= width:
+                if start:
+                    offsets.append(start)
+                position = cell_len(word)
+                continue
+            if start and position:  # a long word starts its own line
+                offsets.append(start)
+            position = 0
+            cursor = start
+            for part in _parts(word.rstrip()):
+                if position and position + len(part) > width:
+                    offsets.append(cursor)
+                    position = 0
+                while len(part) > width:  # a part longer than the whole line: cut, the last resort
+                    cursor, part = cursor + width, part[width:]
+                    offsets.append(cursor)
+                position += len(part)
+                cursor += len(part)
+            position += cell_len(word) - length
+        for piece in paragraph.divide(offsets) if offsets else [paragraph]:
+            piece.rstrip()  # in place: the space a line broke at
+            lines.append(piece)
+    return tuple(lines)
 
 
 def show_fitted(console: Console, table: Table, left_out: Sequence[Column]) -> None:
     """Print a fitted table, then a line naming the columns it left out and where else to see them."""
     show(console, table)
     if left_out:
-        names = ", ".join(column.header + (f" ({column.hint})" if column.hint else "") for column in left_out)
-        show(console, f"[dim]Left out at {console.width} columns: {names}; a wider terminal shows them.[/]")
+        show(console, f"[dim]{left_out_note(console.width, left_out)}[/]")
+
+
+def left_out_note(width: int, left_out: Sequence[Column]) -> str:
+    """The line under a table that names the columns it left out, and where else to see them."""
+    names = ", ".join(column.header + (f" ({column.hint})" if column.hint else "") for column in left_out)
+    return f"Left out at {width} columns: {names}; a wider terminal shows them."
 
 
 # --- runs of identical layers ----------------------------------------------------------------------

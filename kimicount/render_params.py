@@ -78,13 +78,12 @@ def component_table(
             hint=f"--detail {shown.value}",
         ),
     )
-    rows, styles = [], []
+    rows, styles, continuation = [], [], []
     for label, guides, node, parent in _tree_rows(root, max_depth):
         text = detail_text(node, shown, shapes)
-        extra_lines = text.count("\n")
         rows.append(
             (
-                "\n".join([label] + [guides] * extra_lines),  # keep the tree's guides unbroken
+                label,
                 f"{node.params_per_instance:,}",
                 _instances(node, parent),
                 f"{node.params:,}",
@@ -93,7 +92,8 @@ def component_table(
             )
         )
         styles.append("dim" if node.copy else None)
-    return fitted(console, columns, rows, styles=styles)
+        continuation.append(guides)  # under the label, on every further line: the tree's guides unbroken
+    return fitted(console, columns, rows, styles=styles, continuation=continuation)
 
 
 def _tensor_label(tensor: TensorRef) -> str:

@@ -38,10 +38,25 @@ def load_spec(
         raise UsageError("name the model once: --config or --repo, not both")
     _hub_options_need_repo(revision, hub_options, repo)
     if repo is not None:
-        hub = hub_module()
-        return hub.spec_from_hub_config(hub.download_config(repo, revision, hub_options), repo, revision)
+        from kimicount import models
+
+        if models.looks_like_folder(repo):
+            raise UsageError(
+                f"{shorten(repo)}: a folder, not a Hub repo id (ORG/NAME): give it as --config {shorten(repo)}"
+            )
+
+        def from_hub(repo_id: str) -> ModelSpec:
+            hub = hub_module()
+            return hub.spec_from_hub_config(
+                hub.download_config(repo_id, revision, hub_options), repo_id, revision
+            )
+
+        note = (hub_options or HubOptions()).note
+        return models.resolve(repo, revision, note, from_hub)
     if config is not None:
-        return spec_from_path(config)
+        from kimicount.models import spec_for_config_option
+
+        return spec_for_config_option(config, spec_from_path)
     return bundled_spec()
 
 
@@ -60,10 +75,21 @@ def load_checkpoint(
         raise UsageError("name one checkpoint: --path DIR or --repo ORG/NAME")
     _hub_options_need_repo(revision, hub_options, repo)
     if repo is not None:
+        from kimicount.models import known_model, looks_like_folder, spec_for_config_option
+
+        if (
+            known := known_model(repo)
+        ) is not None:  # a short name stands for its repo (the headers are the Hub's)
+            repo = known.repo
+        if looks_like_folder(repo):
+            raise UsageError(
+                f"{shorten(repo)}: a folder, not a Hub repo id (ORG/NAME): give it as --path {shorten(repo)}"
+            )
         hub = hub_module()
         config_path, checkpoint = hub.fetch_checkpoint(repo, revision, on_file, hub_options)
-        spec = spec_from_path(config) if config else hub.spec_from_hub_config(config_path, repo, revision)
-        return spec, checkpoint
+        if config:
+            return spec_for_config_option(config, spec_from_path), checkpoint
+        return hub.spec_from_hub_config(config_path, repo, revision), checkpoint
     from kimicount.checkpoint import read_folder
 
     assert path is not None
@@ -72,7 +98,9 @@ def load_checkpoint(
         config = path / "config.json"
         if not os.path.lexists(config):  # one that is there but no regular file is read, to say so
             raise UsageError(f"{path}: no config.json here; give --config")
-    return spec_from_path(config), checkpoint
+    from kimicount.models import spec_for_config_option
+
+    return spec_for_config_option(config, spec_from_path), checkpoint
 
 
 def hub_module() -> ModuleType:

@@ -10,7 +10,7 @@ from xml.etree import ElementTree
 import pytest
 
 from .helpers import FIXTURES, invoke, run_kimicount
-from .test_params_cli import _fails_cleanly, hub  # noqa: F401 (hub: the fake Hub fixture)
+from .test_params_cli import MIRROR, _fails_cleanly, hub  # noqa: F401 (hub: the fake Hub fixture)
 
 V3 = str(FIXTURES / "deepseek-v3")
 V32 = str(FIXTURES / "deepseek-v3.2-exp")
@@ -224,11 +224,11 @@ def test_python_dash_m_and_no_torch_or_hub_import():
 
 def test_repo_reads_the_config_from_the_hub(hub):  # noqa: F811
     _, env = hub
-    result = run_kimicount("kv-cache", "--repo", "moonshotai/Kimi-K2-Instruct", "--json", env=env)
+    result = run_kimicount("kv-cache", "--repo", MIRROR, "--json", env=env)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["model"], report["layouts"][0]["bytes_per_token"]) == (
-        "moonshotai/Kimi-K2-Instruct",
+        MIRROR,
         2_498_560,
     )
 

@@ -157,7 +157,7 @@ def test_python_dash_m_and_no_torch_or_hub_import():
 
 
 def test_the_root_help_lists_every_command_however_it_is_asked():
-    commands = ("flops", "gguf", "kv-cache", "measure", "params", "plan", "verify")
+    commands = ("flops", "gguf", "kv-cache", "measure", "models", "params", "plan", "verify")
     for args in (["--help"], ["-h", "params"], []):
         result = run_kimicount(*args)
         # no arguments: click prints the help on stderr, as an error
@@ -239,11 +239,16 @@ def test_subprocess_error_is_one_line(write_config):
 # --- --repo through the real huggingface_hub client against a local Hub ------------------------
 
 
+#: A repo kimicount does not bundle, holding Kimi K2's config: --repo reads it from the Hub (a bundled
+#: model's name would read the bundled config; tests/test_models.py covers that).
+MIRROR = "mirror/Kimi-K2-Instruct"
+
+
 @pytest.fixture
 def hub(httpserver, tmp_path):
     """A fake Hub serving Kimi K2's config; returns (hub, env for the client)."""
     fake = FakeHub()
-    fake.add_repo("moonshotai/Kimi-K2-Instruct", {"config.json": (KIMI_K2 / "config.json").read_bytes()})
+    fake.add_repo(MIRROR, {"config.json": (KIMI_K2 / "config.json").read_bytes()})
     fake.add_repo("org/gated", {"config.json": (KIMI_K2 / "config.json").read_bytes()}, token="hf_secret")
     env = {
         "HF_ENDPOINT": fake.install(httpserver),
@@ -255,22 +260,22 @@ def hub(httpserver, tmp_path):
 
 def test_repo_downloads_only_the_config(hub):
     fake, env = hub
-    result = run_kimicount("params", "--repo", "moonshotai/Kimi-K2-Instruct", "--json", env=env)
+    result = run_kimicount("params", "--repo", MIRROR, "--json", env=env)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert (report["model"], report["total"]) == ("moonshotai/Kimi-K2-Instruct", 1_026_408_232_448)
-    assert {path for _, path, _ in fake.requests} == {"/moonshotai/Kimi-K2-Instruct/resolve/main/config.json"}
+    assert (report["model"], report["total"]) == (MIRROR, 1_026_408_232_448)
+    assert {path for _, path, _ in fake.requests} == {"/mirror/Kimi-K2-Instruct/resolve/main/config.json"}
 
 
 def test_repo_named_as_hf_download_names_it(hub):
     # a positional ORG/NAME is --repo: the same request, the same report, for params and kv-cache
     fake, env = hub
-    result = run_kimicount("params", "moonshotai/Kimi-K2-Instruct", "--json", env=env)
+    result = run_kimicount("params", MIRROR, "--json", env=env)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["total"] == 1_026_408_232_448
-    kv = run_kimicount("kv-cache", "moonshotai/Kimi-K2-Instruct", "--tokens", "1", "--json", env=env)
+    kv = run_kimicount("kv-cache", MIRROR, "--tokens", "1", "--json", env=env)
     assert json.loads(kv.stdout)["layouts"][0]["bytes_per_token"] == 2_498_560
-    assert {path for _, path, _ in fake.requests} == {"/moonshotai/Kimi-K2-Instruct/resolve/main/config.json"}
+    assert {path for _, path, _ in fake.requests} == {"/mirror/Kimi-K2-Instruct/resolve/main/config.json"}
 
 
 def test_repo_named_twice_must_agree():
@@ -281,8 +286,8 @@ def test_repo_named_twice_must_agree():
 
 def test_repo_at_a_commit_and_then_offline_from_the_cache(hub):
     fake, env = hub
-    commit = fake.repos["moonshotai/Kimi-K2-Instruct"].commit
-    args = ("params", "--repo", "moonshotai/Kimi-K2-Instruct", "--revision", commit, "--json")
+    commit = fake.repos[MIRROR].commit
+    args = ("params", "--repo", MIRROR, "--revision", commit, "--json")
     assert run_kimicount(*args, env=env).returncode == 0
     fake.requests.clear()
     offline = run_kimicount(*args, env={**env, "HF_HUB_OFFLINE": "1"})
@@ -295,10 +300,10 @@ def test_repo_at_a_commit_and_then_offline_from_the_cache(hub):
     "args, extra_env, needle",
     [
         (["--repo", "nobody/nothing"], {}, "nobody/nothing@main: repo not found"),
-        (["--repo", "moonshotai/Kimi-K2-Instruct", "--revision", "v9"], {}, "revision 'v9' not found"),
+        (["--repo", MIRROR, "--revision", "v9"], {}, "revision 'v9' not found"),
         (["--repo", "org/gated"], {}, "org/gated@main: gated repo"),
         (["--repo", "org/gated"], {"HF_TOKEN": "hf_wrong"}, "org/gated@main: gated repo"),
-        (["--repo", "moonshotai/Kimi-K2-Instruct"], {"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE"),
+        (["--repo", MIRROR], {"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE"),
         (["--repo", "not a repo id!"], {}, "not a valid repo id"),
     ],
 )
@@ -319,7 +324,7 @@ def test_gated_repo_with_its_token(hub):
 def test_network_down_exits_2(tmp_path):
     # Nothing listens on port 9 (discard) here: the connection is refused.
     env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_ETAG_TIMEOUT": "2"}
-    result = run_kimicount("params", "--repo", "moonshotai/Kimi-K2-Instruct", env=env)
+    result = run_kimicount("params", "--repo", MIRROR, env=env)
     assert result.returncode == 2, result.stderr
     assert "cannot reach http://127.0.0.1:9" in result.stderr
     assert result.stderr.count("\n") == 1

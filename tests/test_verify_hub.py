@@ -205,23 +205,25 @@ def test_a_refused_connection_fails_at_once(tmp_path):
         port = closed.getsockname()[1]
     env = {"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HOME": str(tmp_path / "hf")}
     start = time.monotonic()
-    result = run_kimicount("params", "--repo", REPO, env=env)
+    result = run_kimicount("params", "--repo", "mirror/Kimi-K2-Instruct", env=env)  # a repo not bundled
     # huggingface_hub alone retries a refused connection for 23 s (1 + 2 + 4 + 8 + 8 s of back-off)
     assert time.monotonic() - start < 10
     assert result.returncode == 2 and result.stderr == (
-        f"kimicount: error: {REPO}@main: cannot reach http://127.0.0.1:{port}: connection refused\n"
+        f"kimicount: error: mirror/Kimi-K2-Instruct@main: cannot reach http://127.0.0.1:{port}: connection refused; "
+        "mirror/Kimi-K2-Instruct is not one of the models kimicount bundles (`kimicount models` lists them): "
+        "give its config.json with --config PATH\n"
     )
 
 
 def test_a_refused_connection_falls_back_on_the_cached_config(hub):
     _, env = hub
-    assert run_kimicount("params", "--repo", REPO, "--json", env=env).returncode == 0  # caches config.json
+    # --revision main: a bundled model's name reads the Hub's config only at a revision asked for
+    assert run_kimicount("params", "--repo", REPO, "--revision", "main", "--json", env=env).returncode == 0
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    result = run_kimicount(
-        "params", "--repo", REPO, "--json", env={**env, "HF_ENDPOINT": f"http://127.0.0.1:{port}"}
-    )
+    local = {**env, "HF_ENDPOINT": f"http://127.0.0.1:{port}"}
+    result = run_kimicount("params", "--repo", REPO, "--revision", "main", "--json", env=local)
     assert result.returncode == 0 and json.loads(result.stdout)["total"] == 1_026_408_232_448
     assert result.stderr == (
         f"kimicount: cannot reach http://127.0.0.1:{port} (connection refused); config.json from the cache\n"
@@ -240,7 +242,7 @@ def test_retries_are_said(hub):
         return None
 
     fake.override = flaky
-    result = run_kimicount("params", "--repo", REPO, "--json", env=env)
+    result = run_kimicount("params", "--repo", REPO, "--revision", "main", "--json", env=env)
     assert result.returncode == 0, result.stderr
     url = f"{env['HF_ENDPOINT']}/{REPO}/resolve/main/config.json"
     assert result.stderr == f"kimicount: HEAD {url}: HTTP 503 SERVICE UNAVAILABLE; try 2 of 3\n"

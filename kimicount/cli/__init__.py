@@ -1,7 +1,7 @@
 """The command line: parse options, call the library, render with rich or print --json. Nothing else.
 
-One module per command (params, verify, kv_cache, measure, flops, plan, gguf), each the same shape, so that a
-new one slots in the same way:
+One module per command (params, verify, kv_cache, measure, flops, plan, gguf, models), each the same
+shape, so that a new one slots in the same way:
 - its options are the shared annotated types of `common`: the model (a positional ORG/NAME, --repo,
   --config, --revision), and counts, sizes and dtypes as text that kimicount.options reads the same
   everywhere;
@@ -30,6 +30,7 @@ COMMANDS = {
     "gguf": "gguf",
     "kv-cache": "kv_cache",
     "measure": "measure",
+    "models": "models",
     "params": "params",
     "plan": "plan",
     "verify": "verify",

@@ -185,6 +185,17 @@ def hub_timeout(option: str | None) -> float:
     return seconds
 
 
+def _tokens_hint() -> str:
+    """For --token given without --repo on a command that also has --tokens (kv-cache, flops, measure):
+    the likelier intent, `--tokens 128k`."""
+    from typer.main import get_current_context  # typer's own (it vendors click)
+
+    ctx = get_current_context(silent=True)
+    if ctx is None or not any("--tokens" in param.opts for param in ctx.command.params):
+        return ""
+    return " (it is a Hugging Face token); did you mean --tokens?"
+
+
 @contextmanager
 def progress(
     live: bool, repo: str | None, token: str | None, timeout: str | None, local_files: bool = False
@@ -196,7 +207,7 @@ def progress(
     from kimicount.options import HubOptions, hub_limits
 
     if repo is None and token is not None:
-        raise UsageError("--token needs --repo")
+        raise UsageError("--token needs --repo" + _tokens_hint())
     if repo is None and timeout is not None:  # as a view says of the options it does not use
         warn("--timeout has no effect without --repo (it bounds what is asked of the Hub)")
 

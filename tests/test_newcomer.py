@@ -1,0 +1,64 @@
+"""The small things a new user tripped over (issue 20), each as the user met it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from .checkpoints import write_header_only
+from .helpers import ROOT, invoke
+from .test_params_cli import _fails_cleanly
+
+
+def test_token_without_repo_suggests_tokens_where_the_command_has_it():
+    line = _fails_cleanly(invoke("kv-cache", "--token", "128k"))
+    assert (
+        line == "kimicount: error: --token needs --repo (it is a Hugging Face token); did you mean --tokens?"
+    )
+    line = _fails_cleanly(invoke("flops", "--token", "4096"))
+    assert line.endswith("did you mean --tokens?")
+    # params has no --tokens: nothing to suggest
+    assert _fails_cleanly(invoke("params", "--token", "hf_x")) == "kimicount: error: --token needs --repo"
+
+
+def test_misspelt_tokens_names_it():
+    result = invoke("kv-cache", "--tokn", "128k")
+    assert result.exit_code == 2 and "--tokens" in result.stderr
+
+
+def test_make_kimi_k2_headers_help_writes_nothing(tmp_path):
+    script = ROOT / "benchmarks" / "make_kimi_k2_headers.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--help"],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: make_kimi_k2_headers.py [-h] folder")
+    assert list(tmp_path.iterdir()) == []  # no folder named --help, no shards
+    bare = subprocess.run(
+        [sys.executable, str(script)], check=False, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert bare.returncode == 2 and "required: folder" in bare.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_verify_names_every_missing_shard(tmp_path):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    write_header_only(folder / "a.safetensors", {"model.norm.weight": ((7168,), "BF16")})
+    weight_map = {
+        "model.norm.weight": "a.safetensors",
+        "lm_head.weight": "b.safetensors",
+        "model.embed_tokens.weight": "c.safetensors",
+        "model.layers.0.input_layernorm.weight": "d.safetensors",
+    }
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    line = _fails_cleanly(invoke("verify", "--path", str(folder)))
+    assert line.endswith(
+        f"names 3 shards that are not in {folder}: 'b.safetensors', 'c.safetensors', 'd.safetensors'"
+    )
