@@ -31,6 +31,7 @@ COMMANDS = {
     "measure": "measure",
     "params": "params",
     "plan": "plan",
+    "show": "show",
     "verify": "verify",
 }
 

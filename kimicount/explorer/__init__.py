@@ -1,0 +1,1 @@
+"""The anatomy explorer: the component tree read as pages (`kimicount show`, `kimicount explore`)."""
