@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 #: Each command's name and the module that registers it, in the order `kimicount --help` lists them.
 COMMANDS = {
+    "explore": "explore",
     "flops": "flops",
     "kv-cache": "kv_cache",
     "measure": "measure",

@@ -71,7 +71,7 @@ def as_mathml_row(formula: str) -> str:
 
 
 def as_mathml(formula: str) -> str:
-    """A whole <math> element; its alttext is the terminal's text."""
+    """A whole <math> element (inline: it sits in the page's fields); its alttext is the terminal's text."""
     return (
-        f'<math display="block" alttext="{escape(as_text(formula))}"><mrow>{as_mathml_row(formula)}</mrow></math>'
+        f'<math alttext="{escape(as_text(formula))}"><mrow>{as_mathml_row(formula)}</mrow></math>'
     )

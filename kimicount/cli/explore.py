@@ -1,0 +1,68 @@
+"""`kimicount explore`: the anatomy explorer as one self-contained HTML file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kimicount.cli.common import (
+    ConfigOption,
+    JsonOption,
+    ModelArgument,
+    RepoOption,
+    RevisionOption,
+    TimeoutOption,
+    TokenOption,
+    load_model,
+    print_json,
+    repo_id,
+)
+from kimicount.cli.exits import EXIT_CODES
+from kimicount.cli.root import app
+from kimicount.cli.show import ModelingOption
+
+
+@app.command("explore", epilog=EXIT_CODES, short_help="Every page of the model in one HTML file.")
+def explore_command(
+    model: ModelArgument = None,
+    config: ConfigOption = None,
+    repo: RepoOption = None,
+    revision: RevisionOption = None,
+    token: TokenOption = None,
+    timeout: TimeoutOption = None,
+    modeling: ModelingOption = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o", "--output", metavar="FILE",
+            help="Where to write the HTML (default: NAME-explorer.html here, NAME the model's).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write the anatomy explorer: the component tree on the left, each component's, activation's and
+    tensor's page on the right (the pages of kimicount show), a search box and deep links (#kv_b_proj).
+    One file, no network: it opens from disk, offline.
+    """
+    from kimicount.errors import UsageError
+    from kimicount.explorer.build import explorer_pages
+    from kimicount.explorer.html import render_html
+    from kimicount.explorer.pages import slug
+
+    repo = repo_id(model, repo)
+    spec = load_model(None, config, repo, revision, token, timeout, live=not as_json)
+    pages = explorer_pages(spec, config=config, repo=repo, revision=revision, modeling=modeling, token=token)
+    text = render_html(pages)
+    path = output if output is not None else Path(f"{slug(spec.name.rsplit('/', 1)[-1]) or 'model'}-explorer.html")
+    data = text.encode("utf-8")
+    try:
+        path.write_bytes(data)
+    except OSError as error:
+        raise UsageError(f"{path}: cannot write the explorer: {error.strerror or error}") from None
+    if as_json:
+        print_json({"model": spec.name, "file": str(path), "pages": len(pages.pages), "bytes": len(data)})
+        return
+    typer.echo(f"Wrote {path}: {len(pages.pages):,} pages of {spec.name}, {len(data):,} bytes. Open it in a browser.")
