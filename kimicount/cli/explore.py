@@ -36,7 +36,9 @@ def explore_command(
     output: Annotated[
         Path | None,
         typer.Option(
-            "-o", "--output", metavar="FILE",
+            "-o",
+            "--output",
+            metavar="FILE",
             help="Where to write the HTML (default: NAME-explorer.html here, NAME the model's).",
             show_default=False,
         ),
@@ -56,7 +58,11 @@ def explore_command(
     spec = load_model(None, config, repo, revision, token, timeout, live=not as_json)
     pages = explorer_pages(spec, config=config, repo=repo, revision=revision, modeling=modeling, token=token)
     text = render_html(pages)
-    path = output if output is not None else Path(f"{slug(spec.name.rsplit('/', 1)[-1]) or 'model'}-explorer.html")
+    path = (
+        output
+        if output is not None
+        else Path(f"{slug(spec.name.rsplit('/', 1)[-1]) or 'model'}-explorer.html")
+    )
     data = text.encode("utf-8")
     try:
         path.write_bytes(data)
@@ -65,4 +71,6 @@ def explore_command(
     if as_json:
         print_json({"model": spec.name, "file": str(path), "pages": len(pages.pages), "bytes": len(data)})
         return
-    typer.echo(f"Wrote {path}: {len(pages.pages):,} pages of {spec.name}, {len(data):,} bytes. Open it in a browser.")
+    typer.echo(
+        f"Wrote {path}: {len(pages.pages):,} pages of {spec.name}, {len(data):,} bytes. Open it in a browser."
+    )

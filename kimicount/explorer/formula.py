@@ -72,6 +72,4 @@ def as_mathml_row(formula: str) -> str:
 
 def as_mathml(formula: str) -> str:
     """A whole <math> element (inline: it sits in the page's fields); its alttext is the terminal's text."""
-    return (
-        f'<math alttext="{escape(as_text(formula))}"><mrow>{as_mathml_row(formula)}</mrow></math>'
-    )
+    return f'<math alttext="{escape(as_text(formula))}"><mrow>{as_mathml_row(formula)}</mrow></math>'

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kimicount.explorer.formula import as_mathml
-from kimicount.explorer.pages import Pages, TreeItem, page_json
+from kimicount.explorer.pages import Pages, page_json
 from kimicount.render import flops_text, human_bytes
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -63,13 +63,3 @@ def render_html(pages: Pages) -> str:
         index=index,
         first=pages.tree[0].id if pages.tree else "",
     )
-
-
-def tree_count(item: TreeItem) -> int:
-    return sum(1 for _ in _walk(item))
-
-
-def _walk(item: TreeItem):
-    yield item
-    for child in item.children:
-        yield from _walk(child)

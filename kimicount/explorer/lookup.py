@@ -94,7 +94,9 @@ def _tensor(pages: Pages, text: str) -> Page | None:
             f"'{shorten(text, 80)}': {pages.model} has this tensor in {_span(page.layers)}, not in layer {layer}"
         )
     groups = [p for p in pages if p.kind == "block" and layer in p.layers and p.main == page.main]
-    note = f"layer {layer}" + (f": one of the {short(groups[0].name)} ({_span(groups[0].layers)})" if groups else "")
+    note = f"layer {layer}" + (
+        f": one of the {short(groups[0].name)} ({_span(groups[0].layers)})" if groups else ""
+    )
     return replace(page, layer=layer, layer_note=note, name=text)
 
 

@@ -252,6 +252,10 @@ def _fill(text: str, sizes: dict[str, str]) -> str:
         return text
 
 
+#: Marks a block group in a page key (no name from a config can hold it).
+_GROUP = "\0"
+
+
 @dataclass
 class _Entry:
     """A page in the making: every tree node it stands for, with the block group each sits in."""
@@ -291,12 +295,17 @@ def build_pages(anatomy: Anatomy) -> Pages:
         group's children extend the key of the group's parent, so dense and MoE blocks share pages)."""
         is_group = bool(node.layers and node.kind)
         base = key_parent if key_base is None else key_base
-        key = (*(base or ()), f"<{node.kind}>" if is_group else node.name)
+        key = (*(base or ()), _GROUP + node.kind if is_group else node.name)
         if key not in entries:
             special = {"dense": "dense-blocks", "moe": "moe-blocks"}.get(node.kind) if is_group else None
             if key_parent is None and main:
                 special = "model"
-            elif key_parent is not None and entries[key_parent].id == "model" and node.children and not is_group:
+            elif (
+                key_parent is not None
+                and entries[key_parent].id == "model"
+                and node.children
+                and not is_group
+            ):
                 special = special or ("blocks" if node.children and node.children[0].layers else None)
             entry_id = special if special and special not in ids else new_id(node.name, key_parent)
             ids.add(entry_id)
@@ -326,7 +335,10 @@ def build_pages(anatomy: Anatomy) -> Pages:
     for page in tensor_entries.values():
         pages[page.id] = page
     activations, operations = [], []
-    for kind, specs, listed in (("activation", w.ACTIVATIONS, activations), ("operation", w.OPERATIONS, operations)):
+    for kind, specs, listed in (
+        ("activation", w.ACTIVATIONS, activations),
+        ("operation", w.OPERATIONS, operations),
+    ):
         for thing in specs:
             page = _tensor_like_page(spec, kind, thing, pages, entries, sizes)
             if page is not None:
@@ -355,7 +367,7 @@ def _config_keys(formula: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(re.findall(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]+_size", formula)))
 
 
-def _words(name: str, node: Node, entry: _Entry, spec: ModelSpec) -> tuple[Words, str]:
+def _words(name: str, node: Node, entry: _Entry) -> tuple[w.Words, str]:
     """The words of a node's page and its kind."""
     if entry.id == "model":
         return w.MODEL, "model"
@@ -378,14 +390,11 @@ def _words(name: str, node: Node, entry: _Entry, spec: ModelSpec) -> tuple[Words
     return words, kind
 
 
-Words = w.Words
-
-
 def _node_page(spec, anatomy, entry: _Entry, entries, sizes, memory, flops, tensor_pages) -> Page:
     # the primary node: the one with the most instances (the MoE blocks' copy of an attention part)
     primary_index = max(range(len(entry.nodes)), key=lambda i: entry.nodes[i][1].instances)
-    group_node, node, path = entry.nodes[primary_index]
-    words, kind = _words(node.name, node, entry, spec)
+    _, node, path = entry.nodes[primary_index]
+    words, kind = _words(node.name, node, entry)
     flow = component_flow(spec, node)
     where = []
     for group, each, _ in entry.nodes:
@@ -409,14 +418,19 @@ def _node_page(spec, anatomy, entry: _Entry, entries, sizes, memory, flops, tens
     parent_key = entry.parent_keys[primary_index]
     children = tuple(dict.fromkeys(entries[k].id for k in entry.child_keys))
     parts = tuple(
-        Part(entries[_key_of(entry, child, entries)].id, child.name, child.params_per_instance,
-             child.instances // node.instances, child.params // node.instances)
+        Part(
+            entries[_key_of(entry, child, entries)].id,
+            child.name,
+            child.params_per_instance,
+            child.instances // node.instances,
+            child.params // node.instances,
+        )
         for child in node.children
     )
     modes = ()
     if words.prefill or words.decode:
         modes = (
-            Mode("prefill", f"T tokens, empty cache", words.prefill),
+            Mode("prefill", "T tokens, empty cache", words.prefill),
             Mode("decode", "one token, L positions cached", words.decode),
         )
     kv, kv_note = _kv(spec, entry, node)
@@ -424,7 +438,9 @@ def _node_page(spec, anatomy, entry: _Entry, entries, sizes, memory, flops, tens
     for _, n, _ in entry.nodes:
         for leaf in n.walk():
             formula_keys += _config_keys(leaf.formula)
-    if any(fp8_quantized(spec, ref.role) for _, n, _ in entry.nodes for leaf in n.walk() for ref in leaf.tensors):
+    if any(
+        fp8_quantized(spec, ref.role) for _, n, _ in entry.nodes for leaf in n.walk() for ref in leaf.tensors
+    ):
         formula_keys += ("quantization_config",)
     also = tuple(
         dict.fromkeys(
@@ -465,8 +481,8 @@ def _node_page(spec, anatomy, entry: _Entry, entries, sizes, memory, flops, tens
 def _key_of(entry: _Entry, child: Node, entries) -> tuple[str, ...]:
     """The key of a child's page: a block group's children extend the key of the group's parent."""
     if child.layers and child.kind:
-        return (*entry.key, f"<{child.kind}>")
-    return (*(entry.key[:-1] if entry.key[-1].startswith("<") else entry.key), child.name)
+        return (*entry.key, _GROUP + child.kind)
+    return (*(entry.key[:-1] if entry.key[-1].startswith(_GROUP) else entry.key), child.name)
 
 
 def _shape(activation: Activation) -> Shape:
@@ -489,9 +505,10 @@ def _kv(spec: ModelSpec, entry: _Entry, node: Node) -> tuple[tuple[KvRow, ...], 
         formula = FORMULAS[layout]
         calculation, per_layer = formula.size(spec, e)
         rows.append(
-            KvRow(layout.value, formula.text, calculation, per_layer, layers, per_layer * layers, formula.note)
+            KvRow(
+                layout.value, formula.text, calculation, per_layer, layers, per_layer * layers, formula.note
+            )
         )
-    naive, flash, latent = (row.per_token for row in rows)
     total = spec.num_hidden_layers
     whole = [r.per_token_per_layer * total for r in rows]
     note = (
@@ -517,7 +534,10 @@ def _storage(spec: ModelSpec, ref: TensorRef) -> tuple[str, str]:
     if fp8_quantized(spec, ref.role):
         rows, cols = fp8_scale_shape(spec, ref.shape)
         block = spec.quantization.block
-        return dtype, f"FP8 block scales: weight_scale_inv [{rows:,}, {cols:,}] F32, one per {block[0]} × {block[1]}"
+        return (
+            dtype,
+            f"FP8 block scales: weight_scale_inv [{rows:,}, {cols:,}] F32, one per {block[0]} × {block[1]}",
+        )
     if packable(spec, ref.role):
         layout = packed_layout(spec, ref.shape)
         packed = config_packed(spec, ref.names())
@@ -586,7 +606,11 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
     for pattern, found in refs.items():
         parts = modules[pattern].split(".")
         tensor_id = next(
-            (".".join(parts[i:]) for i in range(len(parts) - 1, -1, -1) if len(tails[".".join(parts[i:])]) == 1),
+            (
+                ".".join(parts[i:])
+                for i in range(len(parts) - 1, -1, -1)
+                if len(tails[".".join(parts[i:])]) == 1
+            ),
             pattern.replace("{layer}", "N").replace("{expert}", "E"),
         )
         first = found[0][0]
@@ -599,8 +623,16 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
             elements *= d
         rows = tuple(
             TensorRow(
-                tensor=tensor_id, name=name, part=ref.part, shape=ref.shape, layout=_layout(ref),
-                calculation=ref.calculation, elements=ref.elements, bias="", dtype=dtype, storage=storage,
+                tensor=tensor_id,
+                name=name,
+                part=ref.part,
+                shape=ref.shape,
+                layout=_layout(ref),
+                calculation=ref.calculation,
+                elements=ref.elements,
+                bias="",
+                dtype=dtype,
+                storage=storage,
                 owner=owner,
             )
             for ref, owner in dict.fromkeys(found)
@@ -618,8 +650,14 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
             role=f"the stored {'rows of ' if first.rows else ''}{attribute}: "
             + ", ".join(dict.fromkeys(_owner_name(entries, r.owner) for r in unique_rows)),
             parameters=Parameters(
-                per_instance=elements, calculation=" × ".join(f"{d:,}" for d in first.shape), formula="",
-                rows=unique_rows, where=where, activated=None, stored_bytes=None, bf16_bytes=None,
+                per_instance=elements,
+                calculation=" × ".join(f"{d:,}" for d in first.shape),
+                formula="",
+                rows=unique_rows,
+                where=where,
+                activated=None,
+                stored_bytes=None,
+                bf16_bytes=None,
                 flops_per_token=None,
             ),
             parent=unique_rows[0].owner,
@@ -647,13 +685,15 @@ def _flow_shapes(pages: dict[str, Page]) -> dict[str, Shape]:
 
 
 def _by_name(pages: dict[str, Page], name: str) -> Page | None:
-    return next((p for p in pages.values() if p.kind in ("component", "group") and p.name == name and p.main), None)
+    return next(
+        (p for p in pages.values() if p.kind in ("component", "group") and p.name == name and p.main), None
+    )
 
 
 def _tensor_like_page(spec, kind, thing: w.Tensor, pages, entries, sizes) -> Page | None:
     maker = _by_name(pages, thing.made_by) if thing.made_by else None
     readers = [p for name in thing.read_by if (p := _by_name(pages, name)) is not None]
-    if maker is None and not readers:
+    if (thing.made_by and maker is None) or (maker is None and not readers):
         return None  # the model has no such thing (c_Q without query compression)
     shapes = _flow_shapes(pages)
     shape = shapes.get(thing.flow_name)
@@ -666,8 +706,16 @@ def _tensor_like_page(spec, kind, thing: w.Tensor, pages, entries, sizes) -> Pag
     modes = ()
     if kind == "activation":
         modes = (
-            Mode("prefill", "T tokens, empty cache", words.prefill if words.prefill != w._NO_CACHE[0] else "not cached"),
-            Mode("decode", "one token, L positions cached", words.decode if words.decode != w._NO_CACHE[1] else "not cached"),
+            Mode(
+                "prefill",
+                "T tokens, empty cache",
+                words.prefill if words.prefill != w._NO_CACHE[0] else "not cached",
+            ),
+            Mode(
+                "decode",
+                "one token, L positions cached",
+                words.decode if words.decode != w._NO_CACHE[1] else "not cached",
+            ),
         )
     path_base = maker.path if maker else readers[0].path
     return Page(
@@ -731,9 +779,17 @@ def page_json(page: Page, pages: Pages) -> dict[str, Any]:
             "formula": p.formula,
             "tensors": [
                 {
-                    "tensor": r.tensor, "name": r.name, "part": r.part, "shape": list(r.shape),
-                    "stored_as": r.layout, "calculation": r.calculation, "elements": r.elements,
-                    "bias": r.bias, "dtype": r.dtype, "storage": r.storage, "owner": r.owner or None,
+                    "tensor": r.tensor,
+                    "name": r.name,
+                    "part": r.part,
+                    "shape": list(r.shape),
+                    "stored_as": r.layout,
+                    "calculation": r.calculation,
+                    "elements": r.elements,
+                    "bias": r.bias,
+                    "dtype": r.dtype,
+                    "storage": r.storage,
+                    "owner": r.owner or None,
                 }
                 for r in p.rows
             ],
@@ -772,8 +828,11 @@ def page_json(page: Page, pages: Pages) -> dict[str, Any]:
         ],
         "kv_cache": [
             {
-                "layout": k.layout, "formula": k.formula, "calculation": k.calculation,
-                "bytes_per_token_per_layer": k.per_token_per_layer, "layers": k.layers,
+                "layout": k.layout,
+                "formula": k.formula,
+                "calculation": k.calculation,
+                "bytes_per_token_per_layer": k.per_token_per_layer,
+                "layers": k.layers,
                 "bytes_per_token": k.per_token,
             }
             for k in page.kv
@@ -791,8 +850,14 @@ def page_json(page: Page, pages: Pages) -> dict[str, Any]:
         "layer_note": page.layer_note or None,
         "config_keys": list(page.config_keys),
         "evidence": [
-            {"file": e.file, "revision": e.revision, "start": e.start, "end": e.end, "role": e.role,
-             "excerpt": e.excerpt}
+            {
+                "file": e.file,
+                "revision": e.revision,
+                "start": e.start,
+                "end": e.end,
+                "role": e.role,
+                "excerpt": e.excerpt,
+            }
             for e in page.evidence
         ],
         "evidence_note": page.evidence_note or None,

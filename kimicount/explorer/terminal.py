@@ -68,7 +68,11 @@ def render_page(console: Console, page: Page, pages: Pages) -> None:
         _parameters(console, page, pages)
     if page.parts:
         _heading(console, "Parts (one instance)")
-        columns = (Column("Part", wraps=True), Column("Count", number=True), Column("Parameters", number=True))
+        columns = (
+            Column("Part", wraps=True),
+            Column("Count", number=True),
+            Column("Parameters", number=True),
+        )
         rows = [(p.name, f"{p.count:,}", f"{p.params:,}") for p in page.parts]
         show_fitted(console, *fitted(console, columns, rows))
     if page.kv:
@@ -116,8 +120,13 @@ def _parameters(console: Console, page: Page, pages: Pages) -> None:
     if p.activated is not None:
         extra.add_row("Activated", Text(f"{p.activated:,} per token"))
     if p.stored_bytes is not None:
-        extra.add_row("Stored", Text(f"{p.stored_bytes:,} B ({human_bytes(p.stored_bytes)}) as the checkpoint "
-                                     f"stores it; {p.bf16_bytes:,} B in BF16"))
+        extra.add_row(
+            "Stored",
+            Text(
+                f"{p.stored_bytes:,} B ({human_bytes(p.stored_bytes)}) as the checkpoint "
+                f"stores it; {p.bf16_bytes:,} B in BF16"
+            ),
+        )
     if p.flops_per_token is not None and p.flops_per_token:
         extra.add_row("FLOPs", Text(f"{p.flops_per_token:,} per token ({flops_text(p.flops_per_token)})"))
     if extra.row_count:
