@@ -1,0 +1,474 @@
+"""Code evidence: the lines of modeling_deepseek.py and config.json behind each part of the tree.
+
+The modeling file read here, tests/data/modeling_deepseek.py.txt, was written for these tests with the
+structure of moonshotai/Kimi-K2-Instruct's modeling_deepseek.py at revision fd1984e2b7a3 (and
+DeepSeek-V3's): the same classes, attributes and forward-pass statements on the same lines. The line
+numbers asserted are the issue's reference figures (definitions 662–688, the latent 776–789 with
+compressed_kv made at 777, the prefill attention 799–840, the output 848–852, RMSNorm 94–111), and, for
+the other classes, the real file's lines as read from it (noted where used). config.json is the real
+Kimi-K2-Instruct config (quantization_config at lines 38–46).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from kimicount.anatomy import build_anatomy
+from kimicount.errors import ConfigError, KimicountError, SourceError
+from kimicount.explorer.evidence import Evidence, ModelingError, ModelingIndex, config_evidence
+from kimicount.explorer.modeling import (
+    MAX_MODELING_BYTES,
+    absent_message,
+    auto_map_entry,
+    find_modeling,
+    read_modeling_file,
+)
+from kimicount.spec import bundled_spec
+
+from .fakehub import FakeHub
+from .helpers import KIMI_K2, ROOT
+
+MODELING = ROOT / "tests" / "data" / "modeling_deepseek.py.txt"
+TEXT = MODELING.read_text(encoding="utf-8")
+REVISION = "fd1984e2b7a3"
+ATTENTION = "DeepseekV3Attention"
+PROJECTIONS = [
+    "q_a_proj",
+    "q_a_layernorm",
+    "q_b_proj",
+    "kv_a_proj_with_mqa",
+    "kv_a_layernorm",
+    "kv_b_proj",
+    "o_proj",
+]
+
+
+@pytest.fixture
+def index() -> ModelingIndex:
+    return ModelingIndex.parse(TEXT, file="modeling_deepseek.py", revision=REVISION)
+
+
+def spans(found: list[Evidence]) -> list[tuple[int, int, str]]:
+    return [(e.start, e.end, e.role) for e in found]
+
+
+def first_and_last_line(evidence: Evidence) -> tuple[str, str]:
+    lines = evidence.excerpt.split("\n")
+    assert len(lines) == evidence.end - evidence.start + 1
+    return lines[0].strip(), lines[-1].strip()
+
+
+# --- the issue's reference figures -----------------------------------------------------------------
+
+
+def test_rms_norm_class_is_lines_94_to_111_with_its_registration(index):
+    (evidence,) = index.class_("DeepseekV3RMSNorm")
+    assert (evidence.start, evidence.end, evidence.role) == (94, 111, "definition")
+    assert first_and_last_line(evidence) == (
+        "class DeepseekV3RMSNorm(nn.Module):",
+        "ALL_LAYERNORM_LAYERS.append(DeepseekV3RMSNorm)",
+    )
+    assert evidence.file == "modeling_deepseek.py" and evidence.revision == REVISION
+
+
+def test_attention_definitions_are_lines_662_to_688(index):
+    block = index.init_span(ATTENTION, [*PROJECTIONS, "rotary_emb"])
+    assert (block.start, block.end) == (662, 688)
+    assert first_and_last_line(block) == ("self.q_a_proj = nn.Linear(", "self._init_rope()")
+    # each projection's own definition lies in that block, the whole (multi-line) statement
+    definitions = {attr: spans(index.attribute(ATTENTION, attr))[0] for attr in PROJECTIONS}
+    assert definitions == {
+        "q_a_proj": (662, 664, "definition"),
+        "q_a_layernorm": (665, 665, "definition"),
+        "q_b_proj": (666, 668, "definition"),
+        "kv_a_proj_with_mqa": (670, 674, "definition"),
+        "kv_a_layernorm": (675, 675, "definition"),
+        "kv_b_proj": (676, 681, "definition"),
+        "o_proj": (683, 687, "definition"),
+    }
+
+
+def test_key_content_up_projection_is_defined_and_used(index):
+    found = index.attribute(ATTENTION, "kv_b_proj")
+    assert spans(found) == [(676, 681, "definition"), (781, 785, "use")]
+    assert found[0].excerpt.split("\n")[0] == "        self.kv_b_proj = nn.Linear("
+    assert "self.kv_b_proj(self.kv_a_layernorm(compressed_kv))" in found[1].excerpt
+    assert index.findings() == []
+
+
+def test_rotary_embedding_is_defined_through_init_rope(index):
+    found = spans(index.attribute(ATTENTION, "rotary_emb"))
+    # the call in __init__, the four assignments in _init_rope (one per scaling type), the use in forward
+    assert found == [
+        (688, 688, "definition"),
+        (700, 704, "definition"),
+        (709, 714, "definition"),
+        (716, 721, "definition"),
+        (734, 740, "definition"),
+        (799, 799, "use"),
+    ]
+
+
+def test_the_latent_is_made_at_777_within_776_to_789(index):
+    made = index.activation(ATTENTION, "compressed_kv")
+    # first the projection (576 wide), then the split that leaves the 512-wide latent: line 777
+    assert spans(made) == [(776, 776, "definition"), (777, 779, "definition")]
+    assert made[1].excerpt.split("\n")[0] == "        compressed_kv, k_pe = torch.split("
+    (last,) = index.activation(ATTENTION, "value_states")[:1]
+    latent = index.span(made[0], last)
+    assert (latent.start, latent.end) == (776, 789)
+    assert first_and_last_line(latent) == (
+        "compressed_kv = self.kv_a_proj_with_mqa(hidden_states)",
+        ")",
+    )
+
+
+def test_prefill_attention_is_799_to_840_and_output_848_to_852(index):
+    cos = index.activation(ATTENTION, "cos")
+    outputs = index.activation(ATTENTION, "attn_output")
+    assert [e.start for e in outputs] == [840, 848, 850, 852]
+    prefill = index.span(cos[0], outputs[0])
+    assert (prefill.start, prefill.end) == (799, 840)
+    assert first_and_last_line(prefill) == (
+        "cos, sin = self.rotary_emb(value_states, seq_len=kv_seq_len)",
+        "attn_output = torch.matmul(attn_weights, value_states)",
+    )
+    output = index.span(outputs[1], outputs[-1])
+    assert (output.start, output.end) == (848, 852)
+    assert output.excerpt.split("\n")[-1].strip() == "attn_output = self.o_proj(attn_output)"
+    assert spans(index.attribute(ATTENTION, "o_proj"))[-1] == (852, 852, "use")
+
+
+def test_attention_weights_and_rotary_parts(index):
+    assert spans(index.activation(ATTENTION, "attn_weights"))[0] == (816, 818, "definition")
+    assert [e.start for e in index.activation(ATTENTION, "q_pe")] == [772, 801]
+    assert [e.start for e in index.activation(ATTENTION, "k_pe")] == [777, 780, 801]
+    # the flash-attention subclass has its own forward that makes the latent too
+    assert index.activation_classes("compressed_kv") == [ATTENTION, "DeepseekV3FlashAttention2"]
+
+
+# --- module paths, from the file's own structure ---------------------------------------------------
+
+
+def test_tensor_names_resolve_through_the_files_classes(index):
+    steps = index.resolve("model.layers.5.self_attn.kv_b_proj.weight")
+    assert [(s.owner, s.attr, s.holds, s.external) for s in steps] == [
+        ("DeepseekV3ForCausalLM", "model", ("DeepseekV3Model",), None),
+        ("DeepseekV3Model", "layers", ("DeepseekV3DecoderLayer",), None),
+        # ATTENTION_CLASSES[...] holds the attention class and its flash subclass: the class is taken
+        ("DeepseekV3DecoderLayer", "self_attn", (ATTENTION,), None),
+        (ATTENTION, "kv_b_proj", (), "nn.Linear"),
+    ]
+    # `mlp` is a DeepseekV3MoE or a DeepseekV3MLP: the one with the next attribute
+    assert index.resolve("model.layers.0.mlp.gate_proj.weight")[2].holds == ("DeepseekV3MLP",)
+    assert index.resolve("model.layers.1.mlp.gate.weight")[2].holds == ("DeepseekV3MoE",)
+    assert index.resolve("model.layers.1.mlp")[2].holds == ("DeepseekV3MoE", "DeepseekV3MLP")
+    expert = index.resolve("model.layers.1.mlp.experts.7.down_proj.weight")
+    assert [(s.owner, s.attr) for s in expert[-2:]] == [
+        ("DeepseekV3MoE", "experts"),
+        ("DeepseekV3MLP", "down_proj"),
+    ]
+    assert index.resolve("model.layers.1.mlp.gate.e_score_correction_bias")[-1].external == "nn.Parameter"
+    assert index.findings() == []
+
+
+def test_evidence_of_tensors(index):
+    # lines of the real file: the decoder layer's input_layernorm at 1161–1163, used at 1200;
+    # lm_head at 1522, used at 1615; the MoE's experts (two branches) at 491–503 and 508–515
+    assert spans(index.path_evidence("model.layers.3.input_layernorm.weight")) == [
+        (1161, 1163, "definition"),
+        (1200, 1200, "use"),
+        (94, 111, "definition"),
+    ]
+    assert spans(index.path_evidence("lm_head.weight")) == [(1522, 1522, "definition"), (1615, 1615, "use")]
+    assert spans(index.path_evidence("model.layers.1.mlp.experts")) == [
+        (491, 503, "definition"),
+        (508, 515, "definition"),
+        (538, 538, "use"),
+        (374, 390, "definition"),
+    ]
+
+
+def test_components_of_the_tree():
+    index = ModelingIndex.parse(TEXT, file="modeling_deepseek.py", revision=REVISION)
+    model = build_anatomy(bundled_spec()).model
+    moe = model.find("61 transformer blocks", "60 MoE blocks (layers 1–60)")
+    attention = moe.find("Latent attention")
+    key_heads = attention.find("Key heads")
+    up = key_heads.find("Key content up-projection")
+    assert spans(index.component_evidence(up, key_heads)) == [(676, 681, "definition"), (781, 785, "use")]
+    # Latent attention is the decoder layer's self_attn (1148–1150, called at 1203–1211) and the class
+    assert spans(index.component_evidence(attention, moe)) == [
+        (1148, 1150, "definition"),
+        (1203, 1211, "use"),
+        (628, 857, "definition"),
+    ]
+    # Key heads sit in self_attn beside other components: the evidence of its two parts
+    assert spans(index.component_evidence(key_heads, attention)) == [
+        (676, 681, "definition"),
+        (781, 785, "use"),
+        (670, 674, "definition"),
+        (776, 776, "use"),
+    ]
+    query = attention.find("Query compression")
+    assert spans(index.component_evidence(query, attention)) == [
+        (662, 664, "definition"),
+        (770, 770, "use"),
+        (665, 665, "definition"),
+        (94, 111, "definition"),
+    ]
+    dense = model.find("61 transformer blocks", "1 dense block (layer 0)")
+    assert spans(index.component_evidence(dense.find("Dense MLP"), dense))[-1] == (374, 390, "definition")
+    assert spans(index.component_evidence(moe.find("Mixture of experts"), moe))[-1] == (
+        476,
+        609,
+        "definition",
+    )
+    assert index.findings() == []
+
+
+# --- findings ---------------------------------------------------------------------------------------
+
+
+def test_a_missing_attribute_is_a_finding(index):
+    assert index.attribute(ATTENTION, "wkv_b") == []
+    assert index.path_evidence("model.layers.61.eh_proj.weight") == []
+    assert index.attribute("DeepseekV4Attention", "kv_b_proj") == []
+    assert index.findings() == [
+        "modeling_deepseek.py: DeepseekV3Attention defines no attribute 'wkv_b'",
+        "modeling_deepseek.py: model.layers.61.eh_proj.weight: DeepseekV3DecoderLayer defines no attribute 'eh_proj'",
+        "modeling_deepseek.py: no class DeepseekV4Attention (looked for its attribute 'kv_b_proj')",
+    ]
+
+
+def test_linear_shapes_work_out_with_the_config(index):
+    config = json.loads((KIMI_K2 / "config.json").read_text())
+    # by hand from Kimi K2's config: 64 heads × (128 + 128) = 16,384 rows of kv_lora_rank 512;
+    # 64 × (128 + 64) = 12,288 query rows of q_lora_rank 1,536; 512 + 64 = 576; o_proj 7,168 × 64·128
+    assert index.linear_shape(ATTENTION, "kv_b_proj", config) == (16_384, 512)
+    assert index.linear_shape(ATTENTION, "q_b_proj", config) == (12_288, 1_536)
+    assert index.linear_shape(ATTENTION, "kv_a_proj_with_mqa", config) == (576, 7_168)
+    assert index.linear_shape(ATTENTION, "o_proj", config) == (7_168, 8_192)
+    assert index.check_shape(ATTENTION, "kv_b_proj", (16_384, 512), config) is True
+    assert index.linear_shape("DeepseekV3MLP", "gate_proj", config) is None  # sized by its caller
+    assert index.findings() == []
+
+
+def test_another_shape_expression_is_a_finding():
+    # a file whose kv_b_proj leaves out the value heads: 64 × 128 rows, where the tree expects 64 × 256
+    text = TEXT.replace(
+        "* (self.q_head_dim - self.qk_rope_head_dim + self.v_head_dim),",
+        "* (self.q_head_dim - self.qk_rope_head_dim),",
+    )
+    assert text != TEXT
+    index = ModelingIndex.parse(text, file="modeling_deepseek.py", revision=None)
+    config = json.loads((KIMI_K2 / "config.json").read_text())
+    assert index.check_shape(ATTENTION, "kv_b_proj", (16_384, 512), config) is False
+    assert index.findings() == [
+        (
+            "modeling_deepseek.py: DeepseekV3Attention.kv_b_proj (lines 676–681) is a Linear of [8,192, 512] "
+            "with this config; the tree expects [16,384, 512]"
+        )
+    ]
+
+
+# --- config.json --------------------------------------------------------------------------------------
+
+
+def test_config_evidence_of_the_real_kimi_k2_config():
+    text = (KIMI_K2 / "config.json").read_text()
+    found = config_evidence(
+        text, ["quantization_config", "kv_lora_rank", "auto_map", "vocab_size"], revision=None
+    )
+    assert [(e.file, e.start, e.end, e.role) for e in found] == [
+        ("config.json", 38, 46, "config"),
+        ("config.json", 20, 20, "config"),
+        ("config.json", 7, 11, "config"),
+        ("config.json", 68, 68, "config"),
+    ]
+    assert found[0].excerpt.split("\n") == [
+        '  "quantization_config": {',
+        '    "activation_scheme": "dynamic",',
+        '    "fmt": "e4m3",',
+        '    "quant_method": "fp8",',
+        '    "weight_block_size": [',
+        "      128,",
+        "      128",
+        "    ]",
+        "  },",
+    ]
+    assert found[1].excerpt == '  "kv_lora_rank": 512,'
+
+
+def test_config_evidence_reads_tokens_not_lines():
+    text = '{"a": {"b": "}\\" ,", "c": [1, {"d": 2}]},\n "e":\n  3, "q": "x\\ny",\r\n"a2": null}'
+    found = config_evidence(text, ["a", "e", "a2", "missing", "b"], revision="abc")
+    assert [(e.start, e.end) for e in found] == [(1, 1), (2, 3), (4, 4)]
+    assert found[0].revision == "abc"
+    with pytest.raises(ConfigError, match=r"^config.json: not valid JSON \(Expecting"):
+        config_evidence('{"a": ', ["a"], revision=None)
+    with pytest.raises(ConfigError, match=r"^config.json: expected a JSON object, found a JSON list$"):
+        config_evidence("[1]", ["a"], revision=None)
+
+
+# --- where the modeling file comes from ---------------------------------------------------------------
+
+
+def kimi_config() -> dict:
+    return json.loads((KIMI_K2 / "config.json").read_text())
+
+
+def test_the_config_names_the_modeling_file():
+    assert auto_map_entry(kimi_config()) == ("modeling_deepseek.py", "DeepseekV3ForCausalLM")
+    with pytest.raises(ModelingError, match=r"^c.json: no auto_map naming the modeling file"):
+        auto_map_entry({"auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}}, "c.json")
+    with pytest.raises(
+        ModelingError, match=r"^config.json: auto_map names '\.\./\.\./etc/passwd\.x', expected module"
+    ):
+        auto_map_entry({"auto_map": {"AutoModel": "../../etc/passwd.x"}})
+
+
+def test_beside_the_config(tmp_path):
+    (tmp_path / "config.json").write_bytes((KIMI_K2 / "config.json").read_bytes())
+    (tmp_path / "modeling_deepseek.py").write_text(TEXT)
+    found = find_modeling(kimi_config(), config_path=tmp_path / "config.json")
+    assert (found.name, found.origin, found.revision, found.model_class) == (
+        "modeling_deepseek.py",
+        "beside config.json",
+        None,
+        "DeepseekV3ForCausalLM",
+    )
+    assert found.index().init_span(ATTENTION, PROJECTIONS).start == 662
+    # a folder given as --config works the same; a Hub cache snapshot's folder names the commit
+    snapshot = tmp_path / "snapshots" / ("ab" * 20)
+    snapshot.mkdir(parents=True)
+    (snapshot / "modeling_deepseek.py").write_text(TEXT)
+    assert find_modeling(kimi_config(), config_path=snapshot).revision == "ab" * 20
+
+
+def test_given_explicitly(tmp_path):
+    path = tmp_path / "my_model.py"
+    path.write_text(TEXT)
+    found = find_modeling(kimi_config(), modeling=path, modeling_revision="0123abc", config_path=KIMI_K2)
+    assert (found.name, found.origin, found.revision) == ("my_model.py", "--modeling", "0123abc")
+    # a config without auto_map is no obstacle when the file is given
+    assert find_modeling({}, modeling=path).index().root == "DeepseekV3ForCausalLM"
+
+
+def test_absent_without_a_source():
+    # the bundled config's folder has no modeling file, and no repo is named: no evidence, and why
+    assert find_modeling(kimi_config(), config_path=KIMI_K2 / "config.json") is None
+    assert find_modeling(kimi_config()) is None
+    assert absent_message(kimi_config(), "moonshotai/Kimi-K2-Instruct") == (
+        "code evidence needs modeling_deepseek.py: `hf download moonshotai/Kimi-K2-Instruct "
+        "modeling_deepseek.py config.json --local-dir DIR` then --config DIR, or --modeling FILE"
+    )
+
+
+HUB_SCRIPT = """
+import json, sys
+from kimicount.errors import KimicountError
+from kimicount.explorer.modeling import find_modeling
+config = json.loads(open(sys.argv[1]).read())
+try:
+    found = find_modeling(config, repo=sys.argv[2], revision=sys.argv[3] if len(sys.argv) > 3 else None)
+except KimicountError as error:
+    print(json.dumps({"error": str(error)}))
+else:
+    lines = found.index().init_span("DeepseekV3Attention", ["q_a_proj", "o_proj"])
+    print(json.dumps({"origin": found.origin, "revision": found.revision, "name": found.name,
+                      "lines": [lines.start, lines.end]}))
+"""
+
+
+def hub_run(env: dict[str, str], *args: str) -> dict:
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, "-c", HUB_SCRIPT, str(KIMI_K2 / "config.json"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
+    fake = FakeHub()
+    commit = "fd1984e2b7a3" + "0" * 28
+    fake.add_repo("moonshotai/Kimi-K2-Instruct", {"modeling_deepseek.py": TEXT.encode()}, commit=commit)
+    env = {
+        "HF_ENDPOINT": fake.install(httpserver),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    answer = hub_run(env, "moonshotai/Kimi-K2-Instruct")
+    assert answer == {
+        "origin": "the Hub",
+        "revision": commit,
+        "name": "modeling_deepseek.py",
+        "lines": [662, 687],
+    }
+    paths = [path for method, path, _ in fake.requests if method == "GET"]
+    assert paths == ["/moonshotai/Kimi-K2-Instruct/resolve/main/modeling_deepseek.py"] or all(
+        p.endswith("/modeling_deepseek.py") for p in paths
+    )
+    # a second time: from the cache when the Hub cannot be reached
+    offline = {**env, "HF_ENDPOINT": "http://127.0.0.1:9"}
+    assert hub_run(offline, "moonshotai/Kimi-K2-Instruct", commit)["revision"] == commit
+    # a repo without the file: one line that names it
+    fake.add_repo("org/no-code", {"config.json": b"{}"})
+    error = hub_run(env, "org/no-code")["error"]
+    assert error == "org/no-code@main: no file 'modeling_deepseek.py' in the repo"
+
+
+# --- bad input: one line, a KimicountError (exit 2 in the CLI) ------------------------------------
+
+
+def test_bad_modeling_files(tmp_path):
+    def refused(path: Path) -> str:
+        with pytest.raises(ModelingError) as caught:
+            read_modeling_file(path).index()
+        message = str(caught.value)
+        assert "\n" not in message and isinstance(caught.value, KimicountError)
+        return message
+
+    assert refused(tmp_path / "absent.py") == f"{tmp_path / 'absent.py'}: no such file"
+    assert refused(tmp_path) == f"{tmp_path}: not a regular file"
+    big = tmp_path / "big.py"
+    with big.open("wb") as handle:
+        handle.truncate(MAX_MODELING_BYTES + 1)
+    assert refused(big) == f"{big}: 16,777,217 bytes, more than any modeling file (16,777,216 at most)"
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(b"x = '\xe9'\n")
+    assert refused(latin) == f"{latin}: not UTF-8 text (invalid continuation byte at byte 5)"
+    broken = tmp_path / "modeling_deepseek.py"
+    broken.write_text(TEXT.replace("    def forward(self, x):", "    def forward(self, x)", 1))
+    assert refused(broken) == "modeling_deepseek.py: not valid Python: expected ':' at line 388"
+    nulls = tmp_path / "nulls.py"
+    nulls.write_bytes(b"x = 1\n\0\n")
+    assert refused(nulls).startswith("nulls.py: not valid Python: ")
+    prose = tmp_path / "notes.py"
+    prose.write_text("This is not Python at all.\n")
+    assert refused(prose) == "notes.py: not valid Python: invalid syntax at line 1"
+
+
+def test_a_model_class_the_file_lacks():
+    with pytest.raises(
+        ModelingError,
+        match=r"^modeling_deepseek.py: no class KimiK3ForCausalLM \(the config's auto_map names it\)$",
+    ):
+        ModelingIndex.parse(TEXT, file="modeling_deepseek.py", root="KimiK3ForCausalLM")
+
+
+def test_errors_are_kimicount_errors():
+    assert issubclass(ModelingError, KimicountError) and not issubclass(ModelingError, SourceError)
