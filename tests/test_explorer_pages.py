@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from .helpers import FIXTURES, invoke
+from .fakehub import FakeHub
+from .helpers import FIXTURES, KIMI_K2, ROOT, invoke, run_kimicount
 
 KEY_CONTENT = "Key content up-projection"
 
@@ -197,8 +198,11 @@ def test_json_shape():
         "evidence_note",
     }
     assert p["model"] == "moonshotai/Kimi-K2-Instruct"
-    assert p["evidence"] == []  # the bundled config has no modeling file beside it
+    # the bundled config has no modeling file beside it: config.json's lines only, and how to get the file
+    assert p["evidence"] and {e["role"] for e in p["evidence"]} == {"config"}
+    assert set(p["evidence"][0]) == {"file", "revision", "start", "end", "role", "excerpt"}
     assert "--modeling FILE" in p["evidence_note"]
+    assert "hf download moonshotai/Kimi-K2-Instruct modeling_deepseek.py" in p["evidence_note"]
     assert set(p["links"]) == {"parent", "children", "reads", "writes", "tensors"}
 
 
@@ -307,3 +311,111 @@ def test_a_model_named_like_html_shows_as_text(tmp_path):
     assert shown["model"] == HOSTILE
     terminal = invoke("show", "model", "--config", str(folder))
     assert HOSTILE in terminal.stdout  # rich markup is not read in it
+
+
+# --- code evidence ---------------------------------------------------------------------------------
+# tests/data/modeling_deepseek.py.txt was written for the tests with the structure of Kimi-K2-Instruct's
+# modeling_deepseek.py at fd1984e2b7a3 (see tests/test_evidence.py); the issue's reference lines:
+# definitions 662–688, the latent 776–789 (compressed_kv made at 777), the prefill attention 799–840,
+# the output 848–852, RMSNorm 94–111; config.json's quantization_config 38–46.
+
+MODELING = ROOT / "tests" / "data" / "modeling_deepseek.py.txt"
+
+
+def checkpoint_folder(tmp_path, modeling_text: str | None = None):
+    """A folder as `hf download … config.json modeling_deepseek.py` leaves it."""
+    folder = tmp_path / "Kimi-K2-Instruct"
+    folder.mkdir(parents=True)
+    shutil.copy(KIMI_K2 / "config.json", folder / "config.json")
+    text = MODELING.read_text(encoding="utf-8") if modeling_text is None else modeling_text
+    (folder / "modeling_deepseek.py").write_text(text, encoding="utf-8")
+    return folder
+
+
+def spans(p: dict, file: str) -> list[tuple[int, int, str]]:
+    return [(e["start"], e["end"], e["role"]) for e in p["evidence"] if e["file"] == file]
+
+
+def test_evidence_beside_the_config(tmp_path):
+    folder = checkpoint_folder(tmp_path)
+    p = page(KEY_CONTENT, "--config", str(folder))
+    code = spans(p, "modeling_deepseek.py")
+    definitions = [s for s in code if s[2] == "definition"]
+    uses = [s for s in code if s[2] == "use"]
+    assert definitions and all(662 <= start <= end <= 688 for start, end, _ in definitions)
+    assert uses and all(776 <= start <= end <= 789 for start, end, _ in uses)
+    assert any("self.kv_b_proj(self.kv_a_layernorm(compressed_kv))" in e["excerpt"] for e in p["evidence"])
+    assert (38, 46, "config") in spans(p, "config.json")  # quantization_config
+    assert p["evidence_note"] is None and p["findings"] == []
+    latent = page("compressed_kv", "--config", str(folder))
+    assert any(e["start"] == 777 for e in latent["evidence"])  # the split that leaves the 512-wide latent
+    norm = page("Attention RMSNorm", "--config", str(folder))
+    assert (94, 111, "definition") in spans(norm, "modeling_deepseek.py")
+    out = page("Causal attention", "--config", str(folder))
+    assert any(848 <= s <= e <= 852 for s, e, _ in spans(out, "modeling_deepseek.py"))
+
+
+def test_evidence_from_a_modeling_file_given_and_in_the_terminal(tmp_path):
+    result = invoke("show", KEY_CONTENT, "--modeling", str(MODELING), env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "modeling_deepseek.py.txt lines 676–681 (definition)" in result.stdout
+    assert "self.kv_b_proj(self.kv_a_layernorm(compressed_kv))" in result.stdout
+    missing = invoke("show", KEY_CONTENT, "--modeling", str(tmp_path / "nothing.py"))
+    assert missing.exit_code == 2 and len(missing.stderr.splitlines()) == 1
+    assert "nothing.py" in missing.stderr
+
+
+def test_what_the_file_disagrees_with_is_a_finding(tmp_path):
+    text = MODELING.read_text(encoding="utf-8")
+    # kv_b_proj's input width written as the query latent's: [64 × 256, 1,536] where the tree has 512
+    changed = text.replace(
+        "            config.kv_lora_rank,\n            self.num_heads\n",
+        "            config.q_lora_rank,\n            self.num_heads\n",
+        1,
+    )
+    assert changed != text
+    folder = checkpoint_folder(tmp_path, changed)
+    p = page("kv_b_proj", "--config", str(folder))
+    assert any("[16,384, 1,536]" in f and "[16,384, 512]" in f for f in p["findings"]), p["findings"]
+    renamed = checkpoint_folder(tmp_path / "renamed", text.replace("self.o_proj", "self.out_proj"))
+    p = page("Causal attention", "--config", str(renamed))
+    assert any("o_proj" in f for f in p["findings"]), p["findings"]
+
+
+def test_evidence_in_the_html_is_escaped(tmp_path):
+    text = MODELING.read_text(encoding="utf-8")
+    hostile = text.replace(
+        "        self.kv_b_proj = nn.Linear(",
+        "        self.kv_b_proj = nn.Linear(  # </pre><script>alert(1)</script>",
+        1,
+    )
+    folder = checkpoint_folder(tmp_path, hostile)
+    out = tmp_path / "x.html"
+    assert invoke("explore", "--config", str(folder), "-o", str(out)).exit_code == 0
+    html = out.read_text(encoding="utf-8")
+    assert "<script>alert(1)" not in html and "&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_evidence_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
+    fake = FakeHub()
+    commit = "fd1984e2b7a3" + "0" * 28
+    files = {
+        "config.json": (KIMI_K2 / "config.json").read_bytes(),
+        "modeling_deepseek.py": MODELING.read_bytes(),
+    }
+    fake.add_repo("moonshotai/Kimi-K2-Instruct", files, commit=commit)
+    env = {
+        "HF_ENDPOINT": fake.install(httpserver),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    result = run_kimicount("show", KEY_CONTENT, "--repo", "moonshotai/Kimi-K2-Instruct", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    p = json.loads(result.stdout)
+    code = [e for e in p["evidence"] if e["file"] == "modeling_deepseek.py"]
+    assert code and {e["revision"] for e in code} == {commit}
+    assert {e["revision"] for e in p["evidence"] if e["file"] == "config.json"} == {commit}
+    assert {path.rsplit("/", 1)[-1] for _, path, _ in fake.requests} == {
+        "config.json",
+        "modeling_deepseek.py",
+    }

@@ -15,13 +15,12 @@ from kimicount.cli.common import (
     RevisionOption,
     TimeoutOption,
     TokenOption,
-    load_model,
     print_json,
     repo_id,
 )
 from kimicount.cli.exits import EXIT_CODES
 from kimicount.cli.root import app
-from kimicount.cli.show import ModelingOption
+from kimicount.cli.show import ModelingOption, load_pages
 
 
 @app.command("explore", epilog=EXIT_CODES, short_help="Every page of the model in one HTML file.")
@@ -50,27 +49,19 @@ def explore_command(
     One file, no network: it opens from disk, offline.
     """
     from kimicount.errors import UsageError
-    from kimicount.explorer.build import explorer_pages
     from kimicount.explorer.html import render_html
     from kimicount.explorer.pages import slug
 
-    repo = repo_id(model, repo)
-    spec = load_model(None, config, repo, revision, token, timeout, live=not as_json)
-    pages = explorer_pages(spec, config=config, repo=repo, revision=revision, modeling=modeling, token=token)
+    pages = load_pages(config, repo_id(model, repo), revision, token, timeout, modeling, live=not as_json)
     text = render_html(pages)
-    path = (
-        output
-        if output is not None
-        else Path(f"{slug(spec.name.rsplit('/', 1)[-1]) or 'model'}-explorer.html")
-    )
+    name = slug(pages.model.rsplit("/", 1)[-1]) or "model"
+    path = output if output is not None else Path(f"{name}-explorer.html")
     data = text.encode("utf-8")
     try:
         path.write_bytes(data)
     except OSError as error:
         raise UsageError(f"{path}: cannot write the explorer: {error.strerror or error}") from None
     if as_json:
-        print_json({"model": spec.name, "file": str(path), "pages": len(pages.pages), "bytes": len(data)})
+        print_json({"model": pages.model, "file": str(path), "pages": len(pages.pages), "bytes": len(data)})
         return
-    typer.echo(
-        f"Wrote {path}: {len(pages.pages):,} pages of {spec.name}, {len(data):,} bytes. Open it in a browser."
-    )
+    typer.echo(f"Wrote {path}: {len(pages.pages):,} pages of {pages.model}, {len(data):,} bytes.")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,11 +14,14 @@ from kimicount.cli.common import (
     RevisionOption,
     TimeoutOption,
     TokenOption,
-    load_model,
     print_json,
+    progress,
 )
 from kimicount.cli.exits import EXIT_CODES
 from kimicount.cli.root import app
+
+if TYPE_CHECKING:
+    from kimicount.explorer.pages import Pages
 
 ModelingOption = Annotated[
     Path | None,
@@ -30,6 +33,27 @@ ModelingOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+def load_pages(
+    config: Path | None,
+    repo: str | None,
+    revision: str | None,
+    token: str | None,
+    timeout: str | None,
+    modeling: Path | None,
+    *,
+    live: bool,
+) -> Pages:
+    """The explorer's pages of the model the options name, with the progress line while the Hub is
+    asked for config.json and the modeling file."""
+    from kimicount.explorer.build import explorer_pages, load_model_and_config
+
+    with progress(live, repo, token, timeout) as activity:
+        spec, source = load_model_and_config(config, repo, revision, activity.hub)
+        return explorer_pages(
+            spec, source, repo=repo, revision=revision, modeling=modeling, hub_options=activity.hub
+        )
 
 
 @app.command("show", epilog=EXIT_CODES, short_help="One component, activation or tensor, as a page.")
@@ -56,11 +80,9 @@ def show_command(
     with the KV cache in prefill and decode, its parameters over the whole model, and the lines of
     code that define and use it.
     """
-    from kimicount.explorer.build import explorer_pages
     from kimicount.explorer.lookup import resolve
 
-    spec = load_model(None, config, repo, revision, token, timeout, live=not as_json)
-    pages = explorer_pages(spec, config=config, repo=repo, revision=revision, modeling=modeling, token=token)
+    pages = load_pages(config, repo, revision, token, timeout, modeling, live=not as_json)
     page = resolve(pages, name)
     if as_json:
         from kimicount.explorer.pages import page_json

@@ -1,31 +1,146 @@
-"""The explorer's pages for a spec, with the code evidence when a modeling file can be found."""
+"""The explorer's pages for the model the CLI names, each with its code evidence: the lines of the
+modeling file (kimicount.explorer.modeling finds it: --modeling, beside config.json, or the Hub) and of
+config.json that define and use what the page describes (kimicount.explorer.evidence locates them).
+Without a modeling file the pages say how to get one; config.json's lines are cited either way."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from kimicount.anatomy import build_anatomy
-from kimicount.explorer.pages import Pages, build_pages
-from kimicount.spec import ModelSpec
+from kimicount.explorer.evidence import Evidence, ModelingError, ModelingIndex, config_evidence
+from kimicount.explorer.modeling import absent_message, find_modeling
+from kimicount.explorer.pages import Page, Pages, build_pages
+from kimicount.source import HubOptions, hub_module
+from kimicount.spec import BUNDLED_MODEL, ModelSpec
 
-#: What a page says when no modeling file was found.
-NO_MODELING = (
-    "No code evidence: it needs the model's modeling_deepseek.py. Give --modeling FILE, or --config a "
-    "folder that holds it beside config.json (`hf download REPO config.json modeling_deepseek.py "
-    "--local-dir DIR`), or --repo to read it from the Hub."
-)
+_BUNDLED_CONFIG = Path(__file__).resolve().parent.parent / "data" / "kimi-k2-instruct.json"
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """The config.json a spec was read from: its text and path, and the commit it is at (None: not
+    known, as for a local file outside the Hub cache or the bundled copy)."""
+
+    text: str
+    path: Path | None
+    revision: str | None
+
+
+def load_model_and_config(
+    config: Path | None, repo: str | None, revision: str | None, hub_options: HubOptions | None
+) -> tuple[ModelSpec, ConfigSource]:
+    """The spec, as kimicount.source.load_spec reads it, and the config.json it came from."""
+    from kimicount.source import load_spec
+
+    if repo is not None and config is None:
+        hub = hub_module()
+        path = hub.download_config(repo, revision, hub_options)
+        spec = hub.spec_from_hub_config(path, repo, revision)
+        return spec, ConfigSource(path.read_text(encoding="utf-8"), path, _commit(path.parent))
+    spec = load_spec(config, repo, revision, hub_options)
+    if config is None:
+        return spec, ConfigSource(_BUNDLED_CONFIG.read_text(encoding="utf-8"), None, None)
+    path = config / "config.json" if config.is_dir() else config
+    return spec, ConfigSource(path.read_text(encoding="utf-8"), path, _commit(path.parent))
+
+
+def _commit(folder: Path) -> str | None:
+    """The commit of a Hub cache snapshot folder (…/snapshots/<40 hex digits>/)."""
+    name = folder.name
+    return name if len(name) == 40 and all(c in "0123456789abcdef" for c in name) else None
 
 
 def explorer_pages(
     spec: ModelSpec,
+    source: ConfigSource,
     *,
-    config: Path | None = None,
     repo: str | None = None,
     revision: str | None = None,
     modeling: Path | None = None,
-    token: str | None = None,
+    hub_options: HubOptions | None = None,
 ) -> Pages:
     """Every page of the model, each with its evidence (or the note saying how to get it)."""
     pages = build_pages(build_anatomy(spec))
-    return replace(pages, pages={k: replace(p, evidence_note=NO_MODELING) for k, p in pages.pages.items()})
+    config: dict[str, Any] = json.loads(source.text)
+    if modeling is not None:
+        found = find_modeling(config, modeling=modeling)
+    else:
+        try:
+            found = find_modeling(
+                config, config_path=source.path, repo=repo, revision=revision, hub_options=hub_options
+            )
+        except ModelingError:  # no auto_map: evidence was not asked for, so the pages say why there is none
+            found = None
+    note = ""
+    index = None
+    if found is None:
+        named = repo or (BUNDLED_MODEL if source.path is None else None)
+        note = absent_message(config, named)
+        note = note[:1].upper() + note[1:] + "."
+    else:
+        index = found.index()
+    with_evidence = {}
+    for page in pages:
+        evidence: list[Evidence] = []
+        before = len(index.findings()) if index is not None else 0
+        if index is not None:
+            evidence += _modeling_evidence(index, page, pages, spec, config)
+        if page.config_keys:
+            evidence += config_evidence(source.text, page.config_keys, revision=source.revision)
+        findings = tuple(index.findings()[before:]) if index is not None else ()
+        with_evidence[page.id] = replace(
+            page, evidence=tuple(evidence), evidence_note=note, findings=findings
+        )
+    origin = (
+        f"{found.name} ({found.origin}{', ' + found.revision[:12] if found.revision else ''})"
+        if found
+        else ""
+    )
+    return replace(
+        pages,
+        pages=with_evidence,
+        findings=tuple(index.findings()) if index is not None else (),
+        evidence_source=origin,
+    )
+
+
+def _modeling_evidence(
+    index: ModelingIndex, page: Page, pages: Pages, spec: ModelSpec, config: dict[str, Any]
+) -> list[Evidence]:
+    if page.id in pages.nodes:
+        node, parent = pages.nodes[page.id]
+        return index.component_evidence(node, parent, spec.weight_prefix)
+    if page.kind == "tensor":
+        return _tensor_evidence(index, page, spec, config)
+    if page.variable:
+        found = index.activation(page.cls, page.variable)
+        if page.kind == "operation":  # the assignment that applies it, of those that bind the variable
+            found = [e for e in found if f"{page.id}(" in e.excerpt]
+        return found
+    found = []
+    for attribute in page.attributes:
+        found += index.attribute(page.cls, attribute)
+    return found
+
+
+def _tensor_evidence(
+    index: ModelingIndex, page: Page, spec: ModelSpec, config: dict[str, Any]
+) -> list[Evidence]:
+    """The module's definition and uses; a Linear's [out, in] checked against the file's expression."""
+    pattern = page.pattern
+    layer = page.layer if page.layer is not None else (page.layers[0] if page.layers else 0)
+    name = pattern.format(layer=layer, expert=0).removeprefix(spec.weight_prefix)
+    if not name:
+        return []
+    module = name.rsplit(".", 1)[0]
+    found = index.path_evidence(module, within=name)
+    rows = page.parameters.rows if page.parameters is not None else ()
+    if rows and len(rows[0].shape) == 2 and rows[0].layout == "[out, in]" and name.endswith(".weight"):
+        steps = index.resolve(name)
+        if steps and steps[-1].external and steps[-1].external.split(".")[-1] == "Linear":
+            index.check_shape(steps[-1].owner, steps[-1].attr, rows[0].shape, config)
+    return found

@@ -192,6 +192,7 @@ class Page:
     also_in: tuple[str, ...] = ()
     main: bool = True  # in the main model (not the MTP module or the vision side)
     layers: tuple[int, ...] = ()  # the layers a block group or a checkpoint tensor stands for
+    pattern: str = ""  # a checkpoint tensor's name with {layer} and {expert} fields
     layer: int | None = None  # the layer a tensor name pointed at
     layer_note: str = ""
     evidence: tuple[Any, ...] = ()  # kimicount.explorer.evidence.Evidence
@@ -225,6 +226,9 @@ class Pages:
     storage: str = ""
     findings: tuple[str, ...] = ()
     evidence_source: str = ""
+    #: Each tree page's node (the one with the most instances) and the node above it, for the
+    #: evidence module, which reads the tree itself.
+    nodes: dict[str, tuple[Node, Node | None]] = field(default_factory=dict, compare=False, repr=False)
 
     def __getitem__(self, page_id: str) -> Page:
         return self.pages[page_id]
@@ -264,6 +268,7 @@ class _Entry:
     id: str
     nodes: list[tuple[Node | None, Node, tuple[str, ...]]] = field(default_factory=list)
     parent_keys: list[tuple[str, ...] | None] = field(default_factory=list)
+    parent_nodes: list[Node | None] = field(default_factory=list)
     child_keys: list[tuple[str, ...]] = field(default_factory=list)
     main: bool = True
 
@@ -290,7 +295,7 @@ def build_pages(anatomy: Anatomy) -> Pages:
         ids.add(candidate)
         return candidate
 
-    def visit(node: Node, key_parent, group_node: Node | None, path, main: bool, key_base=None):
+    def visit(node: Node, key_parent, group_node: Node | None, path, main: bool, key_base=None, above=None):
         """key_parent: the key of the page above; key_base: what this node's key extends (a block
         group's children extend the key of the group's parent, so dense and MoE blocks share pages)."""
         is_group = bool(node.layers and node.kind)
@@ -316,9 +321,10 @@ def build_pages(anatomy: Anatomy) -> Pages:
         names = (*path, short(node.name)) if key_parent is not None else ()
         entry.nodes.append((group_node if not is_group else None, node, names))
         entry.parent_keys.append(key_parent)
+        entry.parent_nodes.append(above)
         inner_group = node if is_group else group_node
         children = tuple(
-            visit(child, key, inner_group, names, main, key_parent if is_group else None)
+            visit(child, key, inner_group, names, main, key_parent if is_group else None, node)
             for child in node.children
         )
         count = node.params
@@ -349,7 +355,12 @@ def build_pages(anatomy: Anatomy) -> Pages:
     pages = _link_activations(pages, activations + operations)
     from kimicount.storage import quantization_summary
 
+    nodes = {}
+    for entry in entries.values():
+        primary = max(range(len(entry.nodes)), key=lambda i: entry.nodes[i][1].instances)
+        nodes[entry.id] = (entry.nodes[primary][1], entry.parent_nodes[primary])
     return Pages(
+        nodes=nodes,
         model=spec.name,
         model_type=spec.model_type,
         pages=pages,
@@ -665,6 +676,7 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
             main=pattern in main_patterns,
             attributes=(attribute,),
             layers=layers,
+            pattern=pattern,
         )
     return pages
 

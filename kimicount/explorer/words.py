@@ -304,9 +304,9 @@ ACTIVATIONS: tuple[Tensor, ...] = (
         Words(
             "the token ids of the T new positions of each of the B sequences",
             "t",
-            "input_ids",
+            "inputs_embeds = self.embed_tokens(input_ids)",
             "DeepseekV3Model",
-            variable="input_ids",
+            ("embed_tokens",),
         ),
         read_by=("Token embedding",),
         flow_name="tokens",
@@ -335,6 +335,7 @@ ACTIVATIONS: tuple[Tensor, ...] = (
             "c^Q = RMSNorm(x W_{DQ})",
             "self.q_a_layernorm(self.q_a_proj(hidden_states))",
             _ATTENTION,
+            ("q_a_layernorm",),
         ),
         made_by="Query compression",
         read_by=("Query heads",),
@@ -563,6 +564,7 @@ OPERATIONS: tuple[Tensor, ...] = (
             "softmax(s)_j = e^{s_j} / Σ_k e^{s_k}",
             "attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)",
             _ATTENTION,
+            variable="attn_weights",  # the assignment that applies it
         ),
         made_by="Causal attention",
         read_by=("Causal attention",),
