@@ -105,7 +105,11 @@ def test_key_value_latent_is_an_activation_page():
     assert p["variable"] == "compressed_kv"
     (shape,) = p["shapes"]["out"]
     assert [d["size"] for d in shape["dims"]] == ["B", "T", 512]
-    assert p["links"]["writes"] == [{"id": "key-value-compression", "name": "Key–value compression"}]
+    assert p["links"]["made_by"] == [{"id": "key-value-compression", "name": "Key–value compression"}]
+    assert p["links"]["read_by"] == [
+        {"id": "key-content-up-projection", "name": KEY_CONTENT},
+        {"id": "value-heads", "name": "Value heads"},
+    ]
 
 
 @pytest.mark.parametrize(

@@ -850,13 +850,7 @@ def page_json(page: Page, pages: Pages) -> dict[str, Any]:
             for k in page.kv
         ],
         "kv_note": page.kv_note or None,
-        "links": {
-            "parent": link(page.parent),
-            "children": [link(c) for c in page.children],
-            "reads": [link(c) for c in page.reads],
-            "writes": [link(c) for c in page.writes],
-            "tensors": [link(c) for c in page.tensors],
-        },
+        "links": _links(page, link),
         "also_in": list(page.also_in),
         "layer": page.layer,
         "layer_note": page.layer_note or None,
@@ -874,4 +868,17 @@ def page_json(page: Page, pages: Pages) -> dict[str, Any]:
         ],
         "evidence_note": page.evidence_note or None,
         "findings": list(page.findings),
+    }
+
+
+def _links(page: Page, link) -> dict[str, Any]:
+    """A component's links name the activations it reads and writes; an activation's (or operation's)
+    the components that make and read it."""
+    made = page.kind in ("activation", "operation")
+    return {
+        "parent": link(page.parent),
+        "children": [link(c) for c in page.children],
+        "made_by" if made else "writes": [link(c) for c in page.writes],
+        "read_by" if made else "reads": [link(c) for c in page.reads],
+        "tensors": [link(c) for c in page.tensors],
     }

@@ -153,10 +153,11 @@ def _links(console: Console, page: Page, pages: Pages) -> None:
     links = _grid()
     if page.parent:
         links.add_row("Parent", Text(_link(pages, page.parent)))
+    made = page.kind in ("activation", "operation")
     for label, ids in (
         ("Children", page.children),
-        ("Reads", page.reads),
-        ("Writes", page.writes),
+        ("Made by" if made else "Writes", page.writes),
+        ("Read by" if made else "Reads", page.reads),
         ("Tensors", page.tensors),
     ):
         if ids:
