@@ -423,3 +423,23 @@ def test_evidence_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
         "config.json",
         "modeling_deepseek.py",
     }
+
+
+def _imported(*args: str) -> set[str]:
+    result = run_kimicount(*args, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == 0, result.stderr
+    return {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+
+
+def test_what_each_command_imports():
+    def top(modules: set[str]) -> set[str]:
+        return {m.split(".")[0] for m in modules}
+
+    for command in ("show", "explore"):  # help: neither rich nor the anatomy
+        imported = _imported(command, "--help")
+        assert "kimicount.cli" in imported and "kimicount.anatomy" not in imported
+        assert not top(imported) & {"rich", "jinja2", "torch", "huggingface_hub"}
+    shown = _imported("show", "kv_b_proj", "--json")
+    assert "kimicount.explorer.pages" in shown
+    assert not top(shown) & {"jinja2", "torch", "huggingface_hub"}  # jinja2 only for explore
+    assert "kimicount.cli.explore" not in shown

@@ -11,16 +11,17 @@ from kimicount.cli.common import (
     ConfigOption,
     JsonOption,
     ModelArgument,
+    ModelingOption,
     RepoOption,
     RevisionOption,
     TimeoutOption,
     TokenOption,
     print_json,
+    progress,
     repo_id,
 )
 from kimicount.cli.exits import EXIT_CODES
 from kimicount.cli.root import app
-from kimicount.cli.show import ModelingOption, load_pages
 
 
 @app.command("explore", epilog=EXIT_CODES, short_help="Every page of the model in one HTML file.")
@@ -49,10 +50,13 @@ def explore_command(
     One file, no network: it opens from disk, offline.
     """
     from kimicount.errors import UsageError
+    from kimicount.explorer.build import load_explorer
     from kimicount.explorer.html import render_html
     from kimicount.explorer.pages import slug
 
-    pages = load_pages(config, repo_id(model, repo), revision, token, timeout, modeling, live=not as_json)
+    repo = repo_id(model, repo)
+    with progress(not as_json, repo, token, timeout) as activity:
+        pages = load_explorer(config, repo, revision, modeling, activity.hub)
     text = render_html(pages)
     name = slug(pages.model.rsplit("/", 1)[-1]) or "model"
     path = output if output is not None else Path(f"{name}-explorer.html")

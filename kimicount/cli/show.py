@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from kimicount.cli.common import (
     ConfigOption,
     JsonOption,
+    ModelingOption,
     RepoOption,
     RevisionOption,
     TimeoutOption,
@@ -19,41 +19,6 @@ from kimicount.cli.common import (
 )
 from kimicount.cli.exits import EXIT_CODES
 from kimicount.cli.root import app
-
-if TYPE_CHECKING:
-    from kimicount.explorer.pages import Pages
-
-ModelingOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--modeling",
-        metavar="FILE",
-        help="The model's modeling_deepseek.py, for the code evidence (default: beside --config's "
-        "config.json, or from the Hub at the config's revision with --repo).",
-        show_default=False,
-    ),
-]
-
-
-def load_pages(
-    config: Path | None,
-    repo: str | None,
-    revision: str | None,
-    token: str | None,
-    timeout: str | None,
-    modeling: Path | None,
-    *,
-    live: bool,
-) -> Pages:
-    """The explorer's pages of the model the options name, with the progress line while the Hub is
-    asked for config.json and the modeling file."""
-    from kimicount.explorer.build import explorer_pages, load_model_and_config
-
-    with progress(live, repo, token, timeout) as activity:
-        spec, source = load_model_and_config(config, repo, revision, activity.hub)
-        return explorer_pages(
-            spec, source, repo=repo, revision=revision, modeling=modeling, hub_options=activity.hub
-        )
 
 
 @app.command("show", epilog=EXIT_CODES, short_help="One component, activation or tensor, as a page.")
@@ -80,9 +45,11 @@ def show_command(
     with the KV cache in prefill and decode, its parameters over the whole model, and the lines of
     code that define and use it.
     """
+    from kimicount.explorer.build import load_explorer
     from kimicount.explorer.lookup import resolve
 
-    pages = load_pages(config, repo, revision, token, timeout, modeling, live=not as_json)
+    with progress(not as_json, repo, token, timeout) as activity:
+        pages = load_explorer(config, repo, revision, modeling, activity.hub)
     page = resolve(pages, name)
     if as_json:
         from kimicount.explorer.pages import page_json

@@ -144,3 +144,17 @@ def _tensor_evidence(
         if steps and steps[-1].external and steps[-1].external.split(".")[-1] == "Linear":
             index.check_shape(steps[-1].owner, steps[-1].attr, rows[0].shape, config)
     return found
+
+
+def load_explorer(
+    config: Path | None,
+    repo: str | None,
+    revision: str | None,
+    modeling: Path | None,
+    hub_options: HubOptions | None,
+) -> Pages:
+    """The pages of the model the CLI's options name, with their evidence."""
+    spec, source = load_model_and_config(config, repo, revision, hub_options)
+    return explorer_pages(
+        spec, source, repo=repo, revision=revision, modeling=modeling, hub_options=hub_options
+    )
