@@ -119,6 +119,13 @@ def test_explorer_in_a_real_browser(browser, tmp_path):
     assert page.get_attribute("id") == "kv_b_proj"
     assert "features 128–255 of each head's 256" in page.text
 
+    # a concrete tensor name finds its tensor's page
+    search.clear()
+    search.send_keys("model.layers.5.mlp.experts.17.down_proj.weight_scale_inv")
+    results = browser.find_elements(By.CSS_SELECTOR, "#results a")
+    assert [a.get_attribute("href").rsplit("#", 1)[-1] for a in results] == ["experts.down_proj"]
+    search.clear()
+
     # a deep link opens its page directly
     browser.get(out.as_uri() + "#compressed_kv")
     page = _visible_section(browser)
@@ -127,6 +134,22 @@ def test_explorer_in_a_real_browser(browser, tmp_path):
     page = _visible_section(browser)
     for figure in ("101,124,096", "2,498,560 B", "2,998,272 B", "70,272 B"):
         assert figure in page.text
+
+    # light and dark by the system's setting; printed, the page without the tree
+    def background() -> str:
+        return browser.execute_script("return getComputedStyle(document.body).backgroundColor")
+
+    def emulate(**media) -> None:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", media)
+
+    emulate(features=[{"name": "prefers-color-scheme", "value": "dark"}])
+    dark = background()
+    emulate(features=[{"name": "prefers-color-scheme", "value": "light"}])
+    assert background() == "rgb(255, 255, 255)" and dark != background()
+    emulate(media="print")
+    assert not browser.find_element(By.TAG_NAME, "nav").is_displayed()
+    assert _visible_section(browser).get_attribute("id") == "latent-attention"
+    emulate(media="")
 
     errors = [entry for entry in browser.get_log("browser") if entry["level"] in ("SEVERE", "ERROR")]
     assert errors == []

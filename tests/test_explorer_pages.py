@@ -145,7 +145,7 @@ def test_a_tensor_name_gives_its_page_at_that_layer():
     assert p["parameters"]["per_instance"] == 64 * 256 * 512
     assert p["parameters"]["instances"] == 61
     dense = page("model.layers.0.self_attn.kv_b_proj.weight_scale_inv")  # a scale: its weight's page
-    assert dense["layer_note"] == "layer 0: one of the 1 dense block (layer 0)"
+    assert dense["layer_note"] == "layer 0: the dense block (layer 0)"
     expert = page("model.layers.7.mlp.experts.300.up_proj.weight")
     assert expert["id"] == "experts.up_proj" and expert["layer"] == 7
 

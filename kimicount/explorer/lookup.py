@@ -94,9 +94,12 @@ def _tensor(pages: Pages, text: str) -> Page | None:
             f"'{shorten(text, 80)}': {pages.model} has this tensor in {_span(page.layers)}, not in layer {layer}"
         )
     groups = [p for p in pages if p.kind == "block" and layer in p.layers and p.main == page.main]
-    note = f"layer {layer}" + (
-        f": one of the {short(groups[0].name)} ({_span(groups[0].layers)})" if groups else ""
-    )
+    note = f"layer {layer}"
+    if groups:
+        group = groups[0]
+        count, _, kind = short(group.name).partition(" ")  # "60", "MoE blocks"
+        note += f": one of the {count} {kind}" if len(group.layers) > 1 else f": the {kind}"
+        note += f" ({_span(group.layers)})"
     return replace(page, layer=layer, layer_note=note, name=text)
 
 
