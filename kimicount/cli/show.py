@@ -52,7 +52,7 @@ def show_command(
         pages = load_explorer(config, repo, revision, modeling, activity.hub)
     page = resolve(pages, name)
     if as_json:
-        from kimicount.explorer.pages import page_json
+        from kimicount.explorer.page_json import page_json
 
         print_json(page_json(page, pages))
         return

@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kimicount.explorer.formula import as_mathml
-from kimicount.explorer.pages import Pages, page_json
+from kimicount.explorer.page_json import page_json
+from kimicount.explorer.pages import Pages
 from kimicount.render import flops_text, human_bytes
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -57,6 +58,7 @@ def render_html(pages: Pages) -> str:
         model=pages.model,
         model_type=pages.model_type,
         storage=pages.storage,
+        evidence_source=pages.evidence_source,
         tree=pages.tree,
         lists=lists,
         pages=data,

@@ -78,7 +78,7 @@ def render_page(console: Console, page: Page, pages: Pages) -> None:
     if page.kv:
         _kv(console, page)
     _links(console, page, pages)
-    _evidence(console, page)
+    _evidence(console, page, pages)
 
 
 def _parameters(console: Console, page: Page, pages: Pages) -> None:
@@ -101,7 +101,8 @@ def _parameters(console: Console, page: Page, pages: Pages) -> None:
         table.add_row("Shape", Text(stored + (f"; {row.bias}" if row.bias else "")))
         if row.part:
             table.add_row("Part", Text(row.part))
-        table.add_row("Count", Text(f"{row.calculation} = {row.elements:,}"))
+        count = f"{row.elements:,}"
+        table.add_row("Count", Text(count if row.calculation == count else f"{row.calculation} = {count}"))
         if row.dtype or row.storage:
             table.add_row("Stored", Text(", ".join(x for x in (row.dtype, row.storage) if x)))
         show(console, table)
@@ -167,10 +168,12 @@ def _links(console: Console, page: Page, pages: Pages) -> None:
         show(console, links)
 
 
-def _evidence(console: Console, page: Page) -> None:
+def _evidence(console: Console, page: Page, pages: Pages) -> None:
     if not page.evidence and not page.evidence_note and not page.findings:
         return
     _heading(console, "Evidence")
+    if pages.evidence_source:
+        show(console, Text(f"Modeling file: {pages.evidence_source}", style="dim"))
     for e in page.evidence:
         lines = f"line {e.start}" if e.start == e.end else f"lines {e.start}–{e.end}"
         revision = f"@{e.revision[:12]}" if e.revision else ""
