@@ -26,6 +26,7 @@ from kimicount.explorer.modeling import (
     absent_message,
     auto_map_entry,
     find_modeling,
+    load_sources,
     read_modeling_file,
 )
 from kimicount.spec import bundled_spec
@@ -370,18 +371,48 @@ def test_absent_without_a_source():
     )
 
 
+def test_sources_for_the_cli_options(tmp_path):
+    # the bundled config: config.json evidence, no modeling file, and the message that says why
+    bundled = load_sources()
+    assert (bundled.index, bundled.modeling, bundled.config_revision) == (None, None, None)
+    assert bundled.absent.startswith(
+        "code evidence needs modeling_deepseek.py: `hf download moonshotai/Kimi-K2-Instruct "
+    )
+    assert [(e.start, e.end) for e in bundled.config_lines(["quantization_config"])] == [(38, 46)]
+    # a checkpoint folder as `hf download` leaves it: config.json and modeling_deepseek.py side by side
+    (tmp_path / "config.json").write_bytes((KIMI_K2 / "config.json").read_bytes())
+    (tmp_path / "modeling_deepseek.py").write_text(TEXT)
+    folder = load_sources(config=tmp_path)
+    assert folder.absent is None and folder.modeling.origin == "beside config.json"
+    assert folder.index.module_class("model.layers.0.self_attn") == ATTENTION
+    assert spans(folder.index.attribute(ATTENTION, "kv_b_proj"))[0] == (676, 681, "definition")
+    # --modeling over the bundled config
+    given = load_sources(modeling=MODELING, modeling_revision=REVISION)
+    assert (given.modeling.origin, given.index.revision) == ("--modeling", REVISION)
+    # a --config without a modeling file beside it: the message names no repo
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "config.json").write_bytes((KIMI_K2 / "config.json").read_bytes())
+    assert (
+        "`hf download REPO modeling_deepseek.py config.json" in load_sources(config=tmp_path / "bare").absent
+    )
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(ConfigError, match=r"list.json: expected a JSON object, found a JSON list$"):
+        load_sources(config=tmp_path / "list.json")
+
+
 HUB_SCRIPT = """
 import json, sys
 from kimicount.errors import KimicountError
-from kimicount.explorer.modeling import find_modeling
-config = json.loads(open(sys.argv[1]).read())
+from kimicount.explorer.modeling import load_sources
 try:
-    found = find_modeling(config, repo=sys.argv[2], revision=sys.argv[3] if len(sys.argv) > 3 else None)
+    found = load_sources(repo=sys.argv[1], revision=sys.argv[2] if len(sys.argv) > 2 else None)
 except KimicountError as error:
     print(json.dumps({"error": str(error)}))
 else:
-    lines = found.index().init_span("DeepseekV3Attention", ["q_a_proj", "o_proj"])
-    print(json.dumps({"origin": found.origin, "revision": found.revision, "name": found.name,
+    lines = found.index.init_span("DeepseekV3Attention", ["q_a_proj", "o_proj"])
+    quantization = found.config_lines(["quantization_config"])[0]
+    print(json.dumps({"origin": found.modeling.origin, "revision": found.modeling.revision,
+                      "config": [found.config_revision, quantization.start, quantization.end],
                       "lines": [lines.start, lines.end]}))
 """
 
@@ -390,7 +421,7 @@ def hub_run(env: dict[str, str], *args: str) -> dict:
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, "-c", HUB_SCRIPT, str(KIMI_K2 / "config.json"), *args],
+        [sys.executable, "-c", HUB_SCRIPT, *args],
         capture_output=True,
         text=True,
         env={**os.environ, **env},
@@ -405,30 +436,33 @@ def hub_run(env: dict[str, str], *args: str) -> dict:
 def test_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
     fake = FakeHub()
     commit = "fd1984e2b7a3" + "0" * 28
-    fake.add_repo("moonshotai/Kimi-K2-Instruct", {"modeling_deepseek.py": TEXT.encode()}, commit=commit)
+    files = {"config.json": (KIMI_K2 / "config.json").read_bytes(), "modeling_deepseek.py": TEXT.encode()}
+    fake.add_repo("moonshotai/Kimi-K2-Instruct", files, commit=commit)
     env = {
         "HF_ENDPOINT": fake.install(httpserver),
         "HF_HOME": str(tmp_path / "hf"),
         "HF_HUB_DISABLE_TELEMETRY": "1",
     }
-    answer = hub_run(env, "moonshotai/Kimi-K2-Instruct")
-    assert answer == {
+    assert hub_run(env, "moonshotai/Kimi-K2-Instruct") == {
         "origin": "the Hub",
         "revision": commit,
-        "name": "modeling_deepseek.py",
+        "config": [commit, 38, 46],
         "lines": [662, 687],
     }
-    paths = [path for method, path, _ in fake.requests if method == "GET"]
-    assert paths == ["/moonshotai/Kimi-K2-Instruct/resolve/main/modeling_deepseek.py"] or all(
-        p.endswith("/modeling_deepseek.py") for p in paths
-    )
-    # a second time: from the cache when the Hub cannot be reached
+    # config.json on main, then the modeling file at the commit main resolved to, one GET each
+    gets = [path for method, path, _ in fake.requests if method == "GET"]
+    assert gets == [
+        "/moonshotai/Kimi-K2-Instruct/resolve/main/config.json",
+        f"/moonshotai/Kimi-K2-Instruct/resolve/{commit}/modeling_deepseek.py",
+    ]
+    # again with the Hub out of reach: both from the cache
     offline = {**env, "HF_ENDPOINT": "http://127.0.0.1:9"}
     assert hub_run(offline, "moonshotai/Kimi-K2-Instruct", commit)["revision"] == commit
     # a repo without the file: one line that names it
-    fake.add_repo("org/no-code", {"config.json": b"{}"})
-    error = hub_run(env, "org/no-code")["error"]
-    assert error == "org/no-code@main: no file 'modeling_deepseek.py' in the repo"
+    fake.add_repo("org/no-code", files={"config.json": files["config.json"]}, commit="1" * 40)
+    assert hub_run(env, "org/no-code") == {
+        "error": f"org/no-code@{'1' * 12}: no file 'modeling_deepseek.py' in the repo"
+    }
 
 
 # --- bad input: one line, a KimicountError (exit 2 in the CLI) ------------------------------------

@@ -271,6 +271,13 @@ class ModelingIndex:
             current = holds
         return steps, True
 
+    def module_class(self, path: str) -> str | None:
+        """The class of this file a module path holds (model.layers.0.self_attn: DeepseekV3Attention;
+        model.layers.1.mlp: DeepseekV3MoE, the first where it may hold several), or None: so pages
+        name the attention class as the file does (DeepseekV2Attention in DeepSeek-V2's)."""
+        steps, complete = self._resolve(path)
+        return steps[-1].holds[0] if complete and steps and steps[-1].holds else None
+
     def path_evidence(self, path: str, within: str | None = None) -> list[Evidence]:
         """Evidence for a module or tensor path: the definitions and uses of the module's attribute in
         the class that holds it, and the class of the module itself where the file defines it (an
