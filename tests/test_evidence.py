@@ -29,7 +29,7 @@ from kimicount.explorer.modeling import (
     load_sources,
     read_modeling_file,
 )
-from kimicount.spec import bundled_spec
+from kimicount.spec import bundled_spec, spec_from_path
 
 from .fakehub import FakeHub
 from .helpers import KIMI_K2, ROOT
@@ -258,6 +258,71 @@ def test_linear_shapes_work_out_with_the_config(index):
     assert index.check_shape(ATTENTION, "kv_b_proj", (16_384, 512), config) is True
     assert index.linear_shape("DeepseekV3MLP", "gate_proj", config) is None  # sized by its caller
     assert index.findings() == []
+
+
+def test_the_config_decides_what_the_file_leaves_to_it():
+    # Kimi K2: first_k_dense_replace 1, so layer 0's mlp is the dense MLP and layer 1's the MoE;
+    # DeepSeek-V3: first_k_dense_replace 3
+    for name, dense, moe in (("kimi-k2-instruct", 0, 1), ("deepseek-v3", 2, 3)):
+        config = json.loads((ROOT / "fixtures" / name / "config.json").read_text())
+        index = ModelingIndex.parse(TEXT, file="modeling_deepseek.py", config=config)
+        assert index.module_class(f"model.layers.{dense}.mlp") == "DeepseekV3MLP"
+        assert index.module_class(f"model.layers.{moe}.mlp") == "DeepseekV3MoE"
+    config = json.loads((KIMI_K2 / "config.json").read_text())
+    index = ModelingIndex.parse(TEXT, file="modeling_deepseek.py", config=config)
+    # an expert's width is its constructor's argument: moe_intermediate_size 2,048 (hidden 7,168);
+    # the shared expert's moe_intermediate_size × n_shared_experts = 2,048 × 1; the dense MLP's 18,432
+    widths = {}
+    for path in (
+        "model.layers.1.mlp.experts.5.up_proj",
+        "model.layers.1.mlp.shared_experts.up_proj",
+        "model.layers.0.mlp.up_proj",
+    ):
+        step = index.resolve(path)[-1]
+        widths[path.split(".")[4]] = index.linear_shape(step.owner, step.attr, bindings=step.bindings)
+    assert widths == {"experts": (2_048, 7_168), "shared_experts": (2_048, 7_168), "up_proj": (18_432, 7_168)}
+
+
+def test_the_whole_tree_is_checked_against_the_file():
+    for name in ("kimi-k2-instruct", "deepseek-v3", "deepseek-v2-lite"):
+        spec = spec_from_path(ROOT / "fixtures" / name / "config.json")
+        config = json.loads((ROOT / "fixtures" / name / "config.json").read_text())
+        index = ModelingIndex.parse(TEXT, file="modeling_deepseek.py", config=config)
+        assert index.check_tree(build_anatomy(spec).model, spec.weight_prefix) == [], name
+    # DeepSeek-V3.2's lightning indexer is not in a DeepSeek-V3 modeling file: each tensor a finding
+    spec = spec_from_path(ROOT / "fixtures" / "deepseek-v3.2-exp" / "config.json")
+    index = ModelingIndex.parse(TEXT, file="modeling_deepseek.py", config={})
+    findings = index.check_tree(build_anatomy(spec).model, spec.weight_prefix)
+    assert findings[0] == (
+        "modeling_deepseek.py: model.layers.0.self_attn.indexer.wq_b.weight: "
+        "DeepseekV3Attention defines no attribute 'indexer'"
+    )
+    assert all("defines no attribute 'indexer'" in finding for finding in findings)
+
+
+def test_experts_of_another_width_are_a_finding():
+    # a file that builds its routed experts as wide as the dense MLP: 18,432 where the tree has 2,048
+    text = TEXT.replace(
+        "                    DeepseekV3MLP(\n                        config, intermediate_size=config.moe_intermediate_size\n"
+        "                    )\n                    for i in range(config.n_routed_experts)",
+        "                    DeepseekV3MLP(\n                        config, intermediate_size=config.intermediate_size\n"
+        "                    )\n                    for i in range(config.n_routed_experts)",
+    )
+    assert text != TEXT
+    config = json.loads((KIMI_K2 / "config.json").read_text())
+    index = ModelingIndex.parse(text, file="modeling_deepseek.py", config=config)
+    expected = [
+        (
+            f"modeling_deepseek.py: model.layers.1.mlp.experts.0.{name}.weight: DeepseekV3MLP.{name} "
+            f"(line {line}) is a Linear of {found} with this config; the tree expects {tree}"
+        )
+        for name, line, found, tree in (
+            ("gate_proj", 383, "[18,432, 7,168]", "[2,048, 7,168]"),
+            ("up_proj", 384, "[18,432, 7,168]", "[2,048, 7,168]"),
+            ("down_proj", 385, "[7,168, 18,432]", "[7,168, 2,048]"),
+        )
+    ]
+    assert index.check_tree(build_anatomy(bundled_spec()).model) == expected
 
 
 def test_another_shape_expression_is_a_finding():

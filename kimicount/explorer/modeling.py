@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +50,14 @@ class ModelingFile:
     path: Path
     origin: str  # "--modeling", "beside config.json", "the Hub"
     model_class: str | None = None  # "DeepseekV3ForCausalLM", as auto_map names it
+    #: config.json's values, which decide what the file leaves to them (layer 0's MLP, sizes).
+    config: Mapping[str, Any] | None = field(default=None, repr=False)
 
     def index(self) -> ModelingIndex:
         """The file parsed; module paths start from the class auto_map names."""
-        root = self.model_class if self.model_class else None
-        return ModelingIndex.parse(self.text, file=self.name, revision=self.revision, root=root)
+        return ModelingIndex.parse(
+            self.text, file=self.name, revision=self.revision, root=self.model_class, config=self.config
+        )
 
 
 def auto_map_entry(config: Mapping[str, Any], where: str = "config.json") -> tuple[str, str]:
@@ -114,6 +117,22 @@ def find_modeling(
     None where none has it. `config_path` is the config.json read (or its folder); `repo` and
     `revision` the Hub repo it came from, for the download. A --modeling file is taken as it is,
     whatever the config names; otherwise the config must have an auto_map."""
+    found = _find_modeling(
+        config, modeling, modeling_revision, config_path, repo, revision, hub_options, where
+    )
+    return None if found is None else replace(found, config=dict(config))
+
+
+def _find_modeling(
+    config: Mapping[str, Any],
+    modeling: Path | None,
+    modeling_revision: str | None,
+    config_path: Path | None,
+    repo: str | None,
+    revision: str | None,
+    hub_options: HubOptions | None,
+    where: str,
+) -> ModelingFile | None:
     if modeling is not None:
         model_class = None
         if isinstance(config.get("auto_map"), dict):
