@@ -145,6 +145,20 @@ def test_prefill_attention_is_799_to_840_and_output_848_to_852(index):
     assert spans(index.attribute(ATTENTION, "o_proj"))[-1] == (852, 852, "use")
 
 
+def test_the_attention_passages_the_pages_cite(index):
+    assert index.attention_class() == ATTENTION
+    passages = index.attention_passages()
+    assert {name: (e.start, e.end) for name, e in passages.items()} == {
+        "projections": (662, 688),
+        "query": (768, 774),
+        "latent": (776, 789),
+        "prefill attention": (799, 840),
+        "output": (848, 852),
+    }
+    assert {e.role for e in passages.values()} == {"definition"}
+    assert index.findings() == []
+
+
 def test_attention_weights_and_rotary_parts(index):
     assert spans(index.activation(ATTENTION, "attn_weights"))[0] == (816, 818, "definition")
     assert [e.start for e in index.activation(ATTENTION, "q_pe")] == [772, 801]

@@ -249,6 +249,61 @@ class ModelingIndex:
             and any(s is not None and name in _bound_names(s) for _, _, _, s in _pieces(function.body))
         ]
 
+    def attention_class(self) -> str | None:
+        """The class the decoder layers' `self_attn` holds (DeepseekV3Attention), as the file builds it."""
+        return self.module_class("model.layers.0.self_attn")
+
+    def attention_passages(self) -> dict[str, Evidence]:
+        """The passages of the attention class that the pages cite, each found by the statements it
+        starts and ends with (in Kimi K2's and DeepSeek-V3's file: 662–688, 768–774, 776–789,
+        799–840, 848–852):
+
+        - "projections": __init__'s definitions of the projections and norms, to `self._init_rope()`;
+        - "query": from the first statement that binds `q` to the split into q_nope and q_pe;
+        - "latent": from the first binding of `compressed_kv` to the split of `kv` into k_nope and
+          value_states;
+        - "prefill attention": from the rotary tables (`cos, sin =`) to the first binding of
+          `attn_output` (the weighted sum of the values);
+        - "output": from the next binding of `attn_output` to the one that applies `o_proj`.
+
+        A passage the file does not have is left out, and said as a finding."""
+        attention = self.attention_class()
+        if attention is None:
+            return {}
+        passages: dict[str, Evidence] = {}
+        projections = self.init_span(
+            attention,
+            [
+                "q_a_proj",
+                "q_a_layernorm",
+                "q_b_proj",
+                "kv_a_proj_with_mqa",
+                "kv_a_layernorm",
+                "kv_b_proj",
+                "o_proj",
+                "rotary_emb",
+            ],
+        )
+        if projections is not None:
+            passages["projections"] = projections
+
+        def bound(name: str) -> list[Evidence]:
+            return self.activation(attention, name)
+
+        query, q_pe = bound("q"), bound("q_pe")
+        if query and q_pe:
+            passages["query"] = self.span(query[0], q_pe[0])
+        latent, values = bound("compressed_kv"), bound("value_states")
+        if latent and values:
+            passages["latent"] = self.span(latent[0], values[0])
+        tables, outputs = bound("cos"), bound("attn_output")
+        if tables and outputs:
+            passages["prefill attention"] = self.span(tables[0], outputs[0])
+        projected = [e for e in outputs if "self.o_proj" in e.excerpt]
+        if len(outputs) > 1 and projected and projected[-1].start > outputs[1].start:
+            passages["output"] = self.span(outputs[1], projected[-1])
+        return passages
+
     def findings(self) -> list[str]:
         """What the file said against the expectations asked of it so far, one line each, in order."""
         return list(self._findings)
