@@ -127,6 +127,8 @@ class ModelingIndex:
             root = next((name for name in self.classes if name.endswith("ForCausalLM")), None)
         self.root = root
         self._findings: list[str] = []
+        #: _definitions' answers: the file is read once, and each page asks again
+        self._assignments: dict[tuple[str, str], list[ast.stmt]] = {}
 
     @classmethod
     def parse(
@@ -510,6 +512,12 @@ class ModelingIndex:
 
     def _definitions(self, cls_name: str, attr: str) -> list[ast.stmt]:
         """The statements of the nearest class in the lineage whose __init__ assigns self.attr."""
+        key = (cls_name, attr)
+        if key not in self._assignments:
+            self._assignments[key] = self._find_definitions(cls_name, attr)
+        return self._assignments[key]
+
+    def _find_definitions(self, cls_name: str, attr: str) -> list[ast.stmt]:
         for node in self._lineage(cls_name):
             statements = [
                 statement
