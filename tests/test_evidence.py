@@ -585,3 +585,44 @@ def test_a_model_class_the_file_lacks():
 
 def test_errors_are_kimicount_errors():
     assert issubclass(ModelingError, KimicountError) and not issubclass(ModelingError, SourceError)
+
+
+# --- a hostile file ends quickly -------------------------------------------------------------------
+
+HOSTILE = """
+A = B
+B = A
+chain = 1
+class Inner:
+    def __init__(self, config):
+        self.x = self.x * self.x + self.x
+        self.a0 = config.hidden_size
+{chain}
+        self.proj = nn.Linear(self.a60, self.x)
+        self.wide = nn.Linear(self.a0 + self.a0, self.a0 * 3)
+class Outer(Outer):
+    def __init__(self, config):
+        self.model = nn.ModuleList([A])
+        self.inner = Inner(config)
+class HostileForCausalLM(Outer):
+    pass
+"""
+
+
+def test_cycles_and_chains_in_a_modeling_file_end():
+    chain = "\n".join(
+        f"        self.a{i} = self.a{i - 1} * self.a{i - 1} + self.a{i - 1}" for i in range(1, 61)
+    )
+    text = HOSTILE.format(chain=chain)
+    index = ModelingIndex.parse(text, file="h.py", config={"hidden_size": 2})
+    # `A = B; B = A` builds no class of the file: the model holds something from elsewhere
+    assert [(s.owner, s.attr, s.holds, s.external) for s in index.resolve("model.0.x")] == [
+        ("HostileForCausalLM", "model", (), "A")
+    ]
+    # a class that is its own base, a value that depends on itself: unknown, found at once
+    assert index.linear_shape("Inner", "proj") is None
+    # a chain of 60 definitions, each used three times: each worked out once (a naive evaluation
+    # takes 3^60 steps), and a size past 2^63 − 1 is no size
+    assert index.linear_shape("Inner", "wide") == (6, 4)
+    outer = text.split("\n").index("class Outer(Outer):") + 1
+    assert spans(index.class_("Outer")) == [(outer, outer + 3, "definition")]

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kimicount.errors import ConfigError, KimicountError
+from kimicount.errors import MAX_COUNT, ConfigError, KimicountError
 from kimicount.reading import parse_json, shorten
 
 if TYPE_CHECKING:
@@ -621,8 +621,12 @@ class ModelingIndex:
         if isinstance(value, ast.Name):
             if value.id in self.classes:
                 return {value.id: {}}, None
-            if value.id in self._globals:
-                return self._built(self._globals[value.id], scope, position)
+            if value.id in self._globals and value.id not in scope.visiting:
+                scope.visiting.add(value.id)  # `A = B; B = A` ends here
+                try:
+                    return self._built(self._globals[value.id], scope, position)
+                finally:
+                    scope.visiting.discard(value.id)
             return {}, value.id
         if not isinstance(value, ast.Call):
             return {}, None
@@ -857,6 +861,12 @@ class _Evaluator:
         self.bindings = dict(bindings or {})
         self.config = index.config if config is None else config
         self.depth = 0
+        #: The self attributes and local names being worked out: one met again is a cycle
+        #: (`self.x = self.x * self.x`), _UNKNOWN, not a loop without end.
+        self.visiting: set[str] = set()
+        #: Definitions already worked out: a chain of them (`self.b = self.a * self.a`, …) is
+        #: evaluated once each, not once per path through it.
+        self.known: dict[str, Any] = {}
 
     def with_bindings(self, extra: Mapping[str, Any]) -> _Evaluator:
         return _Evaluator(self.index, self.cls_name, {**self.bindings, **extra}, self.config)
@@ -877,7 +887,9 @@ class _Evaluator:
             left, right = self.eval(node.left), self.eval(node.right)
             if type(left) is not int or type(right) is not int:
                 return _UNKNOWN
-            return _ARITHMETIC[type(node.op)](left, right)
+            result = _ARITHMETIC[type(node.op)](left, right)
+            # no size is larger than a count can be; a larger one is no size (and never grows past it)
+            return result if result is _UNKNOWN or abs(result) <= MAX_COUNT else _UNKNOWN
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARISONS:
             left, right = self.eval(node.left), self.eval(node.comparators[0])
             if left is _UNKNOWN or right is _UNKNOWN:
@@ -908,8 +920,21 @@ class _Evaluator:
             if node.value.id == "self":
                 definitions = self.index._definitions(self.cls_name, node.attr)
                 if len(definitions) == 1 and isinstance(definitions[0], ast.Assign):
-                    return self.eval(definitions[0].value)
+                    return self._once(f"self.{node.attr}", definitions[0].value)
         return _UNKNOWN
+
+    def _once(self, name: str, value: ast.expr) -> Any:
+        """The value of a definition, _UNKNOWN when it depends on itself."""
+        if name in self.known:
+            return self.known[name]
+        if name in self.visiting:
+            return _UNKNOWN
+        self.visiting.add(name)
+        try:
+            self.known[name] = self.eval(value)
+        finally:
+            self.visiting.discard(name)
+        return self.known[name]
 
     def _name(self, name: str) -> Any:
         """A constructor argument, or a local variable __init__ assigns once."""
@@ -923,7 +948,7 @@ class _Evaluator:
             for s in ast.walk(init)
             if isinstance(s, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in s.targets)
         ]
-        return self.eval(assignments[0].value) if len(assignments) == 1 else _UNKNOWN
+        return self._once(name, assignments[0].value) if len(assignments) == 1 else _UNKNOWN
 
 
 def _lines_of(text: str) -> list[str]:
