@@ -159,6 +159,26 @@ def test_the_attention_passages_the_pages_cite(index):
     assert index.findings() == []
 
 
+def test_operations_are_the_calls_that_perform_them(index):
+    assert spans(index.calls(ATTENTION, "softmax")) == [(834, 836, "use")]
+    assert spans(index.calls(ATTENTION, "apply_rotary_pos_emb")) == [(801, 801, "use")]
+    assert spans(index.calls(ATTENTION, "rotary_emb")) == [(799, 799, "use")]
+    assert index.calls(ATTENTION, "flash_attn_func") == []
+    assert index.findings() == ["modeling_deepseek.py: DeepseekV3Attention.forward calls no flash_attn_func"]
+
+
+def test_line_ends_are_pythons():
+    # Windows line ends, and a form feed, which str.splitlines() would count as a line end and
+    # Python does not: the lines stay those the parser numbers
+    text = TEXT.replace("\n", "\r\n").replace(
+        "class DeepseekV3RotaryEmbedding", "\x0cclass DeepseekV3RotaryEmbedding"
+    )
+    index = ModelingIndex.parse(text, file="modeling_deepseek.py")
+    (norm,) = index.class_("DeepseekV3RMSNorm")
+    assert (norm.start, norm.end) == (94, 111) and "\r" not in norm.excerpt
+    assert spans(index.attribute(ATTENTION, "kv_b_proj"))[0] == (676, 681, "definition")
+
+
 def test_attention_weights_and_rotary_parts(index):
     assert spans(index.activation(ATTENTION, "attn_weights"))[0] == (816, 818, "definition")
     assert [e.start for e in index.activation(ATTENTION, "q_pe")] == [772, 801]

@@ -241,6 +241,29 @@ class ModelingIndex:
             self._note(f"{cls_name}.{method} binds no variable '{name}'")
         return found
 
+    def calls(self, cls_name: str, function: str, method: str = "forward") -> list[Evidence]:
+        """The statements of the class's `method` (inherited if it has none) that call `function`,
+        by its last name (`softmax` for nn.functional.softmax; `apply_rotary_pos_emb`; `rotary_emb`
+        for self.rotary_emb): where an operation happens, each a use, in file order."""
+        found = self._method(cls_name, method)
+        if found is None:
+            self._note(
+                f"{cls_name} has no method {method}" if cls_name in self.classes else f"no class {cls_name}"
+            )
+            return []
+        uses = [
+            self.lines(start, end, USE)
+            for start, end, nodes, _ in _pieces(found.body)
+            if any(
+                isinstance(n, ast.Call) and _dotted(n.func).rsplit(".", 1)[-1] == function
+                for node in nodes
+                for n in ast.walk(node)
+            )
+        ]
+        if not uses:
+            self._note(f"{cls_name}.{method} calls no {function}")
+        return uses
+
     def activation_classes(self, name: str, method: str = "forward") -> list[str]:
         """The classes whose own `method` binds the variable `name` (compressed_kv: the attention
         class, and the flash-attention subclass that has its own forward), in file order."""
