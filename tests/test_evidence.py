@@ -559,6 +559,15 @@ def test_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
     assert hub_run(offline, "moonshotai/Kimi-K2-Instruct", commit)["revision"] == commit
     # a repo without the file: one line that names it
     fake.add_repo("org/no-code", files={"config.json": files["config.json"]}, commit="1" * 40)
+    # one over 16 MiB: refused as the Hub states its size, before it is downloaded
+    oversized = tmp_path / "oversized.py"
+    with oversized.open("wb") as handle:
+        handle.truncate(MAX_MODELING_BYTES + 1)
+    fake.add_repo("org/huge-code", {**files, "modeling_deepseek.py": oversized}, commit="2" * 40)
+    assert hub_run(env, "org/huge-code") == {
+        "error": f"org/huge-code@{'2' * 12}: modeling_deepseek.py: 16,777,217 bytes, more than any modeling "
+        "file (16,777,216 at most)"
+    }
     assert hub_run(env, "org/no-code") == {
         "error": f"org/no-code@{'1' * 12}: no file 'modeling_deepseek.py' in the repo"
     }
@@ -601,6 +610,25 @@ def test_a_model_class_the_file_lacks():
         match=r"^modeling_deepseek.py: no class KimiK3ForCausalLM \(the config's auto_map names it\)$",
     ):
         ModelingIndex.parse(TEXT, file="modeling_deepseek.py", root="KimiK3ForCausalLM")
+
+
+def test_the_hub_client_is_imported_only_for_a_repo():
+    import subprocess
+
+    script = (
+        "import sys, json; from pathlib import Path; from kimicount.explorer.modeling import load_sources; "
+        "s = load_sources(modeling=Path(sys.argv[1])); "
+        "print(json.dumps([s.modeling.origin, 'huggingface_hub' in sys.modules]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(MODELING)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert json.loads(result.stdout) == ["--modeling", False], result.stderr
 
 
 def test_errors_are_kimicount_errors():

@@ -194,7 +194,7 @@ def download_modeling(
         operation.status(f"fetching {filename} of {where} from {constants.ENDPOINT}")
         with hub.hub_errors(repo, revision, filename):
             try:
-                with capped(MAX_MODELING_BYTES, filename):
+                with capped(MAX_MODELING_BYTES, "modeling file"):
                     path = hf_hub_download(repo, filename, revision=revision, token=operation.options.token)
                 return Path(path)
             except Unreachable as error:
