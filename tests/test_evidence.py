@@ -357,6 +357,8 @@ def test_experts_of_another_width_are_a_finding():
         )
     ]
     assert index.check_tree(build_anatomy(bundled_spec()).model) == expected
+    assert index.check_tensor("model.layers.0.mlp.gate_proj.weight", (18_432, 7_168)) is True  # dense: 18,432
+    assert index.check_tensor("model.layers.0.input_layernorm.weight", (7_168,)) is None  # not a Linear
 
 
 def test_another_shape_expression_is_a_finding():

@@ -485,6 +485,18 @@ class ModelingIndex:
             return False
         return True
 
+    def check_tensor(self, name: str, shape: Sequence[int]) -> bool | None:
+        """Whether the tensor `name` (a Linear's weight, [out, in]) has, by the file's expression
+        worked out with the index's config and the constructors' arguments along the way, the shape
+        the tree gives it; None where the file does not say (not a Linear, or a size it leaves
+        open). A missing attribute or another size is a finding."""
+        steps, complete = self._resolve(name)
+        linear = [s for s in steps if s.external and s.external.split(".")[-1] == "Linear"]
+        if not (complete and linear and len(shape) == 2):
+            return None
+        step = linear[-1]
+        return self.check_shape(step.owner, step.attr, (shape[0], shape[1]), None, step.bindings, f"{name}: ")
+
     def check_tree(self, model: Node, weight_prefix: str = "") -> list[str]:
         """Every tensor of the tree looked for in the file: each must sit where its name says, and
         each Linear weight must work out, with the index's config, to the shape the tree gives it
@@ -493,15 +505,9 @@ class ModelingIndex:
         for node in model.walk():
             for tensor in node.tensors:
                 name = _first_name(tensor.pattern, weight_prefix, tensor.layers)
-                if name in seen:
-                    continue
-                seen.add(name)
-                steps, complete = self._resolve(name)
-                linear = [s for s in steps if s.external and s.external.split(".")[-1] == "Linear"]
-                if complete and linear and len(tensor.shape) == 2:
-                    step = linear[-1]
-                    expected = (tensor.shape[0], tensor.shape[1])
-                    self.check_shape(step.owner, step.attr, expected, None, step.bindings, f"{name}: ")
+                if name not in seen:
+                    seen.add(name)
+                    self.check_tensor(name, tensor.shape)
         return self.findings()
 
     # --- the file's structure --------------------------------------------------------------------
