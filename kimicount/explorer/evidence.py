@@ -15,9 +15,10 @@ file (modeling_deepseek.py, as the config's `auto_map` names it) is parsed with 
 Which class holds a module path (`model.layers.5.self_attn.kv_b_proj`) is read off the file too:
 starting from the model class, each attribute's `__init__` assignment says what it holds
 (`DeepseekV3Model(config)`, `nn.ModuleList([DeepseekV3DecoderLayer(…) …])`, a dict of classes indexed
-by the attention implementation, a conditional between `DeepseekV3MoE` and `DeepseekV3MLP`); where it
-may hold several classes, the one that has the next attribute is taken, and of a class and its
-subclass, the class.
+by the attention implementation, a conditional between `DeepseekV3MoE` and `DeepseekV3MLP`). A
+condition the config decides is decided with its values and the constructors' arguments
+(`layer_idx >= config.first_k_dense_replace`); where the attribute may still hold several classes,
+the one that has the next attribute is taken, and of a class and its subclass, the class.
 
 config.json evidence is the line range of a top-level key, found by scanning the JSON's tokens (a
 nested object such as quantization_config: from its key to its closing brace).
@@ -47,7 +48,7 @@ DEFINITION, USE, CONFIG = "definition", "use", "config"
 #: would split at form feeds and other characters the tokenizer does not count as line ends.
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
-#: Parameters of a module that are not modules themselves: the last step of a tensor name.
+#: Module containers: what they hold is what their first argument builds.
 _CONTAINERS = ("ModuleList", "ModuleDict", "Sequential")
 
 
@@ -805,10 +806,6 @@ def _dotted(node: ast.expr) -> str:
     return ""
 
 
-def _merge(first: list[str], second: list[str]) -> list[str]:
-    return first + [c for c in second if c not in first]
-
-
 def _unique(found: list[Evidence]) -> list[Evidence]:
     seen: set[tuple[int, int, str]] = set()
     kept = []
@@ -980,10 +977,6 @@ class _Evaluator:
         return self._once(name, assignments[0].value) if len(assignments) == 1 else _UNKNOWN
 
 
-def _lines_of(text: str) -> list[str]:
-    return _LINE_BREAK.split(text)
-
-
 # --- config.json -----------------------------------------------------------------------------------
 
 _JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^\s{}\[\],:"]+')
@@ -999,7 +992,7 @@ def config_evidence(
     if not isinstance(parsed, dict):
         raise ConfigError(f"{file}: expected a JSON object, found a JSON {type(parsed).__name__}")
     spans = _top_level_spans(text)
-    lines = _lines_of(text)
+    lines = _LINE_BREAK.split(text)
     found = []
     for key in keys:
         if key in spans:
