@@ -597,13 +597,13 @@ def test_bad_modeling_files(tmp_path):
     assert refused(latin) == f"{latin}: not UTF-8 text (invalid continuation byte at byte 5)"
     broken = tmp_path / "modeling_deepseek.py"
     broken.write_text(TEXT.replace("    def forward(self, x):", "    def forward(self, x)", 1))
-    assert refused(broken) == "modeling_deepseek.py: not valid Python: expected ':' at line 388"
+    assert refused(broken) == f"{broken}: not valid Python: expected ':' at line 388"
     nulls = tmp_path / "nulls.py"
     nulls.write_bytes(b"x = 1\n\0\n")
-    assert refused(nulls).startswith("nulls.py: not valid Python: ")
+    assert refused(nulls).startswith(f"{nulls}: not valid Python: ")
     prose = tmp_path / "notes.py"
     prose.write_text("This is not Python at all.\n")
-    assert refused(prose) == "notes.py: not valid Python: invalid syntax at line 1"
+    assert refused(prose) == f"{prose}: not valid Python: invalid syntax at line 1"
 
 
 def test_a_model_class_the_file_lacks():

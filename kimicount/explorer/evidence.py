@@ -140,21 +140,24 @@ class ModelingIndex:
         revision: str | None = None,
         root: str | None = None,
         config: Mapping[str, Any] | None = None,
+        where: str | None = None,
     ) -> ModelingIndex:
         """The index of the modeling file's text; `root` is the model class module paths start from
         (default: the class whose name ends in ForCausalLM); `config` (config.json's values) decides
         what the file leaves to it: whether layer 0's `mlp` is the MoE or the dense MLP, an expert's
-        width. Not Python: a ModelingError naming the file and the line."""
+        width. Not Python: a ModelingError naming the file (`where`: its path; default `file`) and the
+        line."""
+        where = where or file
         try:
             tree = ast.parse(text, filename=file)
         except SyntaxError as error:
-            where = f" at line {error.lineno}" if error.lineno else ""
-            raise ModelingError(f"{file}: not valid Python: {error.msg}{where}") from None
+            line = f" at line {error.lineno}" if error.lineno else ""
+            raise ModelingError(f"{where}: not valid Python: {error.msg}{line}") from None
         except (ValueError, RecursionError, MemoryError) as error:  # null bytes; nesting too deep
             reason = "nested too deeply" if isinstance(error, RecursionError | MemoryError) else str(error)
-            raise ModelingError(f"{file}: not valid Python: {shorten(reason)}") from None
+            raise ModelingError(f"{where}: not valid Python: {shorten(reason)}") from None
         if root is not None and root not in {n.name for n in tree.body if isinstance(n, ast.ClassDef)}:
-            raise ModelingError(f"{file}: no class {shorten(root, 100)} (the config's auto_map names it)")
+            raise ModelingError(f"{where}: no class {shorten(root, 100)} (the config's auto_map names it)")
         return cls(tree, _LINE_BREAK.split(text), file=file, revision=revision, root=root, config=config)
 
     # --- evidence --------------------------------------------------------------------------------

@@ -56,7 +56,12 @@ class ModelingFile:
     def index(self) -> ModelingIndex:
         """The file parsed; module paths start from the class auto_map names."""
         return ModelingIndex.parse(
-            self.text, file=self.name, revision=self.revision, root=self.model_class, config=self.config
+            self.text,
+            file=self.name,
+            revision=self.revision,
+            root=self.model_class,
+            config=self.config,
+            where=str(self.path),
         )
 
 
