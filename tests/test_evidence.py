@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kimicount.anatomy import build_anatomy
-from kimicount.errors import ConfigError, KimicountError, SourceError
+from kimicount.errors import ConfigError, KimicountError, SourceError, UsageError
 from kimicount.explorer.evidence import Evidence, ModelingError, ModelingIndex, config_evidence
 from kimicount.explorer.modeling import (
     MAX_MODELING_BYTES,
@@ -496,6 +496,8 @@ def test_sources_for_the_cli_options(tmp_path):
     assert (
         "`hf download REPO modeling_deepseek.py config.json" in load_sources(config=tmp_path / "bare").absent
     )
+    with pytest.raises(UsageError, match=r"^name the model once: --config or --repo, not both$"):
+        load_sources(config=tmp_path, repo="moonshotai/Kimi-K2-Instruct")
     (tmp_path / "list.json").write_text("[]")
     with pytest.raises(ConfigError, match=r"list.json: expected a JSON object, found a JSON list$"):
         load_sources(config=tmp_path / "list.json")

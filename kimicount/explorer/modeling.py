@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kimicount.errors import ConfigError
+from kimicount.errors import ConfigError, UsageError
 from kimicount.explorer.evidence import Evidence, ModelingError, ModelingIndex, config_evidence
 from kimicount.reading import parse_json, read_capped, shorten
 from kimicount.source import HubOptions
@@ -258,6 +258,8 @@ def load_sources(
     """The evidence sources for the CLI's model options: the bundled Kimi-K2-Instruct config (nothing
     named), a `--config` file or folder, or a `--repo` (config.json from the Hub cache, the modeling
     file beside it or fetched at its commit); `--modeling FILE` over any of them."""
+    if config is not None and repo is not None:
+        raise UsageError("name the model once: --config or --repo, not both")
     config_path: Path | None = None
     if repo is not None:
         from kimicount.source import hub_module
