@@ -167,6 +167,21 @@ def test_operations_are_the_calls_that_perform_them(index):
     assert index.findings() == ["modeling_deepseek.py: DeepseekV3Attention.forward calls no flash_attn_func"]
 
 
+def test_router_and_expert_activations(index):
+    # lines of the real file: the router's scores at 431, its choice 459–461 and weights 462, 471,
+    # 472; an expert's output at 585 in moe_infer, the weighted sum at 602–608
+    router = index.module_class("model.layers.1.mlp.gate")
+    assert router == "MoEGate"
+    assert spans(index.activation(router, "scores")) == [(431, 431, "definition")]
+    assert [e.start for e in index.activation(router, "topk_idx")] == [459]
+    assert [e.start for e in index.activation(router, "topk_weight")] == [462, 471, 472]
+    moe = index.module_class("model.layers.1.mlp")
+    assert spans(index.activation(moe, "expert_out", method="moe_infer")) == [(585, 585, "definition")]
+    assert spans(index.activation(moe, "final_out", method="moe_infer")) == [(602, 608, "definition")]
+    assert spans(index.activation(moe, "y")) == [(530, 530, "definition"), (532, 532, "definition")]
+    assert index.findings() == []
+
+
 def test_line_ends_are_pythons():
     # Windows line ends, and a form feed, which str.splitlines() would count as a line end and
     # Python does not: the lines stay those the parser numbers
@@ -214,7 +229,8 @@ def test_tensor_names_resolve_through_the_files_classes(index):
 
 def test_evidence_of_tensors(index):
     # lines of the real file: the decoder layer's input_layernorm at 1161–1163, used at 1200;
-    # lm_head at 1522, used at 1615; the MoE's experts (two branches) at 491–503 and 508–515
+    # lm_head at 1522, used at 1615; the MoE's experts (two branches) at 491–503 and 508–515, used
+    # in moe_infer (which forward calls) at 537 and 583
     assert spans(index.path_evidence("model.layers.3.input_layernorm.weight")) == [
         (1161, 1163, "definition"),
         (1200, 1200, "use"),
@@ -224,7 +240,8 @@ def test_evidence_of_tensors(index):
     assert spans(index.path_evidence("model.layers.1.mlp.experts")) == [
         (491, 503, "definition"),
         (508, 515, "definition"),
-        (538, 538, "use"),
+        (537, 537, "use"),
+        (583, 583, "use"),
         (374, 390, "definition"),
     ]
 
