@@ -19,16 +19,17 @@ from pathlib import Path
 import pytest
 
 from kimicount.anatomy import build_anatomy
-from kimicount.errors import ConfigError, KimicountError, SourceError
+from kimicount.errors import ConfigError, KimicountError, SourceError, UsageError
 from kimicount.explorer.evidence import Evidence, ModelingError, ModelingIndex, config_evidence
 from kimicount.explorer.modeling import (
     MAX_MODELING_BYTES,
     absent_message,
     auto_map_entry,
     find_modeling,
+    load_sources,
     read_modeling_file,
 )
-from kimicount.spec import bundled_spec
+from kimicount.spec import bundled_spec, spec_from_path
 
 from .fakehub import FakeHub
 from .helpers import KIMI_K2, ROOT
@@ -144,6 +145,55 @@ def test_prefill_attention_is_799_to_840_and_output_848_to_852(index):
     assert spans(index.attribute(ATTENTION, "o_proj"))[-1] == (852, 852, "use")
 
 
+def test_the_attention_passages_the_pages_cite(index):
+    assert index.attention_class() == ATTENTION
+    passages = index.attention_passages()
+    assert {name: (e.start, e.end) for name, e in passages.items()} == {
+        "projections": (662, 688),
+        "query": (768, 774),
+        "latent": (776, 789),
+        "prefill attention": (799, 840),
+        "output": (848, 852),
+    }
+    assert {e.role for e in passages.values()} == {"definition"}
+    assert index.findings() == []
+
+
+def test_operations_are_the_calls_that_perform_them(index):
+    assert spans(index.calls(ATTENTION, "softmax")) == [(834, 836, "use")]
+    assert spans(index.calls(ATTENTION, "apply_rotary_pos_emb")) == [(801, 801, "use")]
+    assert spans(index.calls(ATTENTION, "rotary_emb")) == [(799, 799, "use")]
+    assert index.calls(ATTENTION, "flash_attn_func") == []
+    assert index.findings() == ["modeling_deepseek.py: DeepseekV3Attention.forward calls no flash_attn_func"]
+
+
+def test_router_and_expert_activations(index):
+    # lines of the real file: the router's scores at 431, its choice 459–461 and weights 462, 471,
+    # 472; an expert's output at 585 in moe_infer, the weighted sum at 602–608
+    router = index.module_class("model.layers.1.mlp.gate")
+    assert router == "MoEGate"
+    assert spans(index.activation(router, "scores")) == [(431, 431, "definition")]
+    assert [e.start for e in index.activation(router, "topk_idx")] == [459]
+    assert [e.start for e in index.activation(router, "topk_weight")] == [462, 471, 472]
+    moe = index.module_class("model.layers.1.mlp")
+    assert spans(index.activation(moe, "expert_out", method="moe_infer")) == [(585, 585, "definition")]
+    assert spans(index.activation(moe, "final_out", method="moe_infer")) == [(602, 608, "definition")]
+    assert spans(index.activation(moe, "y")) == [(530, 530, "definition"), (532, 532, "definition")]
+    assert index.findings() == []
+
+
+def test_line_ends_are_pythons():
+    # Windows line ends, and a form feed, which str.splitlines() would count as a line end and
+    # Python does not: the lines stay those the parser numbers
+    text = TEXT.replace("\n", "\r\n").replace(
+        "class DeepseekV3RotaryEmbedding", "\x0cclass DeepseekV3RotaryEmbedding"
+    )
+    index = ModelingIndex.parse(text, file="modeling_deepseek.py")
+    (norm,) = index.class_("DeepseekV3RMSNorm")
+    assert (norm.start, norm.end) == (94, 111) and "\r" not in norm.excerpt
+    assert spans(index.attribute(ATTENTION, "kv_b_proj"))[0] == (676, 681, "definition")
+
+
 def test_attention_weights_and_rotary_parts(index):
     assert spans(index.activation(ATTENTION, "attn_weights"))[0] == (816, 818, "definition")
     assert [e.start for e in index.activation(ATTENTION, "q_pe")] == [772, 801]
@@ -179,7 +229,8 @@ def test_tensor_names_resolve_through_the_files_classes(index):
 
 def test_evidence_of_tensors(index):
     # lines of the real file: the decoder layer's input_layernorm at 1161–1163, used at 1200;
-    # lm_head at 1522, used at 1615; the MoE's experts (two branches) at 491–503 and 508–515
+    # lm_head at 1522, used at 1615; the MoE's experts (two branches) at 491–503 and 508–515, used
+    # in moe_infer (which forward calls) at 537 and 583
     assert spans(index.path_evidence("model.layers.3.input_layernorm.weight")) == [
         (1161, 1163, "definition"),
         (1200, 1200, "use"),
@@ -189,7 +240,8 @@ def test_evidence_of_tensors(index):
     assert spans(index.path_evidence("model.layers.1.mlp.experts")) == [
         (491, 503, "definition"),
         (508, 515, "definition"),
-        (538, 538, "use"),
+        (537, 537, "use"),
+        (583, 583, "use"),
         (374, 390, "definition"),
     ]
 
@@ -257,6 +309,73 @@ def test_linear_shapes_work_out_with_the_config(index):
     assert index.check_shape(ATTENTION, "kv_b_proj", (16_384, 512), config) is True
     assert index.linear_shape("DeepseekV3MLP", "gate_proj", config) is None  # sized by its caller
     assert index.findings() == []
+
+
+def test_the_config_decides_what_the_file_leaves_to_it():
+    # Kimi K2: first_k_dense_replace 1, so layer 0's mlp is the dense MLP and layer 1's the MoE;
+    # DeepSeek-V3: first_k_dense_replace 3
+    for name, dense, moe in (("kimi-k2-instruct", 0, 1), ("deepseek-v3", 2, 3)):
+        config = json.loads((ROOT / "fixtures" / name / "config.json").read_text())
+        index = ModelingIndex.parse(TEXT, file="modeling_deepseek.py", config=config)
+        assert index.module_class(f"model.layers.{dense}.mlp") == "DeepseekV3MLP"
+        assert index.module_class(f"model.layers.{moe}.mlp") == "DeepseekV3MoE"
+    config = json.loads((KIMI_K2 / "config.json").read_text())
+    index = ModelingIndex.parse(TEXT, file="modeling_deepseek.py", config=config)
+    # an expert's width is its constructor's argument: moe_intermediate_size 2,048 (hidden 7,168);
+    # the shared expert's moe_intermediate_size × n_shared_experts = 2,048 × 1; the dense MLP's 18,432
+    widths = {}
+    for path in (
+        "model.layers.1.mlp.experts.5.up_proj",
+        "model.layers.1.mlp.shared_experts.up_proj",
+        "model.layers.0.mlp.up_proj",
+    ):
+        step = index.resolve(path)[-1]
+        widths[path.split(".")[4]] = index.linear_shape(step.owner, step.attr, bindings=step.bindings)
+    assert widths == {"experts": (2_048, 7_168), "shared_experts": (2_048, 7_168), "up_proj": (18_432, 7_168)}
+
+
+def test_the_whole_tree_is_checked_against_the_file():
+    for name in ("kimi-k2-instruct", "deepseek-v3", "deepseek-v2-lite"):
+        spec = spec_from_path(ROOT / "fixtures" / name / "config.json")
+        config = json.loads((ROOT / "fixtures" / name / "config.json").read_text())
+        index = ModelingIndex.parse(TEXT, file="modeling_deepseek.py", config=config)
+        assert index.check_tree(build_anatomy(spec).model, spec.weight_prefix) == [], name
+    # DeepSeek-V3.2's lightning indexer is not in a DeepSeek-V3 modeling file: each tensor a finding
+    spec = spec_from_path(ROOT / "fixtures" / "deepseek-v3.2-exp" / "config.json")
+    index = ModelingIndex.parse(TEXT, file="modeling_deepseek.py", config={})
+    findings = index.check_tree(build_anatomy(spec).model, spec.weight_prefix)
+    assert findings[0] == (
+        "modeling_deepseek.py: model.layers.0.self_attn.indexer.wq_b.weight: "
+        "DeepseekV3Attention defines no attribute 'indexer'"
+    )
+    assert all("defines no attribute 'indexer'" in finding for finding in findings)
+
+
+def test_experts_of_another_width_are_a_finding():
+    # a file that builds its routed experts as wide as the dense MLP: 18,432 where the tree has 2,048
+    text = TEXT.replace(
+        "                    DeepseekV3MLP(\n                        config, intermediate_size=config.moe_intermediate_size\n"
+        "                    )\n                    for i in range(config.n_routed_experts)",
+        "                    DeepseekV3MLP(\n                        config, intermediate_size=config.intermediate_size\n"
+        "                    )\n                    for i in range(config.n_routed_experts)",
+    )
+    assert text != TEXT
+    config = json.loads((KIMI_K2 / "config.json").read_text())
+    index = ModelingIndex.parse(text, file="modeling_deepseek.py", config=config)
+    expected = [
+        (
+            f"modeling_deepseek.py: model.layers.1.mlp.experts.0.{name}.weight: DeepseekV3MLP.{name} "
+            f"(line {line}) is a Linear of {found} with this config; the tree expects {tree}"
+        )
+        for name, line, found, tree in (
+            ("gate_proj", 383, "[18,432, 7,168]", "[2,048, 7,168]"),
+            ("up_proj", 384, "[18,432, 7,168]", "[2,048, 7,168]"),
+            ("down_proj", 385, "[7,168, 18,432]", "[7,168, 2,048]"),
+        )
+    ]
+    assert index.check_tree(build_anatomy(bundled_spec()).model) == expected
+    assert index.check_tensor("model.layers.0.mlp.gate_proj.weight", (18_432, 7_168)) is True  # dense: 18,432
+    assert index.check_tensor("model.layers.0.input_layernorm.weight", (7_168,)) is None  # not a Linear
 
 
 def test_another_shape_expression_is_a_finding():
@@ -370,18 +489,50 @@ def test_absent_without_a_source():
     )
 
 
+def test_sources_for_the_cli_options(tmp_path):
+    # the bundled config: config.json evidence, no modeling file, and the message that says why
+    bundled = load_sources()
+    assert (bundled.index, bundled.modeling, bundled.config_revision) == (None, None, None)
+    assert bundled.absent.startswith(
+        "code evidence needs modeling_deepseek.py: `hf download moonshotai/Kimi-K2-Instruct "
+    )
+    assert [(e.start, e.end) for e in bundled.config_lines(["quantization_config"])] == [(38, 46)]
+    # a checkpoint folder as `hf download` leaves it: config.json and modeling_deepseek.py side by side
+    (tmp_path / "config.json").write_bytes((KIMI_K2 / "config.json").read_bytes())
+    (tmp_path / "modeling_deepseek.py").write_text(TEXT)
+    folder = load_sources(config=tmp_path)
+    assert folder.absent is None and folder.modeling.origin == "beside config.json"
+    assert folder.index.module_class("model.layers.0.self_attn") == ATTENTION
+    assert spans(folder.index.attribute(ATTENTION, "kv_b_proj"))[0] == (676, 681, "definition")
+    # --modeling over the bundled config
+    given = load_sources(modeling=MODELING, modeling_revision=REVISION)
+    assert (given.modeling.origin, given.index.revision) == ("--modeling", REVISION)
+    # a --config without a modeling file beside it: the message names no repo
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "config.json").write_bytes((KIMI_K2 / "config.json").read_bytes())
+    assert (
+        "`hf download REPO modeling_deepseek.py config.json" in load_sources(config=tmp_path / "bare").absent
+    )
+    with pytest.raises(UsageError, match=r"^name the model once: --config or --repo, not both$"):
+        load_sources(config=tmp_path, repo="moonshotai/Kimi-K2-Instruct")
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(ConfigError, match=r"list.json: expected a JSON object, found a JSON list$"):
+        load_sources(config=tmp_path / "list.json")
+
+
 HUB_SCRIPT = """
 import json, sys
 from kimicount.errors import KimicountError
-from kimicount.explorer.modeling import find_modeling
-config = json.loads(open(sys.argv[1]).read())
+from kimicount.explorer.modeling import load_sources
 try:
-    found = find_modeling(config, repo=sys.argv[2], revision=sys.argv[3] if len(sys.argv) > 3 else None)
+    found = load_sources(repo=sys.argv[1], revision=sys.argv[2] if len(sys.argv) > 2 else None)
 except KimicountError as error:
     print(json.dumps({"error": str(error)}))
 else:
-    lines = found.index().init_span("DeepseekV3Attention", ["q_a_proj", "o_proj"])
-    print(json.dumps({"origin": found.origin, "revision": found.revision, "name": found.name,
+    lines = found.index.init_span("DeepseekV3Attention", ["q_a_proj", "o_proj"])
+    quantization = found.config_lines(["quantization_config"])[0]
+    print(json.dumps({"origin": found.modeling.origin, "revision": found.modeling.revision,
+                      "config": [found.config_revision, quantization.start, quantization.end],
                       "lines": [lines.start, lines.end]}))
 """
 
@@ -390,7 +541,7 @@ def hub_run(env: dict[str, str], *args: str) -> dict:
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, "-c", HUB_SCRIPT, str(KIMI_K2 / "config.json"), *args],
+        [sys.executable, "-c", HUB_SCRIPT, *args],
         capture_output=True,
         text=True,
         env={**os.environ, **env},
@@ -405,30 +556,42 @@ def hub_run(env: dict[str, str], *args: str) -> dict:
 def test_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
     fake = FakeHub()
     commit = "fd1984e2b7a3" + "0" * 28
-    fake.add_repo("moonshotai/Kimi-K2-Instruct", {"modeling_deepseek.py": TEXT.encode()}, commit=commit)
+    files = {"config.json": (KIMI_K2 / "config.json").read_bytes(), "modeling_deepseek.py": TEXT.encode()}
+    fake.add_repo("moonshotai/Kimi-K2-Instruct", files, commit=commit)
     env = {
         "HF_ENDPOINT": fake.install(httpserver),
         "HF_HOME": str(tmp_path / "hf"),
         "HF_HUB_DISABLE_TELEMETRY": "1",
     }
-    answer = hub_run(env, "moonshotai/Kimi-K2-Instruct")
-    assert answer == {
+    assert hub_run(env, "moonshotai/Kimi-K2-Instruct") == {
         "origin": "the Hub",
         "revision": commit,
-        "name": "modeling_deepseek.py",
+        "config": [commit, 38, 46],
         "lines": [662, 687],
     }
-    paths = [path for method, path, _ in fake.requests if method == "GET"]
-    assert paths == ["/moonshotai/Kimi-K2-Instruct/resolve/main/modeling_deepseek.py"] or all(
-        p.endswith("/modeling_deepseek.py") for p in paths
-    )
-    # a second time: from the cache when the Hub cannot be reached
+    # config.json on main, then the modeling file at the commit main resolved to, one GET each
+    gets = [path for method, path, _ in fake.requests if method == "GET"]
+    assert gets == [
+        "/moonshotai/Kimi-K2-Instruct/resolve/main/config.json",
+        f"/moonshotai/Kimi-K2-Instruct/resolve/{commit}/modeling_deepseek.py",
+    ]
+    # again with the Hub out of reach: both from the cache
     offline = {**env, "HF_ENDPOINT": "http://127.0.0.1:9"}
     assert hub_run(offline, "moonshotai/Kimi-K2-Instruct", commit)["revision"] == commit
     # a repo without the file: one line that names it
-    fake.add_repo("org/no-code", {"config.json": b"{}"})
-    error = hub_run(env, "org/no-code")["error"]
-    assert error == "org/no-code@main: no file 'modeling_deepseek.py' in the repo"
+    fake.add_repo("org/no-code", files={"config.json": files["config.json"]}, commit="1" * 40)
+    # one over 16 MiB: refused as the Hub states its size, before it is downloaded
+    oversized = tmp_path / "oversized.py"
+    with oversized.open("wb") as handle:
+        handle.truncate(MAX_MODELING_BYTES + 1)
+    fake.add_repo("org/huge-code", {**files, "modeling_deepseek.py": oversized}, commit="2" * 40)
+    assert hub_run(env, "org/huge-code") == {
+        "error": f"org/huge-code@{'2' * 12}: modeling_deepseek.py: 16,777,217 bytes, more than any modeling "
+        "file (16,777,216 at most)"
+    }
+    assert hub_run(env, "org/no-code") == {
+        "error": f"org/no-code@{'1' * 12}: no file 'modeling_deepseek.py' in the repo"
+    }
 
 
 # --- bad input: one line, a KimicountError (exit 2 in the CLI) ------------------------------------
@@ -453,13 +616,13 @@ def test_bad_modeling_files(tmp_path):
     assert refused(latin) == f"{latin}: not UTF-8 text (invalid continuation byte at byte 5)"
     broken = tmp_path / "modeling_deepseek.py"
     broken.write_text(TEXT.replace("    def forward(self, x):", "    def forward(self, x)", 1))
-    assert refused(broken) == "modeling_deepseek.py: not valid Python: expected ':' at line 388"
+    assert refused(broken) == f"{broken}: not valid Python: expected ':' at line 388"
     nulls = tmp_path / "nulls.py"
     nulls.write_bytes(b"x = 1\n\0\n")
-    assert refused(nulls).startswith("nulls.py: not valid Python: ")
+    assert refused(nulls).startswith(f"{nulls}: not valid Python: ")
     prose = tmp_path / "notes.py"
     prose.write_text("This is not Python at all.\n")
-    assert refused(prose) == "notes.py: not valid Python: invalid syntax at line 1"
+    assert refused(prose) == f"{prose}: not valid Python: invalid syntax at line 1"
 
 
 def test_a_model_class_the_file_lacks():
@@ -470,5 +633,65 @@ def test_a_model_class_the_file_lacks():
         ModelingIndex.parse(TEXT, file="modeling_deepseek.py", root="KimiK3ForCausalLM")
 
 
+def test_the_hub_client_is_imported_only_for_a_repo():
+    import subprocess
+
+    script = (
+        "import sys, json; from pathlib import Path; from kimicount.explorer.modeling import load_sources; "
+        "s = load_sources(modeling=Path(sys.argv[1])); "
+        "print(json.dumps([s.modeling.origin, 'huggingface_hub' in sys.modules]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(MODELING)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert json.loads(result.stdout) == ["--modeling", False], result.stderr
+
+
 def test_errors_are_kimicount_errors():
     assert issubclass(ModelingError, KimicountError) and not issubclass(ModelingError, SourceError)
+
+
+# --- a hostile file ends quickly -------------------------------------------------------------------
+
+HOSTILE = """
+A = B
+B = A
+chain = 1
+class Inner:
+    def __init__(self, config):
+        self.x = self.x * self.x + self.x
+        self.a0 = config.hidden_size
+{chain}
+        self.proj = nn.Linear(self.a60, self.x)
+        self.wide = nn.Linear(self.a0 + self.a0, self.a0 * 3)
+class Outer(Outer):
+    def __init__(self, config):
+        self.model = nn.ModuleList([A])
+        self.inner = Inner(config)
+class HostileForCausalLM(Outer):
+    pass
+"""
+
+
+def test_cycles_and_chains_in_a_modeling_file_end():
+    chain = "\n".join(
+        f"        self.a{i} = self.a{i - 1} * self.a{i - 1} + self.a{i - 1}" for i in range(1, 61)
+    )
+    text = HOSTILE.format(chain=chain)
+    index = ModelingIndex.parse(text, file="h.py", config={"hidden_size": 2})
+    # `A = B; B = A` builds no class of the file: the model holds something from elsewhere
+    assert [(s.owner, s.attr, s.holds, s.external) for s in index.resolve("model.0.x")] == [
+        ("HostileForCausalLM", "model", (), "A")
+    ]
+    # a class that is its own base, a value that depends on itself: unknown, found at once
+    assert index.linear_shape("Inner", "proj") is None
+    # a chain of 60 definitions, each used three times: each worked out once (a naive evaluation
+    # takes 3^60 steps), and a size past 2^63 − 1 is no size
+    assert index.linear_shape("Inner", "wide") == (6, 4)
+    outer = text.split("\n").index("class Outer(Outer):") + 1
+    assert spans(index.class_("Outer")) == [(outer, outer + 3, "definition")]

@@ -15,9 +15,10 @@ file (modeling_deepseek.py, as the config's `auto_map` names it) is parsed with 
 Which class holds a module path (`model.layers.5.self_attn.kv_b_proj`) is read off the file too:
 starting from the model class, each attribute's `__init__` assignment says what it holds
 (`DeepseekV3Model(config)`, `nn.ModuleList([DeepseekV3DecoderLayer(…) …])`, a dict of classes indexed
-by the attention implementation, a conditional between `DeepseekV3MoE` and `DeepseekV3MLP`); where it
-may hold several classes, the one that has the next attribute is taken, and of a class and its
-subclass, the class.
+by the attention implementation, a conditional between `DeepseekV3MoE` and `DeepseekV3MLP`). A
+condition the config decides is decided with its values and the constructors' arguments
+(`layer_idx >= config.first_k_dense_replace`); where the attribute may still hold several classes,
+the one that has the next attribute is taken, and of a class and its subclass, the class.
 
 config.json evidence is the line range of a top-level key, found by scanning the JSON's tokens (a
 nested object such as quantization_config: from its key to its closing brace).
@@ -32,10 +33,10 @@ import ast
 import bisect
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kimicount.errors import ConfigError, KimicountError
+from kimicount.errors import MAX_COUNT, ConfigError, KimicountError
 from kimicount.reading import parse_json, shorten
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ DEFINITION, USE, CONFIG = "definition", "use", "config"
 #: would split at form feeds and other characters the tokenizer does not count as line ends.
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
-#: Parameters of a module that are not modules themselves: the last step of a tensor name.
+#: Module containers: what they hold is what their first argument builds.
 _CONTAINERS = ("ModuleList", "ModuleDict", "Sequential")
 
 
@@ -91,15 +92,26 @@ class Step:
     attr: str
     holds: tuple[str, ...]
     external: str | None
+    #: The owner's constructor arguments as far as the config decides them (layer_idx=5,
+    #: intermediate_size=2048), for working out its sizes.
+    bindings: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 class ModelingIndex:
     """The classes of one modeling file, parsed once, and the evidence found in it."""
 
     def __init__(
-        self, tree: ast.Module, lines: list[str], *, file: str, revision: str | None, root: str | None
+        self,
+        tree: ast.Module,
+        lines: list[str],
+        *,
+        file: str,
+        revision: str | None,
+        root: str | None,
+        config: Mapping[str, Any] | None = None,
     ):
         self.file = file
+        self.config: Mapping[str, Any] = config or {}
         self.revision = revision
         self._lines = lines
         self._module = tree.body
@@ -116,25 +128,37 @@ class ModelingIndex:
             root = next((name for name in self.classes if name.endswith("ForCausalLM")), None)
         self.root = root
         self._findings: list[str] = []
+        #: _definitions' answers: the file is read once, and each page asks again
+        self._assignments: dict[tuple[str, str], list[ast.stmt]] = {}
 
     @classmethod
     def parse(
-        cls, text: str, *, file: str, revision: str | None = None, root: str | None = None
+        cls,
+        text: str,
+        *,
+        file: str,
+        revision: str | None = None,
+        root: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        where: str | None = None,
     ) -> ModelingIndex:
         """The index of the modeling file's text; `root` is the model class module paths start from
-        (default: the class whose name ends in ForCausalLM). Not Python: a ModelingError naming the
-        file and the line."""
+        (default: the class whose name ends in ForCausalLM); `config` (config.json's values) decides
+        what the file leaves to it: whether layer 0's `mlp` is the MoE or the dense MLP, an expert's
+        width. Not Python: a ModelingError naming the file (`where`: its path; default `file`) and the
+        line."""
+        where = where or file
         try:
             tree = ast.parse(text, filename=file)
         except SyntaxError as error:
-            where = f" at line {error.lineno}" if error.lineno else ""
-            raise ModelingError(f"{file}: not valid Python: {error.msg}{where}") from None
+            line = f" at line {error.lineno}" if error.lineno else ""
+            raise ModelingError(f"{where}: not valid Python: {error.msg}{line}") from None
         except (ValueError, RecursionError, MemoryError) as error:  # null bytes; nesting too deep
             reason = "nested too deeply" if isinstance(error, RecursionError | MemoryError) else str(error)
-            raise ModelingError(f"{file}: not valid Python: {shorten(reason)}") from None
+            raise ModelingError(f"{where}: not valid Python: {shorten(reason)}") from None
         if root is not None and root not in {n.name for n in tree.body if isinstance(n, ast.ClassDef)}:
-            raise ModelingError(f"{file}: no class {shorten(root, 100)} (the config's auto_map names it)")
-        return cls(tree, _LINE_BREAK.split(text), file=file, revision=revision, root=root)
+            raise ModelingError(f"{where}: no class {shorten(root, 100)} (the config's auto_map names it)")
+        return cls(tree, _LINE_BREAK.split(text), file=file, revision=revision, root=root, config=config)
 
     # --- evidence --------------------------------------------------------------------------------
 
@@ -221,6 +245,29 @@ class ModelingIndex:
             self._note(f"{cls_name}.{method} binds no variable '{name}'")
         return found
 
+    def calls(self, cls_name: str, function: str, method: str = "forward") -> list[Evidence]:
+        """The statements of the class's `method` (inherited if it has none) that call `function`,
+        by its last name (`softmax` for nn.functional.softmax; `apply_rotary_pos_emb`; `rotary_emb`
+        for self.rotary_emb): where an operation happens, each a use, in file order."""
+        found = self._method(cls_name, method)
+        if found is None:
+            self._note(
+                f"{cls_name} has no method {method}" if cls_name in self.classes else f"no class {cls_name}"
+            )
+            return []
+        uses = [
+            self.lines(start, end, USE)
+            for start, end, nodes, _ in _pieces(found.body)
+            if any(
+                isinstance(n, ast.Call) and _dotted(n.func).rsplit(".", 1)[-1] == function
+                for node in nodes
+                for n in ast.walk(node)
+            )
+        ]
+        if not uses:
+            self._note(f"{cls_name}.{method} calls no {function}")
+        return uses
+
     def activation_classes(self, name: str, method: str = "forward") -> list[str]:
         """The classes whose own `method` binds the variable `name` (compressed_kv: the attention
         class, and the flash-attention subclass that has its own forward), in file order."""
@@ -230,6 +277,61 @@ class ModelingIndex:
             if (function := _own_method(node, method)) is not None
             and any(s is not None and name in _bound_names(s) for _, _, _, s in _pieces(function.body))
         ]
+
+    def attention_class(self) -> str | None:
+        """The class the decoder layers' `self_attn` holds (DeepseekV3Attention), as the file builds it."""
+        return self.module_class("model.layers.0.self_attn")
+
+    def attention_passages(self) -> dict[str, Evidence]:
+        """The passages of the attention class that the pages cite, each found by the statements it
+        starts and ends with (in Kimi K2's and DeepSeek-V3's file: 662–688, 768–774, 776–789,
+        799–840, 848–852):
+
+        - "projections": __init__'s definitions of the projections and norms, to `self._init_rope()`;
+        - "query": from the first statement that binds `q` to the split into q_nope and q_pe;
+        - "latent": from the first binding of `compressed_kv` to the split of `kv` into k_nope and
+          value_states;
+        - "prefill attention": from the rotary tables (`cos, sin =`) to the first binding of
+          `attn_output` (the weighted sum of the values);
+        - "output": from the next binding of `attn_output` to the one that applies `o_proj`.
+
+        A passage the file does not have is left out, and said as a finding."""
+        attention = self.attention_class()
+        if attention is None:
+            return {}
+        passages: dict[str, Evidence] = {}
+        projections = self.init_span(
+            attention,
+            [
+                "q_a_proj",
+                "q_a_layernorm",
+                "q_b_proj",
+                "kv_a_proj_with_mqa",
+                "kv_a_layernorm",
+                "kv_b_proj",
+                "o_proj",
+                "rotary_emb",
+            ],
+        )
+        if projections is not None:
+            passages["projections"] = projections
+
+        def bound(name: str) -> list[Evidence]:
+            return self.activation(attention, name)
+
+        query, q_pe = bound("q"), bound("q_pe")
+        if query and q_pe:
+            passages["query"] = self.span(query[0], q_pe[0])
+        latent, values = bound("compressed_kv"), bound("value_states")
+        if latent and values:
+            passages["latent"] = self.span(latent[0], values[0])
+        tables, outputs = bound("cos"), bound("attn_output")
+        if tables and outputs:
+            passages["prefill attention"] = self.span(tables[0], outputs[0])
+        projected = [e for e in outputs if "self.o_proj" in e.excerpt]
+        if len(outputs) > 1 and projected and projected[-1].start > outputs[1].start:
+            passages["output"] = self.span(outputs[1], projected[-1])
+        return passages
 
     def findings(self) -> list[str]:
         """What the file said against the expectations asked of it so far, one line each, in order."""
@@ -251,25 +353,42 @@ class ModelingIndex:
         if self.root is None:
             self._note(f"no model class (…ForCausalLM) to read {shorten(path, 120)} from")
             return [], False
-        parts = [part for part in path.split(".") if part and not part.isdigit()]
-        current: list[str] = [self.root]
+        raw = [part for part in path.split(".") if part]
+        # each attribute with the index that follows it (layers.5: 5), which a ModuleList's
+        # comprehension binds (`for layer_idx in range(…)`)
+        parts = [
+            (part, int(raw[i + 1]) if i + 1 < len(raw) and raw[i + 1].isdigit() else None)
+            for i, part in enumerate(raw)
+            if not part.isdigit()
+        ]
+        current: dict[str, Mapping[str, Any]] = {self.root: {}}
         steps: list[Step] = []
-        for i, attr in enumerate(parts):
+        for i, (attr, position) in enumerate(parts):
             owners = [c for c in current if self._definitions(c, attr)]
             if not owners:
                 self._note(f"{shorten(path, 120)}: {' or '.join(current)} defines no attribute '{attr}'")
                 return steps, False
             owner = owners[0]
-            holds, external = self._held(self._definitions(owner, attr)[-1])
-            following = parts[i + 1] if i + 1 < len(parts) else None
-            if following is not None and holds:
-                holds = [c for c in holds if self._definitions(c, following)] or holds
-            holds = self._most_basic(holds)
-            steps.append(Step(owner, attr, tuple(holds), external))
-            if not holds:  # an nn.Linear's weight and the like: defined by torch, not by this file
+            scope = _Evaluator(self, owner, current[owner])
+            built, external = self._built(
+                _assigned_value(self._definitions(owner, attr)[-1]), scope, position
+            )
+            following = parts[i + 1][0] if i + 1 < len(parts) else None
+            if following is not None and built:
+                built = {c: b for c, b in built.items() if self._definitions(c, following)} or built
+            kept = self._most_basic(list(built))
+            steps.append(Step(owner, attr, tuple(kept), external, current[owner]))
+            if not kept:  # an nn.Linear's weight and the like: defined by torch, not by this file
                 break
-            current = holds
+            current = {c: built[c] for c in kept}
         return steps, True
+
+    def module_class(self, path: str) -> str | None:
+        """The class of this file a module path holds (model.layers.0.self_attn: DeepseekV3Attention;
+        model.layers.1.mlp: DeepseekV3MoE, the first where it may hold several), or None: so pages
+        name the attention class as the file does (DeepseekV2Attention in DeepSeek-V2's)."""
+        steps, complete = self._resolve(path)
+        return steps[-1].holds[0] if complete and steps and steps[-1].holds else None
 
     def path_evidence(self, path: str, within: str | None = None) -> list[Evidence]:
         """Evidence for a module or tensor path: the definitions and uses of the module's attribute in
@@ -315,10 +434,17 @@ class ModelingIndex:
 
     # --- shapes ----------------------------------------------------------------------------------
 
-    def linear_shape(self, cls_name: str, attr: str, config: Mapping[str, Any]) -> tuple[int, int] | None:
+    def linear_shape(
+        self,
+        cls_name: str,
+        attr: str,
+        config: Mapping[str, Any] | None = None,
+        bindings: Mapping[str, Any] | None = None,
+    ) -> tuple[int, int] | None:
         """[out_features, in_features] of the nn.Linear that `__init__` assigns to `self.attr`, worked
-        out with the config's values, or None where the file does not say it in terms the config
-        decides (a constructor argument, a call)."""
+        out with the config's values (the index's own config unless given) and the constructor's
+        arguments (`bindings`: intermediate_size=2048 for an expert), or None where the file does not
+        say it in terms those decide."""
         definitions = self._definitions(cls_name, attr)
         if not definitions:
             return None
@@ -330,29 +456,63 @@ class ModelingIndex:
         out_expr = value.args[1] if len(value.args) > 1 else arguments.get("out_features")
         if in_expr is None or out_expr is None:
             return None
-        values = _Evaluator(self, cls_name, config)
+        values = _Evaluator(self, cls_name, bindings or {}, self.config if config is None else config)
         in_features, out_features = values.eval(in_expr), values.eval(out_expr)
         if type(in_features) is not int or type(out_features) is not int:
             return None
         return out_features, in_features
 
     def check_shape(
-        self, cls_name: str, attr: str, expected: tuple[int, int], config: Mapping[str, Any]
+        self,
+        cls_name: str,
+        attr: str,
+        expected: tuple[int, int],
+        config: Mapping[str, Any] | None = None,
+        bindings: Mapping[str, Any] | None = None,
+        where: str = "",
     ) -> bool | None:
         """Whether the Linear `cls_name.attr` works out to `expected` [out, in] with the config's values
         (None where the file does not say it in the config's terms); a difference is a finding."""
-        shape = self.linear_shape(cls_name, attr, config)
+        shape = self.linear_shape(cls_name, attr, config, bindings)
         if shape is None:
             return None
         if shape != expected:
             definition = self._definitions(cls_name, attr)[-1]
+            lines = self.lines(
+                definition.lineno, definition.end_lineno or definition.lineno, DEFINITION
+            ).lines
             self._note(
-                f"{cls_name}.{attr} (lines {definition.lineno}–{definition.end_lineno}) is a Linear of "
-                f"[{shape[0]:,}, {shape[1]:,}] with this config; the tree expects "
+                f"{where}{cls_name}.{attr} (line{'s' if '–' in lines else ''} {lines}) is a Linear "
+                f"of [{shape[0]:,}, {shape[1]:,}] with this config; the tree expects "
                 f"[{expected[0]:,}, {expected[1]:,}]"
             )
             return False
         return True
+
+    def check_tensor(self, name: str, shape: Sequence[int]) -> bool | None:
+        """Whether the tensor `name` (a Linear's weight, [out, in]) has, by the file's expression
+        worked out with the index's config and the constructors' arguments along the way, the shape
+        the tree gives it; None where the file does not say (not a Linear, or a size it leaves
+        open). A missing attribute or another size is a finding."""
+        steps, complete = self._resolve(name)
+        linear = [s for s in steps if s.external and s.external.split(".")[-1] == "Linear"]
+        if not (complete and linear and len(shape) == 2):
+            return None
+        step = linear[-1]
+        return self.check_shape(step.owner, step.attr, (shape[0], shape[1]), None, step.bindings, f"{name}: ")
+
+    def check_tree(self, model: Node, weight_prefix: str = "") -> list[str]:
+        """Every tensor of the tree looked for in the file: each must sit where its name says, and
+        each Linear weight must work out, with the index's config, to the shape the tree gives it
+        (for each kind of block: the first dense and the first MoE layer). Returns the findings."""
+        seen: set[str] = set()
+        for node in model.walk():
+            for tensor in node.tensors:
+                name = _first_name(tensor.pattern, weight_prefix, tensor.layers)
+                if name not in seen:
+                    seen.add(name)
+                    self.check_tensor(name, tensor.shape)
+        return self.findings()
 
     # --- the file's structure --------------------------------------------------------------------
 
@@ -385,6 +545,12 @@ class ModelingIndex:
 
     def _definitions(self, cls_name: str, attr: str) -> list[ast.stmt]:
         """The statements of the nearest class in the lineage whose __init__ assigns self.attr."""
+        key = (cls_name, attr)
+        if key not in self._assignments:
+            self._assignments[key] = self._find_definitions(cls_name, attr)
+        return self._assignments[key]
+
+    def _find_definitions(self, cls_name: str, attr: str) -> list[ast.stmt]:
         for node in self._lineage(cls_name):
             statements = [
                 statement
@@ -453,44 +619,81 @@ class ModelingIndex:
         for function in self._called_methods(node, "forward"):
             yield from _pieces(function.body)
 
-    def _held(self, statement: ast.stmt) -> tuple[list[str], str | None]:
-        return self._holds(_assigned_value(statement))
-
-    def _holds(self, value: ast.expr | None) -> tuple[list[str], str | None]:
-        """The classes of this file an expression builds, or the name of what it builds otherwise."""
+    def _built(
+        self, value: ast.expr | None, scope: _Evaluator, position: int | None
+    ) -> tuple[dict[str, Mapping[str, Any]], str | None]:
+        """The classes of this file an expression builds, each with its constructor's arguments as
+        far as the config decides them, or else the name of what it builds ('nn.Linear'). A
+        conditional the config decides (`DeepseekV3MoE(config) if layer_idx >= …`) is decided;
+        `position` is the index a ModuleList's comprehension runs over."""
         if isinstance(value, ast.IfExp):
-            body, body_external = self._holds(value.body)
-            other, other_external = self._holds(value.orelse)
-            return _merge(body, other), body_external or other_external
+            test = scope.eval(value.test)
+            if test is not _UNKNOWN:
+                return self._built(value.body if test else value.orelse, scope, position)
+            body, body_external = self._built(value.body, scope, position)
+            other, other_external = self._built(value.orelse, scope, position)
+            return {
+                **body,
+                **{c: b for c, b in other.items() if c not in body},
+            }, body_external or other_external
         if isinstance(value, ast.List | ast.Tuple | ast.Set):
-            classes: list[str] = []
+            built: dict[str, Mapping[str, Any]] = {}
             external = None
             for element in value.elts:
-                found, found_external = self._holds(element)
-                classes, external = _merge(classes, found), external or found_external
-            return classes, external
+                found, found_external = self._built(element, scope, position)
+                built = {**built, **{c: b for c, b in found.items() if c not in built}}
+                external = external or found_external
+            return built, external
         if isinstance(value, ast.ListComp | ast.GeneratorExp):
-            return self._holds(value.elt)
+            target = value.generators[0].target
+            if position is not None and isinstance(target, ast.Name):
+                scope = scope.with_bindings({target.id: position})
+            return self._built(value.elt, scope, position)
         if isinstance(value, ast.Dict):
-            return self._holds(ast.List(elts=[v for v in value.values if v is not None]))
+            return self._built(ast.List(elts=[v for v in value.values if v is not None]), scope, position)
         if isinstance(value, ast.Name):
             if value.id in self.classes:
-                return [value.id], None
-            if value.id in self._globals:
-                return self._holds(self._globals[value.id])
-            return [], value.id
+                return {value.id: {}}, None
+            if value.id in self._globals and value.id not in scope.visiting:
+                scope.visiting.add(value.id)  # `A = B; B = A` ends here
+                try:
+                    return self._built(self._globals[value.id], scope, position)
+                finally:
+                    scope.visiting.discard(value.id)
+            return {}, value.id
         if not isinstance(value, ast.Call):
-            return [], None
+            return {}, None
         function = value.func
         if isinstance(function, ast.Subscript):  # ATTENTION_CLASSES[config._attn_implementation](…)
-            return self._holds(function.value)
+            classes, external = self._built(function.value, scope, position)
+            return {c: self._bind(c, value, scope) for c in classes}, external
         name = _dotted(function)
         if name in self.classes:
-            return [name], None
+            return {name: self._bind(name, value, scope)}, None
         if name.split(".")[-1] in _CONTAINERS and value.args:
-            classes, external = self._holds(value.args[0])
-            return classes, external
-        return [], name or None
+            return self._built(value.args[0], scope, position)
+        return {}, name or None
+
+    def _bind(self, cls_name: str, call: ast.Call, scope: _Evaluator) -> dict[str, Any]:
+        """The class's __init__ parameters that this call gives values the config decides (and the
+        constant defaults of the others): DeepseekV3MLP(config, intermediate_size=…) → its width."""
+        function = self._method(cls_name, "__init__")
+        if function is None:
+            return {}
+        parameters = [*function.args.posonlyargs, *function.args.args][1:]  # after self
+        bound: dict[str, Any] = {}
+        defaults = function.args.defaults
+        for parameter, default in zip(parameters[len(parameters) - len(defaults) :], defaults, strict=True):
+            if isinstance(default, ast.Constant):
+                bound[parameter.arg] = default.value
+        for parameter, argument in zip(parameters, call.args, strict=False):
+            if isinstance(argument, ast.Starred):
+                break
+            bound[parameter.arg] = scope.eval(argument)
+        for keyword in call.keywords:
+            if keyword.arg is not None:
+                bound[keyword.arg] = scope.eval(keyword.value)
+        return {k: v for k, v in bound.items() if v is not _UNKNOWN and k != "config"}
 
     def _most_basic(self, classes: list[str]) -> list[str]:
         """Of a class and its subclass (DeepseekV3Attention and DeepseekV3FlashAttention2), the class."""
@@ -606,10 +809,6 @@ def _dotted(node: ast.expr) -> str:
     return ""
 
 
-def _merge(first: list[str], second: list[str]) -> list[str]:
-    return first + [c for c in second if c not in first]
-
-
 def _unique(found: list[Evidence]) -> list[Evidence]:
     seen: set[tuple[int, int, str]] = set()
     kept = []
@@ -651,49 +850,134 @@ def _common_module(names: Sequence[str]) -> str:
     return ".".join(common)
 
 
-class _Evaluator:
-    """Integer arithmetic of an expression in a class's __init__, with `config.X` from the config and
-    `self.X` from the __init__ assignments before it: enough for the sizes the file gives nn.Linear."""
+#: What an expression is when the config and the constructor's arguments do not decide it.
+_UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "<unknown>"})()
 
-    def __init__(self, index: ModelingIndex, cls_name: str, config: Mapping[str, Any]):
-        self.index, self.cls_name, self.config = index, cls_name, config
+_ARITHMETIC = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b if b else _UNKNOWN,
+    ast.Mod: lambda a, b: a % b if b else _UNKNOWN,
+}
+_COMPARISONS = {
+    ast.Is: lambda a, b: a is b,
+    ast.IsNot: lambda a, b: a is not b,
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+}
+
+
+class _Evaluator:
+    """The value of an expression in a class's __init__ as far as the config decides it: `config.X`
+    from config.json, the constructor's arguments (`bindings`), `self.X` and local variables from the
+    __init__ assignments, integer arithmetic, comparisons, `and`/`or`/`not`, conditionals and
+    `hasattr(config, …)`. Anything else is _UNKNOWN: enough for the sizes the file gives nn.Linear and
+    the conditions that choose a layer's MLP."""
+
+    def __init__(
+        self,
+        index: ModelingIndex,
+        cls_name: str,
+        bindings: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | None = None,
+    ):
+        self.index, self.cls_name = index, cls_name
+        self.bindings = dict(bindings or {})
+        self.config = index.config if config is None else config
         self.depth = 0
+        #: The self attributes and local names being worked out: one met again is a cycle
+        #: (`self.x = self.x * self.x`), _UNKNOWN, not a loop without end.
+        self.visiting: set[str] = set()
+        #: Definitions already worked out: a chain of them (`self.b = self.a * self.a`, …) is
+        #: evaluated once each, not once per path through it.
+        self.known: dict[str, Any] = {}
+
+    def with_bindings(self, extra: Mapping[str, Any]) -> _Evaluator:
+        return _Evaluator(self.index, self.cls_name, {**self.bindings, **extra}, self.config)
 
     def eval(self, node: ast.expr) -> Any:
         self.depth += 1
         try:
-            if self.depth > 50:
-                return None
-            return self._eval(node)
+            return _UNKNOWN if self.depth > 50 else self._eval(node)
+        except (TypeError, ValueError, OverflowError):  # a comparison of None with an int, say
+            return _UNKNOWN
         finally:
             self.depth -= 1
 
     def _eval(self, node: ast.expr) -> Any:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
+        if isinstance(node, ast.Constant):
             return node.value
-        if isinstance(node, ast.BinOp):
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
             left, right = self.eval(node.left), self.eval(node.right)
             if type(left) is not int or type(right) is not int:
-                return None
-            operations = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__}
-            if type(node.op) in operations:
-                return operations[type(node.op)](left, right)
-            if isinstance(node.op, ast.FloorDiv) and right:
-                return left // right
-            return None
+                return _UNKNOWN
+            result = _ARITHMETIC[type(node.op)](left, right)
+            # no size is larger than a count can be; a larger one is no size (and never grows past it)
+            return result if result is _UNKNOWN or abs(result) <= MAX_COUNT else _UNKNOWN
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARISONS:
+            left, right = self.eval(node.left), self.eval(node.comparators[0])
+            if left is _UNKNOWN or right is _UNKNOWN:
+                return _UNKNOWN
+            return _COMPARISONS[type(node.ops[0])](left, right)
+        if isinstance(node, ast.BoolOp):
+            values = [self.eval(v) for v in node.values]
+            decisive = isinstance(node.op, ast.Or)  # or: any true decides; and: any false decides
+            if any(v is not _UNKNOWN and bool(v) == decisive for v in values):
+                return decisive
+            return _UNKNOWN if any(v is _UNKNOWN for v in values) else not decisive
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            value = self.eval(node.operand)
+            return _UNKNOWN if value is _UNKNOWN else not value
+        if isinstance(node, ast.IfExp):
+            test = self.eval(node.test)
+            return _UNKNOWN if test is _UNKNOWN else self.eval(node.body if test else node.orelse)
+        if isinstance(node, ast.Call) and _dotted(node.func) == "hasattr" and len(node.args) == 2:
+            target, attribute = node.args
+            if isinstance(target, ast.Name) and target.id == "config" and isinstance(attribute, ast.Constant):
+                return attribute.value in self.config
+            return _UNKNOWN
+        if isinstance(node, ast.Name):
+            return self._name(node.id)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id == "config":
-                value = self.config.get(node.attr)
-                return value if type(value) is int else None
+                return self.config.get(node.attr, _UNKNOWN)
             if node.value.id == "self":
                 definitions = self.index._definitions(self.cls_name, node.attr)
                 if len(definitions) == 1 and isinstance(definitions[0], ast.Assign):
-                    return self.eval(definitions[0].value)
-        return None
+                    return self._once(f"self.{node.attr}", definitions[0].value)
+        return _UNKNOWN
 
+    def _once(self, name: str, value: ast.expr) -> Any:
+        """The value of a definition, _UNKNOWN when it depends on itself."""
+        if name in self.known:
+            return self.known[name]
+        if name in self.visiting:
+            return _UNKNOWN
+        self.visiting.add(name)
+        try:
+            self.known[name] = self.eval(value)
+        finally:
+            self.visiting.discard(name)
+        return self.known[name]
 
-def _lines_of(text: str) -> list[str]:
-    return _LINE_BREAK.split(text)
+    def _name(self, name: str) -> Any:
+        """A constructor argument, or a local variable __init__ assigns once."""
+        if name in self.bindings:
+            return self.bindings[name]
+        init = self.index._method(self.cls_name, "__init__")
+        if init is None:
+            return _UNKNOWN
+        assignments = [
+            s
+            for s in ast.walk(init)
+            if isinstance(s, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in s.targets)
+        ]
+        return self._once(name, assignments[0].value) if len(assignments) == 1 else _UNKNOWN
 
 
 # --- config.json -----------------------------------------------------------------------------------
@@ -711,7 +995,7 @@ def config_evidence(
     if not isinstance(parsed, dict):
         raise ConfigError(f"{file}: expected a JSON object, found a JSON {type(parsed).__name__}")
     spans = _top_level_spans(text)
-    lines = _lines_of(text)
+    lines = _LINE_BREAK.split(text)
     found = []
     for key in keys:
         if key in spans:

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kimicount.explorer.evidence import ModelingError, ModelingIndex
-from kimicount.reading import read_capped, shorten
+from kimicount.errors import ConfigError, UsageError
+from kimicount.explorer.evidence import Evidence, ModelingError, ModelingIndex, config_evidence
+from kimicount.reading import parse_json, read_capped, shorten
 from kimicount.source import HubOptions
+from kimicount.spec import BUNDLED_MODEL, MAX_CONFIG_BYTES
 
 #: modeling_deepseek.py is about 80 KB; one of more than this is refused before it is read, as a
 #: config.json is (kimicount.spec.MAX_CONFIG_BYTES).
@@ -48,11 +50,19 @@ class ModelingFile:
     path: Path
     origin: str  # "--modeling", "beside config.json", "the Hub"
     model_class: str | None = None  # "DeepseekV3ForCausalLM", as auto_map names it
+    #: config.json's values, which decide what the file leaves to them (layer 0's MLP, sizes).
+    config: Mapping[str, Any] | None = field(default=None, repr=False)
 
     def index(self) -> ModelingIndex:
         """The file parsed; module paths start from the class auto_map names."""
-        root = self.model_class if self.model_class else None
-        return ModelingIndex.parse(self.text, file=self.name, revision=self.revision, root=root)
+        return ModelingIndex.parse(
+            self.text,
+            file=self.name,
+            revision=self.revision,
+            root=self.model_class,
+            config=self.config,
+            where=str(self.path),
+        )
 
 
 def auto_map_entry(config: Mapping[str, Any], where: str = "config.json") -> tuple[str, str]:
@@ -112,6 +122,22 @@ def find_modeling(
     None where none has it. `config_path` is the config.json read (or its folder); `repo` and
     `revision` the Hub repo it came from, for the download. A --modeling file is taken as it is,
     whatever the config names; otherwise the config must have an auto_map."""
+    found = _find_modeling(
+        config, modeling, modeling_revision, config_path, repo, revision, hub_options, where
+    )
+    return None if found is None else replace(found, config=dict(config))
+
+
+def _find_modeling(
+    config: Mapping[str, Any],
+    modeling: Path | None,
+    modeling_revision: str | None,
+    config_path: Path | None,
+    repo: str | None,
+    revision: str | None,
+    hub_options: HubOptions | None,
+    where: str,
+) -> ModelingFile | None:
     if modeling is not None:
         model_class = None
         if isinstance(config.get("auto_map"), dict):
@@ -173,7 +199,7 @@ def download_modeling(
         operation.status(f"fetching {filename} of {where} from {constants.ENDPOINT}")
         with hub.hub_errors(repo, revision, filename):
             try:
-                with capped(MAX_MODELING_BYTES, filename):
+                with capped(MAX_MODELING_BYTES, "modeling file"):
                     path = hf_hub_download(repo, filename, revision=revision, token=operation.options.token)
                 return Path(path)
             except Unreachable as error:
@@ -201,3 +227,80 @@ def _is_dir(path: Path) -> bool:
         return path.is_dir()
     except OSError:  # a name too long: not a folder that can be read
         return False
+
+
+@dataclass(frozen=True)
+class EvidenceSources:
+    """The files a model's evidence is read from: config.json (its text and the commit it is at, when
+    known), and the modeling file's index, or why there is none and how to get it (`absent`)."""
+
+    config: dict[str, Any]
+    config_text: str
+    config_revision: str | None
+    modeling: ModelingFile | None
+    index: ModelingIndex | None
+    absent: str | None
+
+    def config_lines(self, keys: Iterable[str]) -> list[Evidence]:
+        """The config.json lines of these top-level keys (those that are there), in the order asked."""
+        return config_evidence(self.config_text, keys, revision=self.config_revision)
+
+
+def load_sources(
+    *,
+    config: Path | None = None,
+    repo: str | None = None,
+    revision: str | None = None,
+    modeling: Path | None = None,
+    modeling_revision: str | None = None,
+    hub_options: HubOptions | None = None,
+) -> EvidenceSources:
+    """The evidence sources for the CLI's model options: the bundled Kimi-K2-Instruct config (nothing
+    named), a `--config` file or folder, or a `--repo` (config.json from the Hub cache, the modeling
+    file beside it or fetched at its commit); `--modeling FILE` over any of them."""
+    if config is not None and repo is not None:
+        raise UsageError("name the model once: --config or --repo, not both")
+    config_path: Path | None = None
+    if repo is not None:
+        from kimicount.source import hub_module
+
+        config_path = hub_module().download_config(repo, revision, hub_options)
+    elif config is not None:
+        config_path = config / "config.json" if _is_dir(config) else config
+    if config_path is None:
+        text = _BUNDLED_CONFIG.read_text(encoding="utf-8")
+        where = f"bundled {BUNDLED_MODEL} config.json"
+    else:
+        text = _config_text(config_path)
+        where = str(config_path)
+    parsed = parse_json(text, where, ConfigError)
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"{where}: expected a JSON object, found a JSON {type(parsed).__name__}")
+    found = find_modeling(
+        parsed,
+        modeling=modeling,
+        modeling_revision=modeling_revision,
+        config_path=config_path,
+        repo=repo,
+        revision=revision,
+        hub_options=hub_options,
+        where=where,
+    )
+    index = found.index() if found is not None else None
+    absent = (
+        None
+        if found is not None
+        else absent_message(parsed, repo or (BUNDLED_MODEL if config is None else None))
+    )
+    return EvidenceSources(parsed, text, _commit_of(config_path), found, index, absent)
+
+
+_BUNDLED_CONFIG = Path(__file__).resolve().parent.parent / "data" / "kimi-k2-instruct.json"
+
+
+def _config_text(path: Path) -> str:
+    data = read_capped(path, MAX_CONFIG_BYTES, "config.json", ConfigError)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 ({error.reason} at byte {error.start:,})") from None
