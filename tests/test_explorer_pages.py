@@ -345,9 +345,12 @@ def test_evidence_beside_the_config(tmp_path):
     p = page(KEY_CONTENT, "--config", str(folder))
     code = spans(p, "modeling_deepseek.py")
     definitions = [s for s in code if s[2] == "definition"]
-    uses = [s for s in code if s[2] == "use"]
+    # the page: defined in the attention's definitions 662–688, used in the latent 776–789 and
+    # the prefill attention 799–840
     assert definitions and all(662 <= start <= end <= 688 for start, end, _ in definitions)
-    assert uses and all(776 <= start <= end <= 789 for start, end, _ in uses)
+    assert (662, 688, "definition") in code
+    assert (776, 789, "use") in code and (799, 840, "use") in code
+    assert all(662 <= s <= e <= 688 or 776 <= s <= e <= 840 for s, e, _ in code)
     assert any("self.kv_b_proj(self.kv_a_layernorm(compressed_kv))" in e["excerpt"] for e in p["evidence"])
     assert (38, 46, "config") in spans(p, "config.json")  # quantization_config
     assert p["evidence_note"] is None and p["findings"] == []
@@ -356,7 +359,9 @@ def test_evidence_beside_the_config(tmp_path):
     norm = page("Attention RMSNorm", "--config", str(folder))
     assert (94, 111, "definition") in spans(norm, "modeling_deepseek.py")
     out = page("Causal attention", "--config", str(folder))
-    assert any(848 <= s <= e <= 852 for s, e, _ in spans(out, "modeling_deepseek.py"))
+    assert (848, 852, "use") in spans(out, "modeling_deepseek.py")  # the output
+    softmax = page("softmax", "--config", str(folder))
+    assert (834, 836, "use") in spans(softmax, "modeling_deepseek.py")  # nn.functional.softmax(…)
 
 
 def test_evidence_from_a_modeling_file_given_and_in_the_terminal(tmp_path):

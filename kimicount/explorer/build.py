@@ -83,18 +83,28 @@ def explorer_pages(
         note = note[:1].upper() + note[1:] + "."
     else:
         index = found.index()
+    passages = index.attention_passages() if index is not None else {}
     with_evidence = {}
     for page in pages:
         evidence: list[Evidence] = []
         before = len(index.findings()) if index is not None else 0
         if index is not None:
-            evidence += _modeling_evidence(index, page, pages, spec, config)
+            evidence += _modeling_evidence(index, page, pages, spec)
+            evidence += _passages(page, passages)
         if page.config_keys:
             evidence += config_evidence(source.text, page.config_keys, revision=source.revision)
         findings = tuple(index.findings()[before:]) if index is not None else ()
         with_evidence[page.id] = replace(
-            page, evidence=tuple(evidence), evidence_note=note, findings=findings
+            page, evidence=tuple(_unique(evidence)), evidence_note=note, findings=findings
         )
+    if index is not None:
+        index.check_tree(build_anatomy(spec).model, spec.weight_prefix)  # anything the pages did not ask
+        everything = tuple(index.findings())
+        for page_id, page in with_evidence.items():
+            # a component's page shows its tensors' findings; the model's page every one
+            owned = [f for t in page.tensors for f in with_evidence[t].findings if t in with_evidence]
+            shown = everything if page_id == "model" else (*page.findings, *owned)
+            with_evidence[page_id] = replace(page, findings=tuple(dict.fromkeys(shown)))
     origin = (
         f"{found.name} ({found.origin}{', ' + found.revision[:12] if found.revision else ''})"
         if found
@@ -108,41 +118,76 @@ def explorer_pages(
     )
 
 
-def _modeling_evidence(
-    index: ModelingIndex, page: Page, pages: Pages, spec: ModelSpec, config: dict[str, Any]
-) -> list[Evidence]:
+#: The passages of the attention's code each page cites besides its own lines (ModelingIndex.
+#: attention_passages: the projections' definitions, the query, the latent, the prefill attention, the
+#: output), by page id; a component's passages of the forward pass are uses.
+PASSAGES = {
+    "latent-attention": ("projections", "query", "latent", "prefill attention", "output"),
+    "query-compression": ("projections", "query"),
+    "query-heads": ("projections", "query"),
+    "key-value-compression": ("projections", "latent"),
+    "key-heads": ("projections", "latent", "prefill attention"),
+    "key-content-up-projection": ("projections", "latent", "prefill attention"),
+    "shared-rotary-key": ("projections", "latent", "prefill attention"),
+    "value-heads": ("projections", "latent", "prefill attention"),
+    "causal-attention": ("projections", "prefill attention", "output"),
+    "c_Q": ("query",),
+    "q": ("query",),
+    "compressed_kv": ("latent",),
+    "k_pe": ("latent", "prefill attention"),
+    "k_nope": ("latent",),
+    "value_states": ("latent",),
+    "key_states": ("prefill attention",),
+    "attn_weights": ("prefill attention",),
+    "attn_output": ("prefill attention", "output"),
+    "rotary": ("prefill attention",),
+    "softmax": ("prefill attention",),
+}
+
+#: Where an operation happens: the function the forward pass calls, by its last name.
+CALLS = {"softmax": "softmax", "rotary": "apply_rotary_pos_emb", "act_fn": "act_fn"}
+
+
+def _passages(page: Page, passages: dict[str, Evidence]) -> list[Evidence]:
+    found = []
+    for name in PASSAGES.get(page.id, ()) if page.main else ():
+        if name in passages:
+            passage = passages[name]
+            role = passage.role if page.kind == "activation" or name == "projections" else "use"
+            found.append(replace(passage, role=role))
+    return found
+
+
+def _unique(found: list[Evidence]) -> list[Evidence]:
+    return list({(e.file, e.start, e.end): e for e in found}.values())
+
+
+def _modeling_evidence(index: ModelingIndex, page: Page, pages: Pages, spec: ModelSpec) -> list[Evidence]:
     if page.id in pages.nodes:
         node, parent = pages.nodes[page.id]
         return index.component_evidence(node, parent, spec.weight_prefix)
     if page.kind == "tensor":
-        return _tensor_evidence(index, page, spec, config)
+        return _tensor_evidence(index, page, spec)
+    if page.kind == "operation" and page.id in CALLS:
+        return index.calls(page.cls, CALLS[page.id])
     if page.variable:
-        found = index.activation(page.cls, page.variable)
-        if page.kind == "operation":  # the assignment that applies it, of those that bind the variable
-            found = [e for e in found if f"{page.id}(" in e.excerpt]
-        return found
+        return index.activation(page.cls, page.variable)
     found = []
     for attribute in page.attributes:
         found += index.attribute(page.cls, attribute)
     return found
 
 
-def _tensor_evidence(
-    index: ModelingIndex, page: Page, spec: ModelSpec, config: dict[str, Any]
-) -> list[Evidence]:
-    """The module's definition and uses; a Linear's [out, in] checked against the file's expression."""
-    pattern = page.pattern
+def _tensor_evidence(index: ModelingIndex, page: Page, spec: ModelSpec) -> list[Evidence]:
+    """The module's definition and uses; a Linear's [out, in] checked against the file's expression
+    (another size, or an attribute not where the name says, is a finding)."""
     layer = page.layer if page.layer is not None else (page.layers[0] if page.layers else 0)
-    name = pattern.format(layer=layer, expert=0).removeprefix(spec.weight_prefix)
+    name = page.pattern.format(layer=layer, expert=0).removeprefix(spec.weight_prefix)
     if not name:
         return []
-    module = name.rsplit(".", 1)[0]
-    found = index.path_evidence(module, within=name)
-    rows = page.parameters.rows if page.parameters is not None else ()
-    if rows and len(rows[0].shape) == 2 and rows[0].layout == "[out, in]" and name.endswith(".weight"):
-        steps = index.resolve(name)
-        if steps and steps[-1].external and steps[-1].external.split(".")[-1] == "Linear":
-            index.check_shape(steps[-1].owner, steps[-1].attr, rows[0].shape, config)
+    found = index.path_evidence(name.rsplit(".", 1)[0], within=name)
+    if page.parameters is not None and page.parameters.rows:
+        index.check_tensor(name, page.parameters.rows[0].shape)
     return found
 
 

@@ -564,7 +564,6 @@ OPERATIONS: tuple[Tensor, ...] = (
             "softmax(s)_j = e^{s_j} / Σ_k e^{s_k}",
             "attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)",
             _ATTENTION,
-            variable="attn_weights",  # the assignment that applies it
         ),
         made_by="Causal attention",
         read_by=("Causal attention",),
