@@ -178,8 +178,13 @@ def _evidence(console: Console, page: Page, pages: Pages) -> None:
         lines = f"line {e.start}" if e.start == e.end else f"lines {e.start}–{e.end}"
         revision = f"@{e.revision[:12]}" if e.revision else ""
         show(console, Text(f"{e.file}{revision} {lines} ({e.role})", style="bold"))
-        for number, line in enumerate(e.excerpt.splitlines(), start=e.start):
-            show(console, Text(f"{number:>5}  {line}"))
+        # a long line folds under its own code, not under the line numbers
+        excerpt = Table.grid(padding=(0, 2))
+        excerpt.add_column(justify="right", no_wrap=True)
+        excerpt.add_column(overflow="fold")
+        for number, line in enumerate(e.excerpt.split("\n"), start=e.start):
+            excerpt.add_row(str(number), Text(line))
+        show(console, excerpt)
     if page.evidence_note:
         show(console, Text(page.evidence_note))
     for finding in page.findings:
