@@ -448,3 +448,24 @@ def test_what_each_command_imports():
     assert "kimicount.explorer.pages" in shown
     assert not top(shown) & {"jinja2", "torch", "huggingface_hub"}  # jinja2 only for explore
     assert "kimicount.cli.explore" not in shown
+
+
+@pytest.mark.parametrize(
+    "config", [None, "deepseek-v3", "deepseek-v3.2-exp", "kimi-k2.5", "deepseek-v2-lite"]
+)
+def test_every_page_of_every_model_fits_80_columns(config):
+    import io
+
+    from rich.console import Console
+
+    from kimicount.explorer.build import load_explorer
+    from kimicount.explorer.page_json import page_json
+    from kimicount.explorer.terminal import render_page
+
+    pages = load_explorer(None if config is None else FIXTURES / config, None, None, None, None)
+    for p in pages:
+        console = Console(file=io.StringIO(), width=80, color_system=None)
+        render_page(console, p, pages)
+        wide = [line for line in console.file.getvalue().splitlines() if len(line) > 80]
+        assert not wide, (p.id, wide[:2])
+        json.dumps(page_json(p, pages))  # every value plain data
