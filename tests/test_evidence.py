@@ -475,6 +475,10 @@ def test_given_explicitly(tmp_path):
     path.write_text(TEXT)
     found = find_modeling(kimi_config(), modeling=path, modeling_revision="0123abc", config_path=KIMI_K2)
     assert (found.name, found.origin, found.revision) == ("my_model.py", "--modeling", "0123abc")
+    snapshot = tmp_path / "snapshots" / ("cd" * 20)
+    snapshot.mkdir(parents=True)
+    (snapshot / "modeling_deepseek.py").write_text(TEXT)
+    assert find_modeling(kimi_config(), modeling=snapshot / "modeling_deepseek.py").revision == "cd" * 20
     # a config without auto_map is no obstacle when the file is given
     assert find_modeling({}, modeling=path).index().root == "DeepseekV3ForCausalLM"
 

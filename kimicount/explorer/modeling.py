@@ -4,7 +4,8 @@ The config names its modeling code: `"auto_map": {"AutoModelForCausalLM":
 "modeling_deepseek.DeepseekV3ForCausalLM"}` is modeling_deepseek.py, class DeepseekV3ForCausalLM. The
 file is looked for, in order:
 
-1. `--modeling FILE`, given explicitly (its revision unknown unless given with it);
+1. `--modeling FILE`, given explicitly (its revision unknown unless given with it, or the file is in
+   the Hub cache, whose snapshot folder names the commit);
 2. beside config.json: in a `--config DIR` or checkpoint folder (where `hf download` puts it), or the
    Hub cache's snapshot of the config (whose folder names the commit);
 3. on the Hub, for `--repo`: that one small file at the commit the config came from, through
@@ -145,7 +146,8 @@ def _find_modeling(
                 model_class = auto_map_entry(config, where)[1]
             except ModelingError:
                 pass  # the file given is read for what it has
-        return read_modeling_file(modeling, revision=modeling_revision, model_class=model_class)
+        revision = modeling_revision or _commit_of(modeling)  # a file in the Hub cache says its commit
+        return read_modeling_file(modeling, revision=revision, model_class=model_class)
     name, model_class = auto_map_entry(config, where)
     if config_path is not None:
         folder = config_path if _is_dir(config_path) else config_path.parent
