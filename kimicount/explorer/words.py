@@ -277,8 +277,8 @@ BLOCK = Words(
     "hidden_states = residual + hidden_states",
     "DeepseekV3DecoderLayer",
     ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm"),
-    "prefill, empty cache: the KV cache holds positions 0 … T − 1 and reads them",
-    "decode at L cached positions: reads positions 0 … L − 1 and writes position L",
+    "the KV cache holds positions 0 … T − 1 and reads them",
+    "reads positions 0 … L − 1 from the cache and writes position L",
 )
 
 
