@@ -157,7 +157,7 @@ def test_python_dash_m_and_no_torch_or_hub_import():
 
 
 def test_the_root_help_lists_every_command_however_it_is_asked():
-    commands = ("flops", "gguf", "kv-cache", "measure", "models", "params", "plan", "verify")
+    commands = ("explore", "flops", "gguf", "kv-cache", "measure", "models", "params", "plan", "show", "verify")
     for args in (["--help"], ["-h", "params"], []):
         result = run_kimicount(*args)
         # no arguments: click prints the help on stderr, as an error

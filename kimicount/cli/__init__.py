@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 #: Each command's name and the module that registers it, in the order `kimicount --help` lists them.
 COMMANDS = {
+    "explore": "explore",
     "flops": "flops",
     "gguf": "gguf",
     "kv-cache": "kv_cache",
@@ -33,6 +34,7 @@ COMMANDS = {
     "models": "models",
     "params": "params",
     "plan": "plan",
+    "show": "show",
     "verify": "verify",
 }
 

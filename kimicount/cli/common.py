@@ -92,6 +92,16 @@ TimeoutOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the stable JSON report instead of tables.")]
+ModelingOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--modeling",
+        metavar="FILE",
+        help="The model's modeling_deepseek.py, for the code evidence of show and explore (default: "
+        "beside --config's config.json, or from the Hub at the config's commit with --repo).",
+        show_default=False,
+    ),
+]
 
 #: How --help describes the forms a count takes (--tokens, --batch, ...).
 COUNTS = "128k = 128,000, 128K = 131,072 as vLLM reads them, 1e6"

@@ -1,0 +1,205 @@
+"""The explorer's pages for the model the CLI names, each with its code evidence: the lines of the
+modeling file (kimicount.explorer.modeling finds it: --modeling, beside config.json, or the Hub) and of
+config.json that define and use what the page describes (kimicount.explorer.evidence locates them).
+Without a modeling file the pages say how to get one; config.json's lines are cited either way."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kimicount.anatomy import build_anatomy
+from kimicount.explorer.evidence import Evidence, ModelingError, ModelingIndex, config_evidence
+from kimicount.explorer.modeling import absent_message, find_modeling
+from kimicount.explorer.pages import Page, Pages, build_pages
+from kimicount.source import HubOptions, hub_module
+from kimicount.spec import BUNDLED_MODEL, ModelSpec
+
+_BUNDLED_CONFIG = Path(__file__).resolve().parent.parent / "data" / "kimi-k2-instruct.json"
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """The config.json a spec was read from: its text and path, and the commit it is at (None: not
+    known, as for a local file outside the Hub cache or the bundled copy)."""
+
+    text: str
+    path: Path | None
+    revision: str | None
+
+
+def load_model_and_config(
+    config: Path | None, repo: str | None, revision: str | None, hub_options: HubOptions | None
+) -> tuple[ModelSpec, ConfigSource]:
+    """The spec, as kimicount.source.load_spec reads it, and the config.json it came from."""
+    from kimicount.source import load_spec
+
+    if repo is not None and config is None:
+        hub = hub_module()
+        path = hub.download_config(repo, revision, hub_options)
+        spec = hub.spec_from_hub_config(path, repo, revision)
+        return spec, ConfigSource(path.read_text(encoding="utf-8"), path, _commit(path.parent))
+    spec = load_spec(config, repo, revision, hub_options)
+    if config is None:
+        return spec, ConfigSource(_BUNDLED_CONFIG.read_text(encoding="utf-8"), None, None)
+    path = config / "config.json" if config.is_dir() else config
+    return spec, ConfigSource(path.read_text(encoding="utf-8"), path, _commit(path.parent))
+
+
+def _commit(folder: Path) -> str | None:
+    """The commit of a Hub cache snapshot folder (…/snapshots/<40 hex digits>/)."""
+    name = folder.name
+    return name if len(name) == 40 and all(c in "0123456789abcdef" for c in name) else None
+
+
+def explorer_pages(
+    spec: ModelSpec,
+    source: ConfigSource,
+    *,
+    repo: str | None = None,
+    revision: str | None = None,
+    modeling: Path | None = None,
+    hub_options: HubOptions | None = None,
+) -> Pages:
+    """Every page of the model, each with its evidence (or the note saying how to get it)."""
+    pages = build_pages(build_anatomy(spec))
+    config: dict[str, Any] = json.loads(source.text)
+    if modeling is not None:
+        found = find_modeling(config, modeling=modeling)
+    else:
+        try:
+            found = find_modeling(
+                config, config_path=source.path, repo=repo, revision=revision, hub_options=hub_options
+            )
+        except ModelingError:  # no auto_map: evidence was not asked for, so the pages say why there is none
+            found = None
+    note = ""
+    index = None
+    if found is None:
+        named = repo or (BUNDLED_MODEL if source.path is None else None)
+        note = absent_message(config, named)
+        note = note[:1].upper() + note[1:] + "."
+    else:
+        index = found.index()
+    passages = index.attention_passages() if index is not None else {}
+    with_evidence = {}
+    for page in pages:
+        evidence: list[Evidence] = []
+        before = len(index.findings()) if index is not None else 0
+        if index is not None:
+            evidence += _modeling_evidence(index, page, pages, spec)
+            evidence += _passages(page, passages)
+        if page.config_keys:
+            evidence += config_evidence(source.text, page.config_keys, revision=source.revision)
+        findings = tuple(index.findings()[before:]) if index is not None else ()
+        with_evidence[page.id] = replace(
+            page, evidence=tuple(_unique(evidence)), evidence_note=note, findings=findings
+        )
+    if index is not None:
+        index.check_tree(build_anatomy(spec).model, spec.weight_prefix)  # anything the pages did not ask
+        everything = tuple(index.findings())
+        for page_id, page in with_evidence.items():
+            # a component's page shows its tensors' findings; the model's page every one
+            owned = [f for t in page.tensors for f in with_evidence[t].findings if t in with_evidence]
+            shown = everything if page_id == "model" else (*page.findings, *owned)
+            with_evidence[page_id] = replace(page, findings=tuple(dict.fromkeys(shown)))
+    origin = (
+        f"{found.name} ({found.origin}{', ' + found.revision[:12] if found.revision else ''})"
+        if found
+        else ""
+    )
+    return replace(
+        pages,
+        pages=with_evidence,
+        findings=tuple(index.findings()) if index is not None else (),
+        evidence_source=origin,
+    )
+
+
+#: The passages of the attention's code each page cites besides its own lines (ModelingIndex.
+#: attention_passages: the projections' definitions, the query, the latent, the prefill attention, the
+#: output), by page id; a component's passages of the forward pass are uses.
+PASSAGES = {
+    "latent-attention": ("projections", "query", "latent", "prefill attention", "output"),
+    "query-compression": ("projections", "query"),
+    "query-heads": ("projections", "query"),
+    "key-value-compression": ("projections", "latent"),
+    "key-heads": ("projections", "latent", "prefill attention"),
+    "key-content-up-projection": ("projections", "latent", "prefill attention"),
+    "shared-rotary-key": ("projections", "latent", "prefill attention"),
+    "value-heads": ("projections", "latent", "prefill attention"),
+    "causal-attention": ("projections", "prefill attention", "output"),
+    "c_Q": ("query",),
+    "q": ("query",),
+    "compressed_kv": ("latent",),
+    "k_pe": ("latent", "prefill attention"),
+    "k_nope": ("latent",),
+    "value_states": ("latent",),
+    "key_states": ("prefill attention",),
+    "attn_weights": ("prefill attention",),
+    "attn_output": ("prefill attention", "output"),
+    "rotary": ("prefill attention",),
+    "softmax": ("prefill attention",),
+}
+
+#: Where an operation happens: the function the forward pass calls, by its last name.
+CALLS = {"softmax": "softmax", "rotary": "apply_rotary_pos_emb", "act_fn": "act_fn"}
+
+
+def _passages(page: Page, passages: dict[str, Evidence]) -> list[Evidence]:
+    found = []
+    for name in PASSAGES.get(page.id, ()) if page.main else ():
+        if name in passages:
+            passage = passages[name]
+            role = passage.role if page.kind == "activation" or name == "projections" else "use"
+            found.append(replace(passage, role=role))
+    return found
+
+
+def _unique(found: list[Evidence]) -> list[Evidence]:
+    return list({(e.file, e.start, e.end): e for e in found}.values())
+
+
+def _modeling_evidence(index: ModelingIndex, page: Page, pages: Pages, spec: ModelSpec) -> list[Evidence]:
+    if page.id in pages.nodes:
+        node, parent = pages.nodes[page.id]
+        return index.component_evidence(node, parent, spec.weight_prefix)
+    if page.kind == "tensor":
+        return _tensor_evidence(index, page, spec)
+    if page.kind == "operation" and page.id in CALLS:
+        return index.calls(page.cls, CALLS[page.id])
+    if page.variable:
+        return index.activation(page.cls, page.variable)
+    found = []
+    for attribute in page.attributes:
+        found += index.attribute(page.cls, attribute)
+    return found
+
+
+def _tensor_evidence(index: ModelingIndex, page: Page, spec: ModelSpec) -> list[Evidence]:
+    """The module's definition and uses; a Linear's [out, in] checked against the file's expression
+    (another size, or an attribute not where the name says, is a finding)."""
+    layer = page.layer if page.layer is not None else (page.layers[0] if page.layers else 0)
+    name = page.pattern.format(layer=layer, expert=0).removeprefix(spec.weight_prefix)
+    if not name:
+        return []
+    found = index.path_evidence(name.rsplit(".", 1)[0], within=name)
+    if page.parameters is not None and page.parameters.rows:
+        index.check_tensor(name, page.parameters.rows[0].shape)
+    return found
+
+
+def load_explorer(
+    config: Path | None,
+    repo: str | None,
+    revision: str | None,
+    modeling: Path | None,
+    hub_options: HubOptions | None,
+) -> Pages:
+    """The pages of the model the CLI's options name, with their evidence."""
+    spec, source = load_model_and_config(config, repo, revision, hub_options)
+    return explorer_pages(
+        spec, source, repo=repo, revision=revision, modeling=modeling, hub_options=hub_options
+    )

@@ -1,0 +1,109 @@
+"""Which page a NAME on the command line means: a page id, a component's name (any case; a unique
+prefix will do), a module attribute (`kv_b_proj`), a checkpoint tensor name
+(`model.layers.5.self_attn.kv_b_proj.weight`: that tensor's page, at layer 5), an activation
+(`compressed_kv`, `c_KV`) or a path (`Latent attention › Key heads`)."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import replace
+
+from kimicount.errors import UsageError
+from kimicount.explorer.pages import Page, Pages, short
+from kimicount.reading import shorten
+
+#: Quantization metadata names that point at the weight they belong to.
+_METADATA = re.compile(r"\.weight(?:_scale_inv|_packed|_scale|_shape)$")
+_LAYER = re.compile(r"(^|\.)layers\.(\d+)\.")
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+_PATH = re.compile(r"\s*(?:›|>|/)\s*")
+
+
+def resolve(pages: Pages, name: str) -> Page:
+    """The page NAME means; a UsageError (exit 2) naming the candidates when it means several, or the
+    closest names when it means none."""
+    text = " ".join(name.split())
+    if not text:
+        raise UsageError("NAME is empty: give a component, module attribute, tensor or activation name")
+    if text in pages.pages:
+        return pages[text]
+    tensor = _tensor(pages, text)
+    if tensor is not None:
+        return tensor
+    folded = text.casefold()
+    exact = [p for p in pages if any(a.casefold() == folded for a in p.aliases if a)]
+    if exact:
+        return _one(text, exact)
+    if _PATH.search(text) and not text.startswith("model."):
+        found = _by_path(pages, [s.casefold() for s in _PATH.split(text) if s])
+        if found:
+            return _one(text, found)
+    prefixed = [p for p in pages if any(a.casefold().startswith(folded) for a in p.aliases if a)]
+    if prefixed:
+        return _one(text, prefixed)
+    aliases = {a: p for p in pages for a in p.aliases if a}
+    folded_aliases = {a.casefold(): a for a in aliases if "{" not in a}
+    close = difflib.get_close_matches(folded, list(folded_aliases), n=4, cutoff=0.6)
+    suggestions = list(dict.fromkeys(folded_aliases[a] for a in close))
+    hint = f" (close: {', '.join(suggestions)})" if suggestions else " (kimicount explore lists every page)"
+    raise UsageError(f"'{shorten(name, 80)}': no page of {pages.model} has that name{hint}")
+
+
+def _one(text: str, found: list[Page]) -> Page:
+    unique = list({p.id: p for p in found}.values())
+    if len(unique) > 1:  # the main model's page wins over the MTP module's copy of the same name
+        main = [p for p in unique if p.main]
+        unique = main or unique
+    if len(unique) == 1:
+        return unique[0]
+    listed = ", ".join(f"{p.name} ({p.kind_text}, {p.id})" for p in unique[:12])
+    more = f" and {len(unique) - 12} more" if len(unique) > 12 else ""
+    raise UsageError(f"'{shorten(text, 80)}' names {len(unique)} pages: {listed}{more}; name one of them")
+
+
+def _by_path(pages: Pages, segments: list[str]) -> list[Page]:
+    def matches(page: Page) -> bool:
+        path = [short(s).casefold() for s in page.path]
+        full = [s.casefold() for s in page.path]
+        if len(segments) > len(path):
+            return False
+        tail, tail_full = path[-len(segments) :], full[-len(segments) :]
+        return all(s in (a, b) for s, a, b in zip(segments, tail, tail_full))
+
+    return [p for p in pages if p.kind != "tensor" and matches(p)]
+
+
+def _tensor(pages: Pages, text: str) -> Page | None:
+    """A checkpoint tensor's page, with the layer its name gives."""
+    if "." not in text or " " in text:
+        return None
+    name = _METADATA.sub(".weight", text)
+    layer_match = _LAYER.search(name)
+    layer = int(layer_match.group(2)) if layer_match else None
+    pattern = _LAYER.sub(lambda m: f"{m.group(1)}layers.{{layer}}.", name, count=1)
+    pattern = _EXPERT.sub(".experts.{expert}.", pattern, count=1)
+    found = [p for p in pages if p.kind == "tensor" and pattern in p.aliases]
+    if not found:
+        return None
+    page = found[0]
+    if layer is None:
+        return page
+    if page.layers and layer not in page.layers:
+        raise UsageError(
+            f"'{shorten(text, 80)}': {pages.model} has this tensor in {_span(page.layers)}, not in layer {layer}"
+        )
+    groups = [p for p in pages if p.kind == "block" and layer in p.layers and p.main == page.main]
+    note = f"layer {layer}"
+    if groups:
+        group = groups[0]
+        count, _, kind = short(group.name).partition(" ")  # "60", "MoE blocks"
+        note += f": one of the {count} {kind}" if len(group.layers) > 1 else f": the {kind}"
+        note += f" ({_span(group.layers)})"
+    return replace(page, layer=layer, layer_note=note, name=text)
+
+
+def _span(layers: tuple[int, ...]) -> str:
+    from kimicount.anatomy import layer_span
+
+    return layer_span(layers)

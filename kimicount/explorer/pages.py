@@ -1,0 +1,771 @@
+"""The explorer's pages, as data: one page per node of the component tree (the model, block groups,
+components; a component that both dense and MoE blocks have is one page with both counts), per
+activation the forward pass names, per operation and per checkpoint tensor.
+
+`show` prints one page, `show --json` and `explore` the same data; nothing here draws or computes a
+count of its own: counts come from the anatomy, shapes and FLOPs from kimicount.flow, bytes from
+kimicount.storage, cache sizes from kimicount.kvcache.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kimicount.anatomy import Anatomy, Node, Role, TensorRef, index_set
+from kimicount.explorer import words as w
+from kimicount.explorer.formula import as_text
+from kimicount.flow import Activation, Dim, component_flow, flops_map
+from kimicount.kvcache import DEFAULT_LAYOUTS, FORMULAS, default_dtype, element_bytes
+from kimicount.spec import ModelSpec
+from kimicount.storage import (
+    config_packed,
+    fp8_quantized,
+    fp8_scale_shape,
+    memory_map,
+    modelled,
+    packable,
+    packed_layout,
+    plain_dtypes,
+)
+
+KINDS = {
+    "model": "model",
+    "group": "group",
+    "block": "block group",
+    "component": "learned component",
+    "activation": "activation",
+    "operation": "operation",
+    "tensor": "checkpoint tensor",
+}
+
+#: Where the page of a block group is said to sit: "60 MoE blocks (layers 1–60)" reads "60 MoE blocks".
+_SPAN = re.compile(r" \((?:layers?) [^)]*\)$")
+
+
+def short(name: str) -> str:
+    """A block group's name without its layer span, as paths show it.
+
+    >>> short("60 MoE blocks (layers 1–60)")
+    '60 MoE blocks'
+    """
+    return _SPAN.sub("", name)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An activation with named dimensions: c_KV [B batch, T positions, 512 key–value latent]."""
+
+    name: str
+    dims: tuple[Dim, ...]
+
+    @property
+    def text(self) -> str:
+        return f"{self.name} [{', '.join(_dim_text(d) for d in self.dims)}]"
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "dims": [{"size": d.size, "label": d.label} for d in self.dims],
+            "text": self.text,
+        }
+
+
+def _dim_text(dim: Dim) -> str:
+    """'B batch', '512 key–value latent', '8,192 = 64 heads × 128'."""
+    if dim.shown:
+        return f"{dim.size:,} = {dim.label}" if isinstance(dim.size, int) else f"{dim.shown} {dim.label}"
+    return f"{dim.text} {dim.label}"
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What a page's node does with the KV cache in one mode."""
+
+    mode: str  # prefill | decode
+    state: str  # the cache before the step
+    cache: str
+
+
+@dataclass(frozen=True)
+class TensorRow:
+    """One row of a calculation table: a checkpoint tensor (or the rows of it) a component owns."""
+
+    tensor: str  # the tensor page's id
+    name: str  # its name with index sets, as in tensors.json
+    part: str  # '' or "features 0–127 of each head's 256"
+    shape: tuple[int, ...]
+    layout: str  # [out, in]
+    calculation: str
+    elements: int  # per instance (the owned rows)
+    bias: str
+    dtype: str
+    storage: str  # FP8 scale or INT4 packing, in words
+    owner: str = ""  # the component page that owns these rows (tensor pages)
+
+
+@dataclass(frozen=True)
+class Where:
+    """The instances of a page's node in one part of the model: '60 MoE blocks', 60, 251,658,240."""
+
+    where: str
+    instances: int
+    params: int
+
+
+@dataclass(frozen=True)
+class Parameters:
+    per_instance: int
+    calculation: str
+    formula: str
+    rows: tuple[TensorRow, ...]
+    where: tuple[Where, ...]
+    activated: int | None
+    stored_bytes: int | None
+    bf16_bytes: int | None
+    flops_per_token: int | None
+
+    @property
+    def instances(self) -> int:
+        return sum(place.instances for place in self.where)
+
+    @property
+    def total(self) -> int:
+        return sum(place.params for place in self.where)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A row of a group's table of parts."""
+
+    id: str
+    name: str
+    per_instance: int
+    count: int  # copies in one instance of the group
+    params: int  # per_instance × count
+
+
+@dataclass(frozen=True)
+class KvRow:
+    """A layout's cache, per token: per layer, and over the layers this page stands for."""
+
+    layout: str
+    formula: str
+    calculation: str
+    per_token_per_layer: int
+    layers: int
+    per_token: int
+    note: str
+
+
+@dataclass(frozen=True)
+class Page:
+    id: str
+    name: str
+    kind: str
+    path: tuple[str, ...]
+    role: str = ""
+    formula: str = ""
+    code: str = ""
+    cls: str = ""
+    attributes: tuple[str, ...] = ()
+    variable: str = ""
+    explanation: str = ""
+    inputs: tuple[Shape, ...] = ()
+    outputs: tuple[Shape, ...] = ()
+    middle: tuple[Shape, ...] = ()
+    cache_reads: tuple[Shape, ...] = ()
+    modes: tuple[Mode, ...] = ()
+    parameters: Parameters | None = None
+    parts: tuple[Part, ...] = ()
+    kv: tuple[KvRow, ...] = ()
+    kv_note: str = ""
+    parent: str | None = None
+    children: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    tensors: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    also_in: tuple[str, ...] = ()
+    main: bool = True  # in the main model (not the MTP module or the vision side)
+    layers: tuple[int, ...] = ()  # the layers a block group or a checkpoint tensor stands for
+    pattern: str = ""  # a checkpoint tensor's name with {layer} and {expert} fields
+    layer: int | None = None  # the layer a tensor name pointed at
+    layer_note: str = ""
+    evidence: tuple[Any, ...] = ()  # kimicount.explorer.evidence.Evidence
+    evidence_note: str = ""
+    findings: tuple[str, ...] = ()
+
+    @property
+    def kind_text(self) -> str:
+        return KINDS[self.kind]
+
+
+@dataclass(frozen=True)
+class TreeItem:
+    """A row of the explorer's tree: the page it opens, its label, its parameter count."""
+
+    id: str
+    label: str
+    count: int | None = None
+    children: tuple[TreeItem, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pages:
+    model: str
+    model_type: str
+    pages: dict[str, Page]
+    tree: tuple[TreeItem, ...]  # the model (and MTP, vision) trees
+    activations: tuple[str, ...]
+    operations: tuple[str, ...]
+    tensors: tuple[str, ...]
+    storage: str = ""
+    findings: tuple[str, ...] = ()
+    evidence_source: str = ""
+    #: Each tree page's node (the one with the most instances) and the node above it, for the
+    #: evidence module, which reads the tree itself.
+    nodes: dict[str, tuple[Node, Node | None]] = field(default_factory=dict, compare=False, repr=False)
+
+    def __getitem__(self, page_id: str) -> Page:
+        return self.pages[page_id]
+
+    def __iter__(self) -> Iterator[Page]:
+        return iter(self.pages.values())
+
+
+# --- building -----------------------------------------------------------------------------------
+
+
+def slug(text: str) -> str:
+    """A page id from a name: 'Key–value compression' -> 'key-value-compression'.
+
+    >>> slug("Key content up-projection"), slug("60 MoE blocks (layers 1–60)")
+    ('key-content-up-projection', '60-moe-blocks-layers-1-60')
+    """
+    return re.sub(r"[^a-z0-9_]+", "-", text.lower()).strip("-")
+
+
+def _fill(text: str, sizes: dict[str, str]) -> str:
+    try:
+        return text.format(**sizes)
+    except (KeyError, IndexError):
+        return text
+
+
+#: Marks a block group in a page key (no name from a config can hold it).
+_GROUP = "\0"
+
+
+@dataclass
+class _Entry:
+    """A page in the making: every tree node it stands for, with the block group each sits in."""
+
+    key: tuple[str, ...]
+    id: str
+    nodes: list[tuple[Node | None, Node, tuple[str, ...]]] = field(default_factory=list)
+    parent_keys: list[tuple[str, ...] | None] = field(default_factory=list)
+    parent_nodes: list[Node | None] = field(default_factory=list)
+    child_keys: list[tuple[str, ...]] = field(default_factory=list)
+    main: bool = True
+
+
+def build_pages(anatomy: Anatomy) -> Pages:
+    """Every page of the model's explorer (without evidence: kimicount.explorer.evidence adds it)."""
+    spec = anatomy.spec
+    roots = [r for r in (anatomy.model, anatomy.mtp, anatomy.vision) if r is not None]
+    memory = memory_map(spec, *roots)
+    flops = flops_map(spec, *roots)
+    sizes = w.values(spec)
+
+    entries: dict[tuple[str, ...], _Entry] = {}
+    ids: set[str] = set()
+    trees = []
+
+    def new_id(name: str, parent_key: tuple[str, ...] | None) -> str:
+        base = slug(name) or "page"
+        if base in ids and parent_key and parent_key in entries:
+            base = f"{entries[parent_key].id}-{base}"
+        candidate, n = base, 2
+        while candidate in ids:
+            candidate, n = f"{base}-{n}", n + 1
+        ids.add(candidate)
+        return candidate
+
+    def visit(node: Node, key_parent, group_node: Node | None, path, main: bool, key_base=None, above=None):
+        """key_parent: the key of the page above; key_base: what this node's key extends (a block
+        group's children extend the key of the group's parent, so dense and MoE blocks share pages)."""
+        is_group = bool(node.layers and node.kind)
+        base = key_parent if key_base is None else key_base
+        key = (*(base or ()), _GROUP + node.kind if is_group else node.name)
+        if key not in entries:
+            special = {"dense": "dense-blocks", "moe": "moe-blocks"}.get(node.kind) if is_group else None
+            if key_parent is None and main:
+                special = "model"
+            elif (
+                key_parent is not None
+                and entries[key_parent].id == "model"
+                and node.children
+                and not is_group
+            ):
+                special = special or ("blocks" if node.children and node.children[0].layers else None)
+            entry_id = special if special and special not in ids else new_id(node.name, key_parent)
+            ids.add(entry_id)
+            entries[key] = _Entry(key, entry_id, main=main)
+        if key_parent is not None and key not in entries[key_parent].child_keys:
+            entries[key_parent].child_keys.append(key)
+        entry = entries[key]
+        names = (*path, short(node.name)) if key_parent is not None else ()
+        entry.nodes.append((group_node if not is_group else None, node, names))
+        entry.parent_keys.append(key_parent)
+        entry.parent_nodes.append(above)
+        inner_group = node if is_group else group_node
+        children = tuple(
+            visit(child, key, inner_group, names, main, key_parent if is_group else None, node)
+            for child in node.children
+        )
+        count = node.params
+        return TreeItem(entry.id, node.name, count, children)
+
+    for root in roots:
+        main = root is anatomy.model
+        trees.append(visit(root, None, None, (), main))
+
+    pages: dict[str, Page] = {}
+    tensor_entries = _tensor_pages(spec, roots, entries)
+    for entry in entries.values():
+        pages[entry.id] = _node_page(spec, anatomy, entry, entries, sizes, memory, flops, tensor_entries)
+    for page in tensor_entries.values():
+        pages[page.id] = page
+    activations, operations = [], []
+    for kind, specs, listed in (
+        ("activation", w.ACTIVATIONS, activations),
+        ("operation", w.OPERATIONS, operations),
+    ):
+        for thing in specs:
+            page = _tensor_like_page(spec, kind, thing, pages, entries, sizes)
+            if page is not None:
+                if page.id in pages:
+                    page = replace(page, id=f"{kind}-{page.id}")
+                pages[page.id] = page
+                listed.append(page.id)
+    pages = _link_activations(pages, activations + operations)
+    from kimicount.storage import quantization_summary
+
+    nodes = {}
+    for entry in entries.values():
+        primary = max(range(len(entry.nodes)), key=lambda i: entry.nodes[i][1].instances)
+        nodes[entry.id] = (entry.nodes[primary][1], entry.parent_nodes[primary])
+    return Pages(
+        nodes=nodes,
+        model=spec.name,
+        model_type=spec.model_type,
+        pages=pages,
+        tree=tuple(trees),
+        activations=tuple(activations),
+        operations=tuple(operations),
+        tensors=tuple(tensor_entries[k].id for k in tensor_entries),
+        storage=quantization_summary(spec),
+    )
+
+
+def _config_keys(formula: str) -> tuple[str, ...]:
+    """The config keys a formula reads: 'kv_lora_rank × num_attention_heads·qk_nope_head_dim' ->
+    ('kv_lora_rank', 'num_attention_heads', 'qk_nope_head_dim')."""
+    return tuple(dict.fromkeys(re.findall(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]+_size", formula)))
+
+
+def _words(name: str, node: Node, entry: _Entry) -> tuple[w.Words, str]:
+    """The words of a node's page and its kind."""
+    if entry.id == "model":
+        return w.MODEL, "model"
+    if node.layers and node.kind:
+        moe = node.kind == "moe"
+        return (
+            replace(
+                w.BLOCK,
+                role=w.BLOCK.role.replace("{mlp}", "the mixture of experts" if moe else "a dense MLP"),
+                formula=w.BLOCK.formula.replace("{mlp_symbol}", "MoE" if moe else "MLP"),
+            ),
+            "block",
+        )
+    if entry.id == "blocks":
+        return w.BLOCKS, "group"
+    words = w.COMPONENTS.get(name)
+    kind = "component" if node.tensors or words is not None else "group"
+    if words is None:
+        words = w.Words(role="", prefill="", decode="")
+    return words, kind
+
+
+def _node_page(spec, anatomy, entry: _Entry, entries, sizes, memory, flops, tensor_pages) -> Page:
+    # the primary node: the one with the most instances (the MoE blocks' copy of an attention part)
+    primary_index = max(range(len(entry.nodes)), key=lambda i: entry.nodes[i][1].instances)
+    _, node, path = entry.nodes[primary_index]
+    words, kind = _words(node.name, node, entry)
+    flow = component_flow(spec, node)
+    where = []
+    for group, each, _ in entry.nodes:
+        label = group.name if group is not None else ("the model" if entry.main else entry.key[0])
+        if each.layers and each.kind:
+            label = each.name
+        where.append(Where(label, each.instances, each.params))
+    rows = tuple(_rows(spec, node, tensor_pages)) if node.tensors else ()
+    total_memory = [memory[id(n)] for _, n, _ in entry.nodes] if memory else []
+    parameters = Parameters(
+        per_instance=node.params_per_instance,
+        calculation=node.calculation,
+        formula=node.formula,
+        rows=rows,
+        where=tuple(where),
+        activated=sum(n.activated for _, n, _ in entry.nodes),
+        stored_bytes=sum(m.stored for m in total_memory) if memory else None,
+        bf16_bytes=sum(m.bf16 for m in total_memory) if memory else None,
+        flops_per_token=sum(flops[id(n)] for _, n, _ in entry.nodes),
+    )
+    parent_key = entry.parent_keys[primary_index]
+    children = tuple(dict.fromkeys(entries[k].id for k in entry.child_keys))
+    parts = tuple(
+        Part(
+            entries[_key_of(entry, child, entries)].id,
+            child.name,
+            child.params_per_instance,
+            child.instances // node.instances,
+            child.params // node.instances,
+        )
+        for child in node.children
+    )
+    modes = ()
+    if words.prefill or words.decode:
+        modes = (
+            Mode("prefill", "T tokens, empty cache", words.prefill),
+            Mode("decode", "one token, L positions cached", words.decode),
+        )
+    kv, kv_note = _kv(spec, entry, node)
+    formula_keys = _config_keys(node.formula)
+    for _, n, _ in entry.nodes:
+        for leaf in n.walk():
+            formula_keys += _config_keys(leaf.formula)
+    if any(
+        fp8_quantized(spec, ref.role) for _, n, _ in entry.nodes for leaf in n.walk() for ref in leaf.tensors
+    ):
+        formula_keys += ("quantization_config",)
+    also = tuple(
+        dict.fromkeys(
+            (g.name if g is not None else "") for i, (g, _, _) in enumerate(entry.nodes) if i != primary_index
+        )
+    )
+    return Page(
+        id=entry.id,
+        name=node.name,
+        kind=kind,
+        path=path if entry.id != "model" else (node.name,),
+        role=_fill(words.role, sizes),
+        formula=words.formula,
+        code=words.code,
+        cls=words.cls,
+        attributes=words.attributes,
+        explanation=_fill(words.explanation, sizes),
+        inputs=tuple(_shape(a) for a in flow.inputs) if flow else (),
+        outputs=tuple(_shape(a) for a in flow.outputs) if flow else (),
+        middle=tuple(_shape(a) for a in flow.middle) if flow else (),
+        cache_reads=tuple(_shape(a) for a in flow.reads) if flow else (),
+        modes=modes,
+        parameters=parameters,
+        parts=parts,
+        kv=kv,
+        kv_note=kv_note,
+        parent=entries[parent_key].id if parent_key is not None else None,
+        children=children,
+        tensors=tuple(dict.fromkeys(r.tensor for r in rows)),
+        config_keys=tuple(dict.fromkeys(formula_keys)),
+        aliases=(node.name, short(node.name)),
+        also_in=tuple(a for a in also if a),
+        main=entry.main,
+        layers=node.layers if node.layers and node.kind else (),
+    )
+
+
+def _key_of(entry: _Entry, child: Node, entries) -> tuple[str, ...]:
+    """The key of a child's page: a block group's children extend the key of the group's parent."""
+    if child.layers and child.kind:
+        return (*entry.key, _GROUP + child.kind)
+    return (*(entry.key[:-1] if entry.key[-1].startswith(_GROUP) else entry.key), child.name)
+
+
+def _shape(activation: Activation) -> Shape:
+    return Shape(activation.name, activation.dims)
+
+
+def _kv(spec: ModelSpec, entry: _Entry, node: Node) -> tuple[tuple[KvRow, ...], str]:
+    """The cache in each layout, for the pages of attention, blocks, the blocks group and the model."""
+    if not entry.main:
+        return (), ""
+    if node.name == "Latent attention" or entry.id in ("model", "blocks"):
+        layers = spec.num_hidden_layers
+    elif node.layers and node.kind:
+        layers = node.instances
+    else:
+        return (), ""
+    e = element_bytes(default_dtype(spec))
+    rows = []
+    for layout in DEFAULT_LAYOUTS:
+        formula = FORMULAS[layout]
+        calculation, per_layer = formula.size(spec, e)
+        rows.append(
+            KvRow(
+                layout.value, formula.text, calculation, per_layer, layers, per_layer * layers, formula.note
+            )
+        )
+    total = spec.num_hidden_layers
+    whole = [r.per_token_per_layer * total for r in rows]
+    note = (
+        f"Per token, all {total} layers, {default_dtype(spec)}: naive {whole[0]:,} B; the latent "
+        f"{whole[2]:,} B, {round(whole[0] / whole[2])}× less; flash padding {whole[1]:,} B."
+    )
+    return tuple(rows), note
+
+
+def _layout(ref: TensorRef) -> str:
+    if ref.role is Role.EMBEDDING:
+        return "[vocab, hidden]"
+    if len(ref.shape) == 2:
+        return "[out, in]"
+    return "[" + ", ".join("n" for _ in ref.shape) + "]" if len(ref.shape) == 1 else ""
+
+
+def _storage(spec: ModelSpec, ref: TensorRef) -> tuple[str, str]:
+    """(dtype, storage in words): the FP8 block scale or INT4 packing the checkpoint stores it with."""
+    if not modelled(spec):
+        return "", "not modelled (quantization unknown to kimicount)"
+    dtype = plain_dtypes(spec, ref.role)[0]
+    if fp8_quantized(spec, ref.role):
+        rows, cols = fp8_scale_shape(spec, ref.shape)
+        block = spec.quantization.block
+        return (
+            dtype,
+            f"FP8 block scales: weight_scale_inv [{rows:,}, {cols:,}] F32, one per {block[0]} × {block[1]}",
+        )
+    if packable(spec, ref.role):
+        layout = packed_layout(spec, ref.shape)
+        packed = config_packed(spec, ref.names())
+        (pshape, pdtype), (sshape, sdtype) = layout["weight_packed"], layout["weight_scale"]
+        text = (
+            f"INT{spec.quantization.num_bits} packed: weight_packed [{pshape[0]:,}, {pshape[1]:,}] {pdtype}, "
+            f"weight_scale [{sshape[0]:,}, {sshape[1]:,}] {sdtype}, weight_shape [2] I32 "
+            f"({packed:,} of {ref.copies:,} copies, as the config targets)"
+        )
+        return dtype, text
+    return dtype, ""
+
+
+def _rows(spec: ModelSpec, node: Node, tensor_pages: dict[str, Page]) -> Iterator[TensorRow]:
+    patterns = {ref.pattern for ref in node.tensors}
+    for ref in node.tensors:
+        page = tensor_pages[ref.pattern]
+        linear = len(ref.shape) == 2 and ref.role is not Role.EMBEDDING
+        module = ref.pattern.rsplit(".", 1)[0]
+        bias = ("bias" if f"{module}.bias" in patterns else "no bias") if linear else ""
+        dtype, storage = _storage(spec, ref)
+        yield TensorRow(
+            tensor=page.id,
+            name=page.name,
+            part=ref.part,
+            shape=ref.shape,
+            layout=_layout(ref),
+            calculation=ref.calculation,
+            elements=ref.elements,
+            bias=bias,
+            dtype=dtype,
+            storage=storage,
+        )
+
+
+def _module_path(spec: ModelSpec, pattern: str) -> str:
+    """The module path a tensor page is named by: model.layers.{layer}.self_attn.kv_b_proj.weight ->
+    self_attn.kv_b_proj; model.layers.{layer}.mlp.experts.{expert}.up_proj.weight -> mlp.experts.up_proj."""
+    text = pattern.removeprefix(spec.weight_prefix)
+    text = text.replace("model.layers.{layer}.", "").replace(".{expert}", "")
+    return text.removesuffix(".weight")
+
+
+def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
+    """One page per checkpoint tensor pattern (every layer's copy of it together), keyed by pattern."""
+    refs: dict[str, list[tuple[TensorRef, str]]] = {}
+    owner_ids = {}
+    for entry in entries.values():
+        for _, node, _ in entry.nodes:
+            owner_ids[id(node)] = entry.id
+    main_patterns = set()
+    for root in roots:
+        for node in root.walk():
+            for ref in node.tensors:
+                refs.setdefault(ref.pattern, []).append((ref, owner_ids[id(node)]))
+                if root is roots[0]:
+                    main_patterns.add(ref.pattern)
+    modules = {pattern: _module_path(spec, pattern) for pattern in refs}
+    # a page id: the shortest dotted tail of the module path that no other tensor shares
+    tails: dict[str, list[str]] = {}
+    for pattern, module in modules.items():
+        parts = module.split(".")
+        for i in range(len(parts)):
+            tails.setdefault(".".join(parts[i:]), []).append(pattern)
+    pages = {}
+    for pattern, found in refs.items():
+        parts = modules[pattern].split(".")
+        tensor_id = next(
+            (
+                ".".join(parts[i:])
+                for i in range(len(parts) - 1, -1, -1)
+                if len(tails[".".join(parts[i:])]) == 1
+            ),
+            pattern.replace("{layer}", "N").replace("{expert}", "E"),
+        )
+        first = found[0][0]
+        layers = tuple(sorted({layer for ref, _ in found for layer in ref.layers}))
+        name = pattern.format(layer=index_set(layers), expert=index_set(tuple(range(first.experts))))
+        copies = max(len(layers), 1) * max(first.experts, 1)
+        dtype, storage = _storage(spec, first)
+        elements = 1
+        for d in first.shape:
+            elements *= d
+        rows = tuple(
+            TensorRow(
+                tensor=tensor_id,
+                name=name,
+                part=ref.part,
+                shape=ref.shape,
+                layout=_layout(ref),
+                calculation=ref.calculation,
+                elements=ref.elements,
+                bias="",
+                dtype=dtype,
+                storage=storage,
+                owner=owner,
+            )
+            for ref, owner in dict.fromkeys(found)
+        )
+        # dense and MoE copies of one part are one row
+        unique_rows = tuple({(r.part, r.owner): r for r in rows}.values())
+        where = (Where("every copy", copies, elements * copies),)
+        module = modules[pattern]
+        attribute = module.split(".")[-1] if module.split(".")[-1] not in ("weight",) else module
+        pages[pattern] = Page(
+            id=tensor_id,
+            name=name,
+            kind="tensor",
+            path=(name,),
+            role=f"the stored {'rows of ' if first.rows else ''}{attribute}: "
+            + ", ".join(dict.fromkeys(_owner_name(entries, r.owner) for r in unique_rows)),
+            parameters=Parameters(
+                per_instance=elements,
+                calculation=" × ".join(f"{d:,}" for d in first.shape),
+                formula="",
+                rows=unique_rows,
+                where=where,
+                activated=None,
+                stored_bytes=None,
+                bf16_bytes=None,
+                flops_per_token=None,
+            ),
+            parent=unique_rows[0].owner,
+            aliases=(tensor_id, pattern, name, module, attribute),
+            main=pattern in main_patterns,
+            attributes=(attribute,),
+            layers=layers,
+            pattern=pattern,
+        )
+    return pages
+
+
+def _owner_name(entries, owner_id: str) -> str:
+    for entry in entries.values():
+        if entry.id == owner_id:
+            return entry.nodes[0][1].name
+    return owner_id
+
+
+def _flow_shapes(pages: dict[str, Page]) -> dict[str, Shape]:
+    shapes: dict[str, Shape] = {}
+    for page in pages.values():
+        for shape in (*page.inputs, *page.outputs, *page.middle):
+            shapes.setdefault(shape.name, shape)
+    return shapes
+
+
+def _by_name(pages: dict[str, Page], name: str) -> Page | None:
+    return next(
+        (p for p in pages.values() if p.kind in ("component", "group") and p.name == name and p.main), None
+    )
+
+
+def _tensor_like_page(spec, kind, thing: w.Tensor, pages, entries, sizes) -> Page | None:
+    maker = _by_name(pages, thing.made_by) if thing.made_by else None
+    readers = [p for name in thing.read_by if (p := _by_name(pages, name)) is not None]
+    if (thing.made_by and maker is None) or (maker is None and not readers):
+        return None  # the model has no such thing (c_Q without query compression)
+    shapes = _flow_shapes(pages)
+    shape = shapes.get(thing.flow_name)
+    heads = Dim(spec.num_attention_heads, "heads")
+    if thing.id == "attn_weights":
+        shape = Shape("s", (Dim("B", "batch"), heads, Dim("T", "queries"), Dim("T | L + 1", "keys")))
+    elif thing.id == "topk_idx":
+        shape = Shape("TopK", (Dim("B·T", "tokens"), Dim(spec.num_experts_per_tok, "chosen experts")))
+    words = thing.words
+    modes = ()
+    if kind == "activation":
+        modes = (
+            Mode(
+                "prefill",
+                "T tokens, empty cache",
+                words.prefill if words.prefill != w._NO_CACHE[0] else "not cached",
+            ),
+            Mode(
+                "decode",
+                "one token, L positions cached",
+                words.decode if words.decode != w._NO_CACHE[1] else "not cached",
+            ),
+        )
+    path_base = maker.path if maker else readers[0].path
+    return Page(
+        id=thing.id,
+        name=thing.name,
+        kind=kind,
+        path=(*path_base, thing.name),
+        role=_fill(words.role, sizes),
+        formula=words.formula,
+        code=words.code,
+        cls=words.cls,
+        attributes=words.attributes,
+        variable=words.variable,
+        explanation=_fill(words.explanation, sizes),
+        outputs=(shape,) if shape is not None and kind == "activation" else (),
+        modes=modes,
+        parent=maker.id if maker else readers[0].id,
+        reads=tuple(p.id for p in readers),
+        writes=(maker.id,) if maker else (),
+        aliases=(thing.id, thing.name, as_text(thing.symbol), thing.flow_name, *thing.aliases),
+    )
+
+
+def _link_activations(pages: dict[str, Page], ids: list[str]) -> dict[str, Page]:
+    """Components read the activations whose page names them as readers, and write those they make.
+    On an activation's page `writes` lists its maker and `reads` its readers; on a component's page
+    `reads` and `writes` list activations."""
+    reads: dict[str, list[str]] = {}
+    writes: dict[str, list[str]] = {}
+    for activation_id in ids:
+        activation = pages[activation_id]
+        for reader in activation.reads:
+            reads.setdefault(reader, []).append(activation_id)
+        for maker in activation.writes:
+            writes.setdefault(maker, []).append(activation_id)
+    return {
+        page_id: replace(page, reads=tuple(reads.get(page_id, ())), writes=tuple(writes.get(page_id, ())))
+        if page.kind not in ("activation", "operation")
+        else page
+        for page_id, page in pages.items()
+    }
