@@ -360,7 +360,6 @@ def plan_command(
         settings["ep"] = ep_size
     options = DeploymentOptions(**{name: value for name, value in settings.items() if name in known})
     if serve is not None:
-        _warn_unmodelled(serve, dropped)
         if serve.nodes is not None and nodes == 1 and count % serve.nodes == 0:
             nodes = serve.nodes
         elif serve.nodes is not None and serve.nodes != nodes:
@@ -386,6 +385,8 @@ def plan_command(
     from kimicount.anatomy import build_anatomy
     from kimicount.storage import require_modelled
 
+    if serve is not None:
+        _warn_unmodelled(serve, dropped)
     spec = load_model(None, config, chosen, revision, token, timeout, live=not as_json)
     anatomy = build_anatomy(spec)
     require_modelled(anatomy.spec)
@@ -487,9 +488,11 @@ def _warn_unmodelled(serve: Any, dropped: list[str]) -> None:
     ]
     parts = []
     if memory:
-        parts.append(f"{', '.join(memory)} change memory in ways the plan does not model")
+        verb = "changes" if len(memory) == 1 else "change"
+        parts.append(f"{', '.join(memory)} {verb} memory in ways the plan does not model")
     if serve.unmodelled:
-        parts.append(f"{', '.join(serve.unmodelled)} do not change memory")
+        verb = "does" if len(serve.unmodelled) == 1 else "do"
+        parts.append(f"{', '.join(serve.unmodelled)} {verb} not change memory")
     if parts:
         warn(f"the serve command's {'; '.join(parts)}")
 
