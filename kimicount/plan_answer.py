@@ -149,7 +149,12 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
                 ways.append(
                     WayOut(
                         "layout",
-                        f"another layout ({family}): {parallel.label}, {found.tokens_per_gpu:,} tokens per GPU",
+                        f"another layout ({family}): {parallel.label}, "
+                        + (
+                            f"{found.tokens_per_replica:,} tokens per replica"
+                            if parallel.dcp > 1
+                            else f"{found.tokens_per_gpu:,} tokens per GPU"
+                        ),
                         found,
                     )
                 )

@@ -16,6 +16,10 @@ from kimicount.render import Column, fitted, human_bytes, plural, say, show_fitt
 from kimicount.render_plan import estimated_from
 
 
+#: The estimates a pool can rest on, in the answer's words.
+ESTIMATES = {"reserve": "the reserve", "cuda_memory": "the CUDA total"}
+
+
 def verdict_text(report: PlanReport) -> str:
     """'fits', 'does not fit 163,840-token requests; up to 121,984 tokens fit' or 'does not fit: …'."""
     kind = verdict_of(report)
@@ -63,42 +67,35 @@ def answer_lines(report: PlanReport, nodes: int = 1) -> list[str]:
     whole = plural(report.sequences_per_replica, "whole sequence")
     everywhere = f", {report.sequences_per_replica * parallel.dp:,} in all" if parallel.dp > 1 else ""
     lines.append(
-        f"Concurrency at {report.max_model_len:,} tokens per request: {report.max_concurrency:.2f}× "
-        f"({whole} per replica{everywhere})"
+        f"Concurrency at {report.max_model_len:,} tokens per request ({human_bytes(sequence_bytes(report))} each): "
+        f"{report.max_concurrency:.2f}× ({whole} per replica{everywhere})"
     )
     limit = limited_by(report)
-    one = f"a {report.max_model_len:,}-token sequence takes {human_bytes(sequence_bytes(report))}"
-    if limit == "weights":
-        if report.kv_memory is None:
-            lines.append(
-                f"Limited by the weights: {human_bytes(stage.weights)} per GPU and a {human_bytes(stage.reserve)} "
-                f"reserve in the {human_bytes(report.usable)} it may use; {one}"
-            )
-        else:
-            lines.append(f"Limited by the KV pool: {human_bytes(stage.pool)} per GPU (--kv-memory); {one}")
+    if limit == "weights" and report.kv_memory is None:
+        lines.append(
+            f"Limited by the weights: {human_bytes(stage.weights)} per GPU + {human_bytes(stage.reserve)} reserve "
+            f"> {human_bytes(report.usable)} usable"
+        )
     elif limit == "max_num_seqs":
         lines.append(
             f"Limited by --max-num-seqs {max_num_seqs(report):,}: the KV pool would hold "
             f"{report.sequences_per_replica:,} such sequences per replica"
         )
+    elif report.kv_memory is not None:
+        lines.append(f"Limited by the KV pool: {human_bytes(stage.pool)} per GPU (--kv-memory)")
     else:
-        pool = human_bytes(max(stage.pool, 0))
-        source = (
-            "--kv-memory"
-            if report.kv_memory is not None
-            else f"{human_bytes(report.usable)} usable − {human_bytes(stage.weights)} weights − "
-            f"{human_bytes(stage.reserve)} reserve"
+        lines.append(
+            f"Limited by the KV pool: {human_bytes(max(stage.pool, 0))} per GPU = {human_bytes(report.usable)} usable "
+            f"− {human_bytes(stage.weights)} weights − {human_bytes(stage.reserve)} reserve"
         )
-        lines.append(f"Limited by the KV pool: {pool} per GPU ({source}); {one}")
     if tp_spans_nodes(report, nodes):
         lines.append(
             f"TP{parallel.tp} spans {nodes} nodes of {report.count // nodes}: its all-reduces cross the network "
             "between nodes (the memory is as planned; the speed is not modelled)"
         )
     if report.estimate:
-        lines.append(
-            f"Estimated: it rests on {estimated_from(report)}; --kv-memory with the pool the engine logs is exact"
-        )
+        names = " and ".join(ESTIMATES[name] for name in report.estimated_inputs)
+        lines.append(f"Estimated: {names}; --kv-memory with the pool the engine logs is exact")
     return lines
 
 

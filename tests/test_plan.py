@@ -506,7 +506,7 @@ def test_what_rests_on_an_estimate_is_labelled():
     assert report["estimate"] is report["kv_cache"]["estimate"] is report["min_gpus"]["estimate"] is True
     assert all(stage["estimate"] for stage in report["stages"])
     out = invoke("plan", "--detail", "--gpus", "8xH200", "--config", K25, "--text-only").stdout
-    assert "Estimated: it rests on the estimated reserve;" in flat(out)
+    assert "Estimated: the reserve; --kv-memory with the pool the engine logs is exact" in flat(out)
     assert "= KV cache pool (an estimate)" in out
     # a given reserve on a GPU whose CUDA total is known: nothing estimated
     given = plan_json("--gpus", "8xH200", "--config", K25, "--text-only", "--reserve", "4GiB")
