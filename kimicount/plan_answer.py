@@ -21,7 +21,14 @@ from kimicount.anatomy import Anatomy
 from kimicount.errors import UsageError
 from kimicount.hardware import Accelerator
 from kimicount.placement import Parallel, parallel_layout
-from kimicount.plan import DeploymentOptions, PlanReport, engine_batch_defaults, fewest_gpus, plan_memory, sequence_pages
+from kimicount.plan import (
+    DeploymentOptions,
+    PlanReport,
+    engine_batch_defaults,
+    fewest_gpus,
+    plan_memory,
+    sequence_pages,
+)
 
 
 class Verdict(str, Enum):
@@ -68,9 +75,7 @@ class WayOut:
     report: PlanReport
 
 
-def try_plan(
-    anatomy: Anatomy, gpu: Accelerator, count: int, options: DeploymentOptions
-) -> PlanReport | None:
+def try_plan(anatomy: Anatomy, gpu: Accelerator, count: int, options: DeploymentOptions) -> PlanReport | None:
     """The plan these options give on `count` GPUs, or None when a layout cannot run the model."""
     try:
         options.check(anatomy)
@@ -100,14 +105,16 @@ def _layout_families(anatomy: Anatomy, report: PlanReport) -> list[tuple[str, li
     count, now = report.count, report.parallel
     families: list[tuple[str, list[dict[str, int]]]] = []
     if report.options.kv_memory is None:  # a printed pool is that layout's: other layouts need their own
-        tp_pp = [dict(tp=count // pp, pp=pp) for pp in _divisors(count)]
-        tp_pp += [dict(tp=count // pp, pp=pp, ep=count // pp) for pp in _divisors(count) if count // pp > 1]
-        dp_ep = [dict(tp=count // dp, dp=dp, ep=count) for dp in reversed(_divisors(count)) if dp > 1]
+        tp_pp = [{"tp": count // pp, "pp": pp} for pp in _divisors(count)]
+        tp_pp += [
+            {"tp": count // pp, "pp": pp, "ep": count // pp} for pp in _divisors(count) if count // pp > 1
+        ]
+        dp_ep = [{"tp": count // dp, "dp": dp, "ep": count} for dp in reversed(_divisors(count)) if dp > 1]
         families += [("TP × PP", tp_pp), ("DP + EP", dp_ep)]
     if now.tp > 1:
         ep = now.moe_ranks if now.ep else None
         dcp = [
-            dict(tp=now.tp, pp=now.pp, dp=now.dp, dcp=d) | ({} if ep is None else dict(ep=ep))
+            {"tp": now.tp, "pp": now.pp, "dp": now.dp, "dcp": d} | ({} if ep is None else {"ep": ep})
             for d in _divisors(now.tp)
             if d > now.dcp
         ]
@@ -128,14 +135,22 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
         longest = report.pages_per_gpu * report.block_size * report.parallel.dcp
         found = try_plan(anatomy, gpu, count, replace(options, max_model_len=longest))
         if found is not None and found.fits:
-            ways.append(WayOut("max_model_len", f"the longest --max-model-len that fits: {longest:,} tokens", found))
+            ways.append(
+                WayOut("max_model_len", f"the longest --max-model-len that fits: {longest:,} tokens", found)
+            )
     if options.kv_memory is None:
         fewest = fewest_gpus(anatomy, gpu, options)
         if fewest is not None:
             gpus, parallel = fewest
             found = try_plan(anatomy, gpu, gpus, layout_options(options, parallel))
             if found is not None and found.fits:
-                ways.append(WayOut("fewest_gpus", f"the fewest GPUs that hold it: {gpus} × {gpu.name}, {parallel.label}", found))
+                ways.append(
+                    WayOut(
+                        "fewest_gpus",
+                        f"the fewest GPUs that hold it: {gpus} × {gpu.name}, {parallel.label}",
+                        found,
+                    )
+                )
     for family, layouts in _layout_families(anatomy, report):
         for layout in layouts:
             try:

@@ -15,7 +15,6 @@ from kimicount.plan_answer import Compared, Verdict, limited_by, max_num_seqs, s
 from kimicount.render import Column, fitted, human_bytes, plural, say, show_fitted
 from kimicount.render_plan import estimated_from
 
-
 #: The estimates a pool can rest on, in the answer's words.
 ESTIMATES = {"reserve": "the reserve", "cuda_memory": "the CUDA total"}
 
@@ -55,8 +54,10 @@ def answer_lines(report: PlanReport, nodes: int = 1) -> list[str]:
     spec, parallel, stage = report.spec, report.parallel, report.fullest
     colour = "green" if report.fits else "red"
     lines = [
-        f"[bold]{spec.name}[/] on {where(report, nodes)}, {parallel.label}: "
-        f"[bold {colour}]{verdict_text(report)}[/]"
+        (
+            f"[bold]{spec.name}[/] on {where(report, nodes)}, {parallel.label}: "
+            f"[bold {colour}]{verdict_text(report)}[/]"
+        )
     ]
     kv = f"KV cache: {report.tokens_per_gpu:,} tokens per GPU"
     if parallel.dcp > 1:
@@ -112,9 +113,14 @@ def render_answer(
             for command, why in tries:
                 console.print(Text(f"try: {command}  # {why}"), soft_wrap=True)
         else:
-            say(console, "No way out found: no shorter max-model-len, layout, GPU count or fp8 KV cache fits.")
+            say(
+                console, "No way out found: no shorter max-model-len, layout, GPU count or fp8 KV cache fits."
+            )
     if not detail:
-        say(console, "--detail adds the weights per component, one GPU's memory as a bar and the reserve's formula.")
+        say(
+            console,
+            "--detail adds the weights per component, one GPU's memory as a bar and the reserve's formula.",
+        )
 
 
 def render_batch_max(console: Console, report: PlanReport, batch: int, context: int) -> None:

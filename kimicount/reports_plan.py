@@ -220,7 +220,9 @@ def speed_json(report: PlanReport, step: Step, steps: list[Step], prefill: Step)
     }
 
 
-def answer_json(report: PlanReport, nodes: int, ways: list[tuple[str, str, str, PlanReport]]) -> dict[str, Any]:
+def answer_json(
+    report: PlanReport, nodes: int, ways: list[tuple[str, str, str, PlanReport]]
+) -> dict[str, Any]:
     """The short answer's figures (`answer`) and the ways out (`try`: each a command that fits, with the
     plan it gives), for `plan --json`; `gpus` gains `nodes` where --gpus named them."""
     from kimicount.plan_answer import limited_by, max_num_seqs, sequence_bytes, verdict_of

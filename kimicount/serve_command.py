@@ -174,43 +174,120 @@ VLLM_FLAGS = _table(
     # change memory, not modelled
     (
         (
-            "--quantization", "-q", "--cpu-offload-gb", "--swap-space", "--num-gpu-blocks-override",
-            "--max-cudagraph-capture-size", "--compilation-config", "-O", "--eplb-config", "--dtype",
-            "--hf-overrides", "--limit-mm-per-prompt", "--max-loras", "--max-lora-rank", "--kv-transfer-config",
-            "--mm-encoder-tp-mode", "--load-format",
+            "--quantization",
+            "-q",
+            "--cpu-offload-gb",
+            "--swap-space",
+            "--num-gpu-blocks-override",
+            "--max-cudagraph-capture-size",
+            "--compilation-config",
+            "-O",
+            "--eplb-config",
+            "--dtype",
+            "--hf-overrides",
+            "--limit-mm-per-prompt",
+            "--max-loras",
+            "--max-lora-rank",
+            "--kv-transfer-config",
+            "--mm-encoder-tp-mode",
+            "--load-format",
         ),
         _Flag(None, "text", memory=True),
     ),
     (("--cudagraph-capture-sizes", "--cuda-graph-sizes"), _Flag(None, "values", memory=True)),
-    (("--enforce-eager", "--enable-eplb", "--enable-lora", "--enable-dbo"), _Flag(None, "switch", memory=True)),
+    (
+        ("--enforce-eager", "--enable-eplb", "--enable-lora", "--enable-dbo"),
+        _Flag(None, "switch", memory=True),
+    ),
     # no effect on memory
     (
         (
-            "--host", "--port", "--tool-call-parser", "--reasoning-parser", "--chat-template", "--api-key",
-            "--download-dir", "--tokenizer", "--tokenizer-mode", "--seed", "--distributed-executor-backend",
-            "--data-parallel-size-local", "-dpl", "--data-parallel-address", "-dpa", "--data-parallel-rpc-port",
-            "-dpp", "--data-parallel-start-rank", "-dpr", "--data-parallel-rank", "-dpn",
-            "--data-parallel-backend", "-dpb", "--api-server-count", "--attention-backend", "--all2all-backend",
-            "--uvicorn-log-level", "--max-logprobs", "--generation-config", "--node-rank", "--master-addr",
-            "--master-port", "--expert-placement-strategy", "--tokenizer-revision", "--code-revision",
-            "--ssl-keyfile", "--ssl-certfile", "--root-path", "--response-role", "--chat-template-content-format",
-            "--override-generation-config", "--max-num-partial-prefills", "--scheduling-policy", "--runner",
-            "--task", "--config-format", "--hf-config-path", "--logprobs-mode", "--structured-outputs-config",
-            "--kv-events-config", "--additional-config", "--default-chat-template-kwargs", "--tool-parser-plugin",
-            "--log-config-file", "--allowed-origins", "--lora-modules", "--prefix-caching-hash-algo",
+            "--host",
+            "--port",
+            "--tool-call-parser",
+            "--reasoning-parser",
+            "--chat-template",
+            "--api-key",
+            "--download-dir",
+            "--tokenizer",
+            "--tokenizer-mode",
+            "--seed",
+            "--distributed-executor-backend",
+            "--data-parallel-size-local",
+            "-dpl",
+            "--data-parallel-address",
+            "-dpa",
+            "--data-parallel-rpc-port",
+            "-dpp",
+            "--data-parallel-start-rank",
+            "-dpr",
+            "--data-parallel-rank",
+            "-dpn",
+            "--data-parallel-backend",
+            "-dpb",
+            "--api-server-count",
+            "--attention-backend",
+            "--all2all-backend",
+            "--uvicorn-log-level",
+            "--max-logprobs",
+            "--generation-config",
+            "--node-rank",
+            "--master-addr",
+            "--master-port",
+            "--expert-placement-strategy",
+            "--tokenizer-revision",
+            "--code-revision",
+            "--ssl-keyfile",
+            "--ssl-certfile",
+            "--root-path",
+            "--response-role",
+            "--chat-template-content-format",
+            "--override-generation-config",
+            "--max-num-partial-prefills",
+            "--scheduling-policy",
+            "--runner",
+            "--task",
+            "--config-format",
+            "--hf-config-path",
+            "--logprobs-mode",
+            "--structured-outputs-config",
+            "--kv-events-config",
+            "--additional-config",
+            "--default-chat-template-kwargs",
+            "--tool-parser-plugin",
+            "--log-config-file",
+            "--allowed-origins",
+            "--lora-modules",
+            "--prefix-caching-hash-algo",
         ),
         _VALUE,
     ),
     (("--served-model-name", "--middleware", "--ignore-patterns"), _VALUES),
     (
         (
-            "--trust-remote-code", "--enable-auto-tool-choice", "--disable-log-requests", "--enable-log-requests",
-            "--disable-log-stats", "--enable-prefix-caching", "--no-enable-prefix-caching",
-            "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--async-scheduling",
-            "--disable-custom-all-reduce", "--headless", "--data-parallel-hybrid-lb", "--disable-fastapi-docs",
-            "--enable-prompt-tokens-details", "--enable-force-include-usage", "--disable-uvicorn-access-log",
-            "--skip-tokenizer-init", "--enable-server-load-tracking", "--disable-frontend-multiprocessing",
-            "--enable-request-id-headers", "--disable-cascade-attn", "--enable-return-routed-experts",
+            "--trust-remote-code",
+            "--enable-auto-tool-choice",
+            "--disable-log-requests",
+            "--enable-log-requests",
+            "--disable-log-stats",
+            "--enable-prefix-caching",
+            "--no-enable-prefix-caching",
+            "--enable-chunked-prefill",
+            "--no-enable-chunked-prefill",
+            "--async-scheduling",
+            "--disable-custom-all-reduce",
+            "--headless",
+            "--data-parallel-hybrid-lb",
+            "--disable-fastapi-docs",
+            "--enable-prompt-tokens-details",
+            "--enable-force-include-usage",
+            "--disable-uvicorn-access-log",
+            "--skip-tokenizer-init",
+            "--enable-server-load-tracking",
+            "--disable-frontend-multiprocessing",
+            "--enable-request-id-headers",
+            "--disable-cascade-attn",
+            "--enable-return-routed-experts",
         ),
         _SWITCH,
     ),
@@ -238,39 +315,92 @@ SGLANG_FLAGS = _table(
     (("--nnodes",), _Flag("nodes", "count")),
     (
         (
-            "--quantization", "--cpu-offload-gb", "--max-total-tokens", "--cuda-graph-max-bs", "--moe-dense-tp-size",
-            "--dtype", "--hicache-ratio", "--hicache-size", "--max-prefill-tokens", "--load-format",
-            "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens",
-            "--speculative-draft-model-path", "--moe-a2a-backend", "--deepep-mode", "--torch-compile-max-bs",
+            "--quantization",
+            "--cpu-offload-gb",
+            "--max-total-tokens",
+            "--cuda-graph-max-bs",
+            "--moe-dense-tp-size",
+            "--dtype",
+            "--hicache-ratio",
+            "--hicache-size",
+            "--max-prefill-tokens",
+            "--load-format",
+            "--speculative-num-steps",
+            "--speculative-eagle-topk",
+            "--speculative-num-draft-tokens",
+            "--speculative-draft-model-path",
+            "--moe-a2a-backend",
+            "--deepep-mode",
+            "--torch-compile-max-bs",
         ),
         _Flag(None, "text", memory=True),
     ),
     (("--cuda-graph-bs",), _Flag(None, "values", memory=True)),
     (
         (
-            "--disable-cuda-graph", "--enable-dp-lm-head", "--enable-hierarchical-cache", "--enable-torch-compile",
-            "--enable-two-batch-overlap", "--enable-eplb",
+            "--disable-cuda-graph",
+            "--enable-dp-lm-head",
+            "--enable-hierarchical-cache",
+            "--enable-torch-compile",
+            "--enable-two-batch-overlap",
+            "--enable-eplb",
         ),
         _Flag(None, "switch", memory=True),
     ),
     (
         (
-            "--host", "--port", "--tool-call-parser", "--reasoning-parser", "--chat-template", "--api-key",
-            "--download-dir", "--tokenizer-path", "--tokenizer-mode", "--random-seed", "--dist-init-addr",
-            "--node-rank", "--log-level", "--attention-backend", "--served-model-name", "--watchdog-timeout",
-            "--dist-timeout", "--base-gpu-id", "--gpu-id-step", "--schedule-policy", "--stream-interval",
-            "--disaggregation-mode", "--disaggregation-transfer-backend", "--disaggregation-bootstrap-port",
-            "--load-balance-method", "--ep-dispatch-algorithm", "--init-expert-location", "--device",
-            "--schedule-conservativeness", "--grammar-backend", "--sampling-backend", "--prefill-attention-backend",
-            "--decode-attention-backend", "--moe-runner-backend", "--mm-attention-backend", "--context-parallel-size",
+            "--host",
+            "--port",
+            "--tool-call-parser",
+            "--reasoning-parser",
+            "--chat-template",
+            "--api-key",
+            "--download-dir",
+            "--tokenizer-path",
+            "--tokenizer-mode",
+            "--random-seed",
+            "--dist-init-addr",
+            "--node-rank",
+            "--log-level",
+            "--attention-backend",
+            "--served-model-name",
+            "--watchdog-timeout",
+            "--dist-timeout",
+            "--base-gpu-id",
+            "--gpu-id-step",
+            "--schedule-policy",
+            "--stream-interval",
+            "--disaggregation-mode",
+            "--disaggregation-transfer-backend",
+            "--disaggregation-bootstrap-port",
+            "--load-balance-method",
+            "--ep-dispatch-algorithm",
+            "--init-expert-location",
+            "--device",
+            "--schedule-conservativeness",
+            "--grammar-backend",
+            "--sampling-backend",
+            "--prefill-attention-backend",
+            "--decode-attention-backend",
+            "--moe-runner-backend",
+            "--mm-attention-backend",
+            "--context-parallel-size",
         ),
         _VALUE,
     ),
     (
         (
-            "--trust-remote-code", "--enable-metrics", "--disable-radix-cache", "--enable-cache-report",
-            "--skip-tokenizer-init", "--log-requests", "--enable-mixed-chunk", "--disable-overlap-schedule",
-            "--enable-p2p-check", "--disable-custom-all-reduce", "--enable-deterministic-inference",
+            "--trust-remote-code",
+            "--enable-metrics",
+            "--disable-radix-cache",
+            "--enable-cache-report",
+            "--skip-tokenizer-init",
+            "--log-requests",
+            "--enable-mixed-chunk",
+            "--disable-overlap-schedule",
+            "--enable-p2p-check",
+            "--disable-custom-all-reduce",
+            "--enable-deterministic-inference",
         ),
         _SWITCH,
     ),
@@ -337,7 +467,9 @@ def _read(flag: _Flag, shown: str, value: str) -> object:
         try:
             spec = json.loads(value)
         except json.JSONDecodeError:
-            raise UsageError(f"{shown} '{shorten(value, 60)}': expected JSON such as '{{\"method\": \"mtp\"}}'") from None
+            raise UsageError(
+                f"{shown} '{shorten(value, 60)}': expected JSON such as '{{\"method\": \"mtp\"}}'"
+            ) from None
         method = spec.get("method") if isinstance(spec, dict) else None
         return method in MTP_METHODS
     if flag.kind == "speculative_algorithm":
@@ -390,7 +522,9 @@ def parse_serve_command(words: list[str]) -> ServeCommand:
             )
         if flag.kind in ("switch", "off"):
             if equals:
-                raise UsageError(f"the serve command's {typed}: a switch, it takes no value ('{shorten(word, 60)}')")
+                raise UsageError(
+                    f"the serve command's {typed}: a switch, it takes no value ('{shorten(word, 60)}')"
+                )
             value: object = flag.kind == "switch"
             shown = typed
         else:
@@ -410,7 +544,9 @@ def parse_serve_command(words: list[str]) -> ServeCommand:
                 (memory if flag.memory else unmodelled).append(shown)
                 continue
             if flag.setting == "max_model_len" and text.strip().lower() in ("-1", "auto"):
-                memory.append(f"{shown} (the engine fits it to memory; a try line says the longest that fits)")
+                memory.append(
+                    f"{shown} (the engine fits it to memory; a try line says the longest that fits)"
+                )
                 continue
             value = _read(flag, typed, text)
         if flag.setting is None:
@@ -445,7 +581,9 @@ def parse_serve_command(words: list[str]) -> ServeCommand:
     )
 
 
-def _layout(engine: str, values: dict[str, object], flags: dict[str, str], memory: list[str]) -> dict[str, object]:
+def _layout(
+    engine: str, values: dict[str, object], flags: dict[str, str], memory: list[str]
+) -> dict[str, object]:
     """The settings in kimicount's layout terms, with the engine's defaults (TP, PP, DP of 1) made
     explicit: a serve command without -tp runs on one GPU per replica."""
     settings = dict(values)

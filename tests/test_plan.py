@@ -515,7 +515,9 @@ def test_what_rests_on_an_estimate_is_labelled():
     mi325x = plan_json("--gpus", "8xMI325X", "--config", K25, "--text-only", "--reserve", "4GiB")
     assert (mi325x["gpus"]["memory_source"], mi325x["gpus"]["cuda_memory_estimated"]) == ("nominal", True)
     assert (mi325x["estimated_inputs"], mi325x["estimate"]) == (["cuda_memory"], True)
-    out = invoke("plan", "--detail", "--gpus", "8xMI325X", "--config", K25, "--text-only", "--reserve", "4GiB").stdout
+    out = invoke(
+        "plan", "--detail", "--gpus", "8xMI325X", "--config", K25, "--text-only", "--reserve", "4GiB"
+    ).stdout
     assert "262,144 MiB nominal (no device report found)" in flat(out)
     assert "CUDA's total, an estimated 262,128 MiB" in flat(out)
     # a pool an engine printed rests on nothing estimated, but --min-gpus still sizes every layout from
@@ -528,7 +530,9 @@ def test_what_rests_on_an_estimate_is_labelled():
         "--gpus", "8", "--gpu-memory", "141GiB", "--config", K25, "--text-only", "--reserve", "4GiB"
     )
     assert (custom["gpus"]["memory_source"], custom["estimate"]) == ("--gpu-memory", False)
-    out = invoke("plan", "--detail", "--gpus", "8", "--gpu-memory", "141GiB", "--config", K25, "--text-only").stdout
+    out = invoke(
+        "plan", "--detail", "--gpus", "8", "--gpu-memory", "141GiB", "--config", K25, "--text-only"
+    ).stdout
     assert "141 GiB (151,397,597,184 B) as given by --gpu-memory, used as the total CUDA reports" in flat(out)
 
 

@@ -45,7 +45,9 @@ def plan_text(*args: str) -> str:
 
 def try_lines(out: str) -> list[str]:
     """The commands of the `try:` lines (the part before the `  # why` comment)."""
-    return [line.removeprefix("try: ").split("  # ")[0] for line in out.splitlines() if line.startswith("try: ")]
+    return [
+        line.removeprefix("try: ").split("  # ")[0] for line in out.splitlines() if line.startswith("try: ")
+    ]
 
 
 # --- the short answer --------------------------------------------------------------------------------
@@ -63,7 +65,9 @@ def test_the_answer_comes_first_in_a_few_lines():
         "--detail adds the weights per component, one GPU's memory as a bar and the reserve's formula.",
     ]
     assert 4_096 * 64 * 70_272 / GIB == pytest.approx(17.16, abs=0.005)
-    detailed = plan_text("--detail", "--config", K25, "--text-only", "--gpus", "8xH200", "--kv-memory", "46.80GiB")
+    detailed = plan_text(
+        "--detail", "--config", K25, "--text-only", "--gpus", "8xH200", "--kv-memory", "46.80GiB"
+    )
     assert detailed.startswith("\n".join(out.splitlines()[:4]) + "\n\n")  # the same answer, then the detail
     assert "Tokens: 11,173 × 64 = 715,072 per GPU" in detailed and "--detail adds" not in detailed
 
@@ -86,13 +90,25 @@ def test_only_the_longest_request_not_fitting_is_not_the_weights_not_fitting():
     assert plan_json("--gpus", "8xH200")["answer"]["verdict"] == "weights_do_not_fit"
     # on 8 × H100 the weights alone exceed the memory: 121 GiB against ceil(81,090 MiB × 0.9) = 71.3 GiB
     h100 = plan_text("--gpus", "8xH100")
-    assert "does not fit: the weights alone take 121 GiB of the 71.3 GiB a GPU may use" in " ".join(h100.split())
+    assert "does not fit: the weights alone take 121 GiB of the 71.3 GiB a GPU may use" in " ".join(
+        h100.split()
+    )
     assert plan_json("--gpus", "8xH100")["answer"]["limited_by"] == "weights"
 
 
 def test_the_engines_cap_on_sequences_is_named_when_it_limits():
     # 1,000-token requests take 16 pages: 11,173 ÷ 16 = 698 sequences, above --max-num-seqs 256
-    args = ("--config", K25, "--text-only", "--gpus", "8xH200", "--kv-memory", "46.80GiB", "--max-model-len", "1000")
+    args = (
+        "--config",
+        K25,
+        "--text-only",
+        "--gpus",
+        "8xH200",
+        "--kv-memory",
+        "46.80GiB",
+        "--max-model-len",
+        "1000",
+    )
     out = plan_text(*args, "--max-num-seqs", "256")
     assert "Limited by --max-num-seqs 256: the KV pool would hold 698 such sequences per replica" in out
     assert plan_json(*args, "--max-num-seqs", "256")["answer"]["limited_by"] == "max_num_seqs"
@@ -115,7 +131,17 @@ def test_estimates_are_said_in_the_answer():
         (("--gpus", "8xH200"), {"fewest_gpus"}),  # no other layout of 8 H200 holds it
         (("--gpus", "8xH100"), {"fewest_gpus"}),
         (
-            ("--config", K25, "--text-only", "--gpus", "8xH200", "--kv-memory", "46.80GiB", "--max-model-len", "1000000"),
+            (
+                "--config",
+                K25,
+                "--text-only",
+                "--gpus",
+                "8xH200",
+                "--kv-memory",
+                "46.80GiB",
+                "--max-model-len",
+                "1000000",
+            ),
             {"max_model_len", "layout", "fp8_kv"},
         ),
     ],
@@ -144,7 +170,15 @@ def test_the_try_lines_figures():
     # under --kv-memory the pool is fixed: DCP 2 splits each sequence's tokens over 2 GPUs, so a
     # 1,000,000-token sequence takes ceil(1,000,000 ÷ 128) = 7,813 of the 11,173 pages
     fixed = plan_json(
-        "--config", K25, "--text-only", "--gpus", "8xH200", "--kv-memory", "46.80GiB", "--max-model-len", "1000000"
+        "--config",
+        K25,
+        "--text-only",
+        "--gpus",
+        "8xH200",
+        "--kv-memory",
+        "46.80GiB",
+        "--max-model-len",
+        "1000000",
     )
     dcp = next(way for way in fixed["try"] if way["kind"] == "layout")
     assert dcp["parallel"]["label"] == "TP8 + DCP2"
@@ -185,7 +219,9 @@ def test_batch_max_counts_the_micro_batches_of_a_pipeline():
 
 
 def test_batch_max_when_not_one_sequence_fits():
-    _fails_cleanly(invoke("plan", "--gpus", "8xH200", "--batch", "max"), "--batch max", "not one sequence of 4,096")
+    _fails_cleanly(
+        invoke("plan", "--gpus", "8xH200", "--batch", "max"), "--batch max", "not one sequence of 4,096"
+    )
 
 
 # --- --compare --------------------------------------------------------------------------------------

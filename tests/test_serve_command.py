@@ -29,7 +29,9 @@ from kimicount.serve_command import PLAN_FLAGS, parse_serve_command
 from .helpers import KIMI_K2, ROOT, invoke
 from .test_params_cli import _fails_cleanly
 
-QUANTIZATION = ROOT.parent.parent / "shared" / "data" / "configs" / "kimi-k2-thinking.quantization_config.json"
+QUANTIZATION = (
+    ROOT.parent.parent / "shared" / "data" / "configs" / "kimi-k2-thinking.quantization_config.json"
+)
 if not QUANTIZATION.exists():  # the worktree layout: /work/wt/NAME, data in /work/shared
     QUANTIZATION = Path("/work/shared/data/configs/kimi-k2-thinking.quantization_config.json")
 K25 = str(ROOT / "fixtures" / "kimi-k2.5")
@@ -77,19 +79,29 @@ def test_the_serve_command_reproduces_vllms_published_kimi_k2_thinking_run(k2_th
         "KV cache: 715,072 tokens per GPU; 70,272 B per token",
         "Concurrency at 262,144 tokens per request (17.2 GiB each): 2.73× (2 whole sequences per replica)",
     ]
-    assert out.stderr == "kimicount: warning: the serve command's --trust-remote-code does not change memory\n"
+    assert (
+        out.stderr == "kimicount: warning: the serve command's --trust-remote-code does not change memory\n"
+    )
 
 
 def test_the_api_server_module_and_flag_value_forms_read_the_same(k2_thinking):
     # vLLM's FlexibleArgumentParser reads --flag=value and --flag_name; the api_server takes --model
     forms = [
         ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", k2_thinking, "-tp", "8"],
-        ["python3", "-m", "vllm.entrypoints.openai.api_server", f"--model={k2_thinking}", "--tensor_parallel_size=8"],
+        [
+            "python3",
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            f"--model={k2_thinking}",
+            "--tensor_parallel_size=8",
+        ],
         ["CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7", "vllm", "serve", k2_thinking, "--tensor-parallel-size=8"],
     ]
     for command in forms:
         report = plan_json("--gpus", "8xH200", "--kv-memory", "46.80GiB", "--", *command)
-        assert (report["parallel"]["label"], report["kv_cache"]["tokens_per_gpu"]) == ("TP8", 715_072), command
+        assert (report["parallel"]["label"], report["kv_cache"]["tokens_per_gpu"]) == ("TP8", 715_072), (
+            command
+        )
 
 
 # --- every flag the plan reads, in each of its spellings -------------------------------------------
@@ -120,14 +132,20 @@ SGLANG = ["python", "-m", "sglang.launch_server", "--model-path", "m"]
         (VLLM + ["--max-model-len", "131072"], {"max_model_len": 131_072}),
         (VLLM + ["--max-num-batched-tokens", "16384"], {"max_batched_tokens": 16_384}),
         (VLLM + ["--max-num-seqs", "256"], {"max_num_seqs": 256}),
-        (VLLM + ["--speculative-config", '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'], {"mtp": True}),
+        (
+            VLLM + ["--speculative-config", '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'],
+            {"mtp": True},
+        ),
         (VLLM + ["--language-model-only"], {"vision": False}),
         (SGLANG + ["--tp", "16"], {"tp": 16, "engine": "sglang"}),
         (SGLANG + ["--tp-size", "16"], {"tp": 16}),
         (SGLANG + ["--tensor-parallel-size=16"], {"tp": 16}),
         (SGLANG + ["--pp-size", "2", "--tp", "8"], {"pp": 2, "tp": 8}),
         # DP attention: 16 GPUs in 8 attention groups of 2; EP over all 16
-        (SGLANG + ["--tp", "16", "--dp", "8", "--enable-dp-attention", "--ep-size", "16"], {"tp": 2, "dp": 8, "ep": 16}),
+        (
+            SGLANG + ["--tp", "16", "--dp", "8", "--enable-dp-attention", "--ep-size", "16"],
+            {"tp": 2, "dp": 8, "ep": 16},
+        ),
         (SGLANG + ["--tp", "16", "--data-parallel-size", "8", "--enable-dp-attention"], {"tp": 2, "dp": 8}),
         (SGLANG + ["--tp", "8", "--expert-parallel-size", "8"], {"ep": 8}),
         (SGLANG + ["--context-length", "131072"], {"max_model_len": 131_072}),
@@ -156,7 +174,9 @@ def test_each_flag_and_alias(words, expected):
 def test_sglang_dp_without_dp_attention_plans_one_copy():
     command = parse_serve_command(SGLANG + ["--tp", "8", "--dp", "2"])
     assert (command.settings["tp"], command.settings["dp"]) == (8, 1)
-    assert command.memory_unmodelled == ("--dp 2 without --enable-dp-attention (2 independent copies; planned: one)",)
+    assert command.memory_unmodelled == (
+        "--dp 2 without --enable-dp-attention (2 independent copies; planned: one)",
+    )
 
 
 def test_nnodes_gives_the_nodes():
@@ -183,7 +203,10 @@ def test_nnodes_gives_the_nodes():
     ],
 )
 def test_engine_names_work_as_plan_options(args, label):
-    assert plan_json("--config", K25, "--text-only", "--kv-memory", "46.80GiB", *args)["parallel"]["label"] == label
+    assert (
+        plan_json("--config", K25, "--text-only", "--kv-memory", "46.80GiB", *args)["parallel"]["label"]
+        == label
+    )
 
 
 def test_engine_names_of_memory_options_work_as_plan_options():
@@ -191,25 +214,40 @@ def test_engine_names_of_memory_options_work_as_plan_options():
     kv = plan_json(*base, "--kv-cache-memory-bytes", "50251117363", "--kv-cache-dtype", "fp8_e4m3")
     # 50,251,117,363 B (46.80 GiB) over pages of 64 × 35,136 B (fp8: 576 B per layer × 61) = 22,346
     assert (kv["kv_cache"]["dtype"], kv["kv_cache"]["tokens_per_gpu"]) == ("fp8", 22_346 * 64)
-    assert plan_json(*base, "--context-length", "131072", "--kv-memory", "1GiB")["kv_cache"]["max_model_len"] == 131_072
-    reserve = plan_json(*base, "--max-num-batched-tokens", "2048", "--max-num-seqs", "256")["reserve"]["terms"]
+    assert (
+        plan_json(*base, "--context-length", "131072", "--kv-memory", "1GiB")["kv_cache"]["max_model_len"]
+        == 131_072
+    )
+    reserve = plan_json(*base, "--max-num-batched-tokens", "2048", "--max-num-seqs", "256")["reserve"][
+        "terms"
+    ]
     assert {t["name"]: t["bytes"] for t in reserve}["sampler"] == 256 * 163_840 * 16
     assert plan_json("--model", K25, "--gpus", "8xH200", "--text-only")["model"] == "kimi-k2.5"
     assert plan_json("--model-path", K25, "--gpus", "8xH200", "--text-only")["model"] == "kimi-k2.5"
 
 
 def test_the_alias_table_is_where_the_plan_options_come_from():
+    import typer.main
+
     from kimicount.cli.plan import plan_command  # noqa: F401  (registers the command)
     from kimicount.cli.root import app
 
-    import typer.main
-
     command = typer.main.get_command(app).commands["plan"]  # type: ignore[attr-defined]
     declared = {opt for param in command.params for opt in param.opts}
-    assert {name for names in PLAN_FLAGS.values() for name in names if name not in (
-        "--engine", "--mem-fraction-static", "--page-size", "--enable-dp-attention", "--num-redundant-experts",
-        "--max-running-requests",  # the SGLang rule's options, declared with it
-    )} <= declared
+    assert {
+        name
+        for names in PLAN_FLAGS.values()
+        for name in names
+        if name
+        not in (
+            "--engine",
+            "--mem-fraction-static",
+            "--page-size",
+            "--enable-dp-attention",
+            "--num-redundant-experts",
+            "--max-running-requests",  # the SGLang rule's options, declared with it
+        )
+    } <= declared
 
 
 # --- flags named, flags refused ----------------------------------------------------------------------
@@ -223,22 +261,33 @@ def test_flags_it_does_not_model_are_named_in_one_line(k2_thinking):
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines() == [
-        "kimicount: warning: the serve command's --enforce-eager, --quantization fp8 change memory in ways the "
-        "plan does not model; --port 8000, --served-model-name kimi k2, --trust-remote-code do not change memory"
+        (
+            "kimicount: warning: the serve command's --enforce-eager, --quantization fp8 change memory in ways the "
+            "plan does not model; --port 8000, --served-model-name kimi k2, --trust-remote-code do not change memory"
+        )
     ]
 
 
 @pytest.mark.parametrize(
     "words, needles",
     [
-        (["vllm", "serve", "m", "--tensor-parallel-size", "eight"], ["--tensor-parallel-size 'eight'", "whole number"]),
+        (
+            ["vllm", "serve", "m", "--tensor-parallel-size", "eight"],
+            ["--tensor-parallel-size 'eight'", "whole number"],
+        ),
         (["vllm", "serve", "m", "-tp"], ["-tp: expected a value"]),
         (["vllm", "serve", "m", "--frobnicate", "3"], ["--frobnicate", "does not know", "--frobnicate=3"]),
         (["vllm", "serve", "m", "--tp", "8"], ["--tp", "does not know"]),  # vLLM spells it -tp
-        (["vllm", "serve", "m", "--gpu-memory-utilization", "1.5"], ["--gpu-memory-utilization 1.5", "(0, 1]"]),
+        (
+            ["vllm", "serve", "m", "--gpu-memory-utilization", "1.5"],
+            ["--gpu-memory-utilization 1.5", "(0, 1]"],
+        ),
         (["vllm", "serve", "m", "--kv-cache-dtype", "int3"], ["--kv-cache-dtype 'int3'", "cache dtype"]),
         (["vllm", "serve", "m", "--speculative-config", "{mtp"], ["--speculative-config", "JSON"]),
-        (["vllm", "serve", "m", "--enable-expert-parallel=yes"], ["--enable-expert-parallel", "takes no value"]),
+        (
+            ["vllm", "serve", "m", "--enable-expert-parallel=yes"],
+            ["--enable-expert-parallel", "takes no value"],
+        ),
         (["vllm", "serve", "m", "stray"], ["'stray'"]),
         (["vllm", "serve", "m", "--model", "n"], ["two models", "m", "n"]),
         (["docker", "run", "vllm/vllm-openai"], ["got: docker run vllm/vllm-openai", "vllm serve"]),
@@ -264,9 +313,13 @@ def test_plan_options_and_the_serve_command_must_agree(k2_thinking):
         "name the model once",
     )
     # agreeing is fine: the command's layout and the option say the same
-    assert plan_json("--gpus", "8xH200", "--tp", "8", "--kv-memory", "1GiB", "--", "vllm", "serve", k2_thinking, "-tp", "8")
+    assert plan_json(
+        "--gpus", "8xH200", "--tp", "8", "--kv-memory", "1GiB", "--", "vllm", "serve", k2_thinking, "-tp", "8"
+    )
 
 
 def test_a_serve_command_without_tp_runs_on_one_gpu(k2_thinking):
     # vLLM's TP defaults to 1: on 8 GPUs the command says 1
-    _fails_cleanly(invoke("plan", "--gpus", "8xH200", "--", "vllm", "serve", k2_thinking), "--tp 1", "--gpus says 8")
+    _fails_cleanly(
+        invoke("plan", "--gpus", "8xH200", "--", "vllm", "serve", k2_thinking), "--tp 1", "--gpus says 8"
+    )

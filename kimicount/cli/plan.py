@@ -71,8 +71,12 @@ def plan_command(
     repo: RepoOption = None,
     model_option: Annotated[
         str | None,
-        typer.Option(*_names("model"), metavar="ORG/NAME|PATH", help="The model as vLLM and SGLang name it: a "
-                     "repo id, or a folder holding config.json.", show_default=False),
+        typer.Option(
+            *_names("model"),
+            metavar="ORG/NAME|PATH",
+            help="The model as vLLM and SGLang name it: a repo id, or a folder holding config.json.",
+            show_default=False,
+        ),
     ] = None,
     revision: RevisionOption = None,
     token: TokenOption = None,
@@ -88,15 +92,30 @@ def plan_command(
     ] = None,
     hbm_bandwidth: Annotated[
         str | None,
-        typer.Option("--hbm-bandwidth", metavar="RATE", help="HBM bandwidth per GPU (e.g. 4.8TB/s).", show_default=False),
+        typer.Option(
+            "--hbm-bandwidth",
+            metavar="RATE",
+            help="HBM bandwidth per GPU (e.g. 4.8TB/s).",
+            show_default=False,
+        ),
     ] = None,
     peak_bf16: Annotated[
         str | None,
-        typer.Option("--peak-bf16", metavar="FLOPS", help="Dense BF16 peak per GPU (e.g. 989.5TFLOPS).", show_default=False),
+        typer.Option(
+            "--peak-bf16",
+            metavar="FLOPS",
+            help="Dense BF16 peak per GPU (e.g. 989.5TFLOPS).",
+            show_default=False,
+        ),
     ] = None,
     peak_fp8: Annotated[
         str | None,
-        typer.Option("--peak-fp8", metavar="FLOPS", help="Dense FP8 peak per GPU (e.g. 1979TFLOPS).", show_default=False),
+        typer.Option(
+            "--peak-fp8",
+            metavar="FLOPS",
+            help="Dense FP8 peak per GPU (e.g. 1979TFLOPS).",
+            show_default=False,
+        ),
     ] = None,
     tp: Annotated[
         str | None,
@@ -108,7 +127,8 @@ def plan_command(
         ),
     ] = None,
     pp: Annotated[
-        str | None, typer.Option(*_names("pp"), metavar="N", help="Pipeline stages. Default: 1.", show_default=False)
+        str | None,
+        typer.Option(*_names("pp"), metavar="N", help="Pipeline stages. Default: 1.", show_default=False),
     ] = None,
     dp: Annotated[
         str | None,
@@ -131,7 +151,9 @@ def plan_command(
     ] = None,
     enable_expert_parallel: Annotated[
         bool,
-        typer.Option(*_names("expert_parallel"), help="Expert parallelism over all TP × DP GPUs (vLLM's switch)."),
+        typer.Option(
+            *_names("expert_parallel"), help="Expert parallelism over all TP × DP GPUs (vLLM's switch)."
+        ),
     ] = False,
     dcp: Annotated[
         str | None,
@@ -143,12 +165,14 @@ def plan_command(
         ),
     ] = None,
     mtp: Annotated[
-        bool, typer.Option(*_names("mtp"), help="Load the multi-token-prediction layer (speculative decoding).")
+        bool,
+        typer.Option(*_names("mtp"), help="Load the multi-token-prediction layer (speculative decoding)."),
     ] = False,
     text_only: Annotated[
         bool,
         typer.Option(
-            *_names("vision"), help="Leave out the vision tower (a text-only server; Kimi-K2-Thinking has none)."
+            *_names("vision"),
+            help="Leave out the vision tower (a text-only server; Kimi-K2-Thinking has none).",
         ),
     ] = False,
     gpu_memory_utilization: Annotated[
@@ -218,7 +242,10 @@ def plan_command(
     block_size: Annotated[
         str | None,
         typer.Option(
-            *_names("block_size"), metavar="N", help="KV page size in tokens. Default: 64 (FlashMLA's).", show_default=False
+            *_names("block_size"),
+            metavar="N",
+            help="KV page size in tokens. Default: 64 (FlashMLA's).",
+            show_default=False,
         ),
     ] = None,
     max_model_len: Annotated[
@@ -236,7 +263,8 @@ def plan_command(
     detail: Annotated[
         bool,
         typer.Option(
-            "--detail", help="After the answer: the weights per component, one GPU's memory as a bar, the reserve."
+            "--detail",
+            help="After the answer: the weights per component, one GPU's memory as a bar, the reserve.",
         ),
     ] = False,
     compare_layouts: Annotated[
@@ -279,7 +307,13 @@ def plan_command(
     """
     from dataclasses import fields
 
-    from kimicount.hardware import custom_accelerator, parse_bandwidth, parse_flops, parse_gpu_nodes, with_overrides
+    from kimicount.hardware import (
+        custom_accelerator,
+        parse_bandwidth,
+        parse_flops,
+        parse_gpu_nodes,
+        with_overrides,
+    )
     from kimicount.kvcache import parse_layout
     from kimicount.options import parse_size
     from kimicount.plan import DeploymentOptions, plan
@@ -356,14 +390,18 @@ def plan_command(
         width = settings.get("tp") or (count // parts if count % parts == 0 else 1)
         ep_size = width * settings.get("dp", 1)
         if settings.get("ep") not in (None, ep_size):
-            raise UsageError(f"--enable-expert-parallel and --ep {settings['ep']} disagree: EP spans TP × DP = {ep_size}")
+            raise UsageError(
+                f"--enable-expert-parallel and --ep {settings['ep']} disagree: EP spans TP × DP = {ep_size}"
+            )
         settings["ep"] = ep_size
     options = DeploymentOptions(**{name: value for name, value in settings.items() if name in known})
     if serve is not None:
         if serve.nodes is not None and nodes == 1 and count % serve.nodes == 0:
             nodes = serve.nodes
         elif serve.nodes is not None and serve.nodes != nodes:
-            raise UsageError(f"--gpus {gpus} is {nodes} node(s), but the serve command's --nnodes says {serve.nodes}")
+            raise UsageError(
+                f"--gpus {gpus} is {nodes} node(s), but the serve command's --nnodes says {serve.nodes}"
+            )
 
     # the model: positional, --repo, --model, --config, or the serve command's
     named = [m for m in (model, repo, model_option, None if serve is None else serve.model) if m is not None]
@@ -372,7 +410,9 @@ def plan_command(
     chosen = named[0] if named else None
     if serve is not None and serve.revision is not None:
         if revision is not None and revision != serve.revision:
-            raise UsageError(f"--revision {revision} and the serve command's --revision {serve.revision} disagree")
+            raise UsageError(
+                f"--revision {revision} and the serve command's --revision {serve.revision} disagree"
+            )
         revision = serve.revision
     if chosen is not None and config is None and Path(chosen).exists():  # a local folder, as engines take it
         config, chosen = Path(chosen), None
@@ -390,7 +430,9 @@ def plan_command(
     spec = load_model(None, config, chosen, revision, token, timeout, live=not as_json)
     anatomy = build_anatomy(spec)
     require_modelled(anatomy.spec)
-    gpu_words = [w for flag, value in (("--gpu-memory", gpu_memory),) if value is not None for w in (flag, value)]
+    gpu_words = [
+        w for flag, value in (("--gpu-memory", gpu_memory),) if value is not None for w in (flag, value)
+    ]
 
     if compare_layouts is not None:
         _compare(anatomy, gpu, count, options, compare_layouts, as_json)
@@ -403,8 +445,16 @@ def plan_command(
     def command(found_count: int, found_options: DeploymentOptions) -> str:
         import shlex
 
-        where = gpus if found_count == count else f"{found_count}x{gpu.name}" if gpu.name != "GPU" else str(found_count)
-        return shlex.join(["kimicount", "plan", *model_words, "--gpus", where, *gpu_words, *option_words(found_options)])
+        where = (
+            gpus
+            if found_count == count
+            else f"{found_count}x{gpu.name}"
+            if gpu.name != "GPU"
+            else str(found_count)
+        )
+        return shlex.join(
+            ["kimicount", "plan", *model_words, "--gpus", where, *gpu_words, *option_words(found_options)]
+        )
 
     tries = [(way, command(way.report.count, way.report.options)) for way in ways_out(anatomy, gpu, report)]
     positions = count_or_none(context, "--context")
@@ -438,7 +488,11 @@ def plan_command(
             {
                 **plan_json(report),
                 **answer_json(report, nodes, [(way.kind, way.why, text, way.report) for way, text in tries]),
-                **({} if best is None else {"batch_max": {"batch": best, "context": positions, "estimate": report.estimate}}),
+                **(
+                    {}
+                    if best is None
+                    else {"batch_max": {"batch": best, "context": positions, "estimate": report.estimate}}
+                ),
                 **({} if serve is None else {"serve_command": _serve_json(serve)}),
                 **({} if speed is None else speed_json(report, *speed)),
             }
@@ -468,9 +522,19 @@ def _typed_options(ctx: typer.Context) -> dict[str, str]:
     first of its names when typed, since click does not keep which alias was used."""
     typed = {}
     by_param = {
-        "tp": "tp", "pp": "pp", "dp": "dp", "ep": "ep", "dcp": "dcp", "gpu_memory_utilization": "utilization",
-        "reserve": "reserve", "max_batched_tokens": "max_batched_tokens", "max_num_seqs": "max_num_seqs",
-        "kv_memory": "kv_memory", "kv_dtype": "kv_dtype", "kv_layout": "kv_layout", "block_size": "block_size",
+        "tp": "tp",
+        "pp": "pp",
+        "dp": "dp",
+        "ep": "ep",
+        "dcp": "dcp",
+        "gpu_memory_utilization": "utilization",
+        "reserve": "reserve",
+        "max_batched_tokens": "max_batched_tokens",
+        "max_num_seqs": "max_num_seqs",
+        "kv_memory": "kv_memory",
+        "kv_dtype": "kv_dtype",
+        "kv_layout": "kv_layout",
+        "block_size": "block_size",
         "max_model_len": "max_model_len",
     }
     for param, setting in by_param.items():
