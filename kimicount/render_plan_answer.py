@@ -100,6 +100,43 @@ def answer_lines(report: PlanReport, nodes: int = 1) -> list[str]:
     return lines
 
 
+#: How a try line's continuation lines are indented.
+CONTINUATION = "       "
+
+
+def try_line(command: str, why: str, width: int) -> list[str]:
+    r"""`try: COMMAND  # why` in one line when it fits `width`; otherwise the command broken between its
+    options with shell continuations (` \`), so that it still pastes as one command, and the comment last.
+
+    >>> try_line("kimicount plan --gpus 9xH200 --tp 1 --pp 9", "the fewest GPUs", 80)
+    ['try: kimicount plan --gpus 9xH200 --tp 1 --pp 9  # the fewest GPUs']
+    >>> for line in try_line("kimicount plan --config fixtures/deepseek-v3 --gpus 16xH800 --tp 16", "why", 40):
+    ...     print(line)
+    try: kimicount plan \
+           --config fixtures/deepseek-v3 \
+           --gpus 16xH800 --tp 16  # why
+    """
+    whole = f"try: {command}  # {why}"
+    if len(whole) <= width:
+        return [whole]
+    words = command.split(" ")  # shlex.join quoted every word with a space: no quoted word is split here
+    units: list[str] = []
+    for word in words:  # an option stays with its value
+        if units and units[-1].startswith("-") and " " not in units[-1] and not word.startswith("-"):
+            units[-1] += " " + word
+        else:
+            units.append(word)
+    lines, current = [], "try:"
+    for unit in units:
+        if len(current) + 1 + len(unit) + 2 > width and current != "try:" and current != CONTINUATION:
+            lines.append(current + " \\")
+            current = CONTINUATION
+        current += unit if current == CONTINUATION else " " + unit
+    if len(current) + len(why) + 4 <= width:
+        return [*lines, f"{current}  # {why}"]
+    return [*lines, current, f"{CONTINUATION}# {why}"]
+
+
 def render_answer(
     console: Console, report: PlanReport, nodes: int, tries: list[tuple[str, str]], detail: bool
 ) -> None:
@@ -111,7 +148,8 @@ def render_answer(
         if tries:
             say(console, "Ways out, each a command that fits:")
             for command, why in tries:
-                console.print(Text(f"try: {command}  # {why}"), soft_wrap=True)
+                for line in try_line(command, why, console.width):
+                    console.print(Text(line), soft_wrap=True)
         else:
             say(
                 console, "No way out found: no shorter max-model-len, layout, GPU count or fp8 KV cache fits."

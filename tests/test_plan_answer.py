@@ -44,10 +44,30 @@ def plan_text(*args: str) -> str:
 
 
 def try_lines(out: str) -> list[str]:
-    """The commands of the `try:` lines (the part before the `  # why` comment)."""
-    return [
-        line.removeprefix("try: ").split("  # ")[0] for line in out.splitlines() if line.startswith("try: ")
-    ]
+    """The commands of the `try:` lines: continuation lines (a line ending in ` \\`) joined, the
+    `  # why` comment dropped."""
+    commands, current = [], None
+    for line in out.splitlines():
+        if line.startswith("try: "):
+            current = line.removeprefix("try: ")
+        elif current is not None and line.startswith("       "):
+            current += " " + line.strip()
+        else:
+            current = None
+            continue
+        if not current.endswith(" \\"):
+            commands.append(current.split("  # ")[0].split(" # ")[0].strip())
+            current = None
+        else:
+            current = current.removesuffix(" \\")
+    return commands
+
+
+def test_try_lines_wrap_as_shell_continuations_on_a_narrow_terminal():
+    wide = try_lines(plan_text(*V3_DP16))
+    narrow = invoke("plan", *V3_DP16, env={"COLUMNS": "80"}).stdout
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    assert try_lines(narrow) == wide and len(wide) == 5
 
 
 # --- the short answer --------------------------------------------------------------------------------
