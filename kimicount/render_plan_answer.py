@@ -68,7 +68,7 @@ def answer_lines(report: PlanReport, nodes: int = 1) -> list[str]:
     whole = plural(report.sequences_per_replica, "whole sequence")
     everywhere = f", {report.sequences_per_replica * parallel.dp:,} in all" if parallel.dp > 1 else ""
     lines.append(
-        f"Concurrency at {report.max_model_len:,} tokens per request ({human_bytes(sequence_bytes(report))} each): "
+        f"Concurrency at {report.max_model_len:,} tokens ({human_bytes(sequence_bytes(report))} each): "
         f"{report.max_concurrency:.2f}× ({whole} per replica{everywhere})"
     )
     limit = limited_by(report)

@@ -80,7 +80,7 @@ def test_the_answer_comes_first_in_a_few_lines():
     assert out.splitlines() == [
         "kimi-k2.5 on 8 × H200, TP8: fits",
         "KV cache: 715,072 tokens per GPU; 70,272 B per token",
-        "Concurrency at 262,144 tokens per request (17.2 GiB each): 2.73× (2 whole sequences per replica)",
+        "Concurrency at 262,144 tokens (17.2 GiB each): 2.73× (2 whole sequences per replica)",
         "Limited by the KV pool: 46.8 GiB per GPU (--kv-memory)",
         "--detail adds the weights per component, one GPU's memory as a bar and the reserve's formula.",
     ]

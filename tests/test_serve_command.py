@@ -77,7 +77,7 @@ def test_the_serve_command_reproduces_vllms_published_kimi_k2_thinking_run(k2_th
     assert out.stdout.splitlines()[:3] == [
         "Kimi-K2-Thinking on 8 × H200, TP8: fits",
         "KV cache: 715,072 tokens per GPU; 70,272 B per token",
-        "Concurrency at 262,144 tokens per request (17.2 GiB each): 2.73× (2 whole sequences per replica)",
+        "Concurrency at 262,144 tokens (17.2 GiB each): 2.73× (2 whole sequences per replica)",
     ]
     assert (
         out.stderr == "kimicount: warning: the serve command's --trust-remote-code does not change memory\n"
