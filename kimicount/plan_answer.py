@@ -174,6 +174,10 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
                     )
                 )
                 break
+    seen = {(way.report.count, way.report.parallel) for way in ways if way.kind == "fewest_gpus"}
+    ways = [
+        way for way in ways if way.kind != "layout" or (way.report.count, way.report.parallel) not in seen
+    ]
     if report.dtype != "fp8":
         found = try_plan(anatomy, gpu, count, replace(options, kv_dtype="fp8"))
         if found is not None and found.fits:

@@ -638,7 +638,7 @@ def option_words(options: object) -> list[str]:
         if item.name in SWITCHES:
             words.append(flag)  # vision's flag is --text-only: it differs from the default only when off
         elif isinstance(value, Fraction):
-            words += [flag, f"{float(value):g}"]
+            words += [flag, str(float(value))]  # the shortest decimal that reads back as the same float
         elif isinstance(value, Enum):
             words += [flag, str(value.value)]
         else:

@@ -294,3 +294,15 @@ def test_gpus_in_nodes():
 def test_every_deployment_option_has_a_plan_option():
     # a try line writes each setting back as an option: a field without one could not be written
     assert {item.name for item in fields(DeploymentOptions)} <= set(PLAN_FLAGS)
+
+
+def test_the_new_modules_import_neither_rich_nor_torch_nor_the_hub():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kimicount.serve_command, kimicount.plan_answer; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'rich', 'torch', 'huggingface_hub', 'typer'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

@@ -323,3 +323,25 @@ def test_a_serve_command_without_tp_runs_on_one_gpu(k2_thinking):
     _fails_cleanly(
         invoke("plan", "--gpus", "8xH200", "--", "vllm", "serve", k2_thinking), "--tp 1", "--gpus says 8"
     )
+
+
+def test_an_sglang_command_plans_its_layout_in_vllms_terms():
+    # --tp 16 --dp 8 --enable-dp-attention: 8 attention groups of 16 ÷ 8 = 2 GPUs; --ep-size 16 over all 16
+    report = plan_json(
+        "--gpus", "2x8xH200", "--kv-memory", "20GiB", "--",
+        "python", "-m", "sglang.launch_server", "--model-path", str(ROOT / "fixtures" / "deepseek-v3"),
+        "--tp", "16", "--dp", "8", "--enable-dp-attention", "--ep-size", "16", "--nnodes", "2",
+        "--context-length", "65536", "--trust-remote-code",
+    )  # fmt: skip
+    parallel = report["parallel"]
+    assert (parallel["tp"], parallel["dp"], parallel["ep"], parallel["gpus"]) == (2, 8, 16, 16)
+    assert report["kv_cache"]["max_model_len"] == 65_536
+    assert report["serve_command"]["engine"] == "sglang"
+    assert report["serve_command"]["flags"]["tp"] == "--tp 16"
+    assert (report["answer"]["nodes"], report["answer"]["tp_spans_nodes"]) == (2, False)
+    # --nnodes must agree with --gpus
+    _fails_cleanly(
+        invoke("plan", "--gpus", "4x4xH200", "--", *SGLANG, "--tp", "16", "--nnodes", "2"),
+        "--gpus 4x4xH200 is 4 node(s)",
+        "--nnodes says 2",
+    )
