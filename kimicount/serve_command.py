@@ -26,11 +26,11 @@ The flags and their aliases are the engines' own:
   `--speculative-algorithm`, `--nnodes`. Its parser is plain argparse with allow_abbrev, so the `--tp 16`
   and `--dp 8` of its documentation are unambiguous prefixes of `--tp-size` and `--dp-size`.
 
-Layouts are read into kimicount's (vLLM's) terms: `tp` GPUs per attention group, `dp` groups, EP over
-all TP × DP GPUs. SGLang's `--tp-size` counts every GPU of the model; with `--enable-dp-attention` its
-attention runs in `--dp-size` groups of tp_size ÷ dp_size GPUs, so that is kimicount's tp, and its
-`--ep-size` (tp_size) is kimicount's TP × DP. SGLang's `--dp-size` without DP attention starts that many
-independent copies: the plan is for one of them, and says so.
+Layouts keep each engine's terms, as DeploymentOptions reads them: vLLM's `tp` GPUs per attention
+group and `dp` groups (EP over all TP × DP GPUs); SGLang's `--tp-size` counts every GPU of a stage, and
+with `--enable-dp-attention` (dp_attention) its attention runs in `--dp-size` groups of tp ÷ dp GPUs.
+SGLang's `--dp-size` without DP attention starts that many independent servers: the plan is for one of
+them, and says so.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ PLAN_FLAGS: dict[str, tuple[str, ...]] = {
     "mem_fraction_static": ("--mem-fraction-static",),
     "page_size": ("--page-size",),
     "dp_attention": ("--enable-dp-attention",),
-    "redundant_experts": ("--num-redundant-experts",),
+    "redundant_experts": ("--num-redundant-experts", "--ep-num-redundant-experts"),
     "max_running_requests": ("--max-running-requests",),
 }
 
@@ -308,8 +308,9 @@ SGLANG_FLAGS = _table(
     (("--page-size",), _Flag("page_size", "count")),
     (("--kv-cache-dtype",), _Flag("kv_dtype", "kv_dtype")),
     (("--max-running-requests",), _Flag("max_running_requests", "count")),
-    # the most tokens one forward pass takes: SGLang's counterpart of vLLM's --max-num-batched-tokens
-    (("--chunked-prefill-size",), _Flag("max_batched_tokens", "count")),
+    # SGLang's tokens per forward pass: its reserve rule does not read it (vLLM's --max-num-batched-tokens
+    # is another engine's option)
+    (("--chunked-prefill-size",), _Flag(None, "text", memory=True)),
     (("--ep-num-redundant-experts",), _Flag("redundant_experts", "count")),
     (("--speculative-algorithm",), _Flag("mtp", "speculative_algorithm")),
     (("--nnodes",), _Flag("nodes", "count")),
@@ -485,7 +486,7 @@ def parse_serve_command(words: list[str]) -> ServeCommand:
     ('vllm', 'moonshotai/Kimi-K2-Thinking', {'tp': 8, 'pp': 1, 'dp': 1})
     >>> parse_serve_command(["python", "-m", "sglang.launch_server", "--model-path", "m", "--tp=16",
     ...     "--dp", "8", "--enable-dp-attention"]).settings
-    {'tp': 2, 'dp': 8, 'dp_attention': True, 'pp': 1, 'engine': 'sglang'}
+    {'tp': 16, 'dp': 8, 'dp_attention': True, 'pp': 1, 'engine': 'sglang'}
     """
     engine, launcher, rest, positional = _launcher(words)
     table = VLLM_FLAGS if engine == "vllm" else SGLANG_FLAGS
@@ -605,7 +606,7 @@ def _layout(
                 f"the serve command's {flags['dp']} with {flags.get('tp', '--tp-size 1')}: DP attention needs "
                 "--dp-size to divide --tp-size"
             )
-        settings["tp"] = tp // dp  # each attention group's GPUs
+        # tp stays SGLang's --tp-size, all the GPUs of a stage: the plan's SGLang rule splits it by dp
     elif dp > 1:
         memory.append(f"{flags['dp']} without --enable-dp-attention ({dp} independent copies; planned: one)")
         settings["dp"] = 1

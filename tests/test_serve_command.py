@@ -18,12 +18,14 @@ Figures from outside the code:
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from kimicount.errors import UsageError
+from kimicount.plan import DeploymentOptions
 from kimicount.serve_command import PLAN_FLAGS, parse_serve_command
 
 from .helpers import KIMI_K2, ROOT, invoke
@@ -141,19 +143,18 @@ SGLANG = ["python", "-m", "sglang.launch_server", "--model-path", "m"]
         (SGLANG + ["--tp-size", "16"], {"tp": 16}),
         (SGLANG + ["--tensor-parallel-size=16"], {"tp": 16}),
         (SGLANG + ["--pp-size", "2", "--tp", "8"], {"pp": 2, "tp": 8}),
-        # DP attention: 16 GPUs in 8 attention groups of 2; EP over all 16
+        # DP attention: SGLang's --tp is all 16 GPUs, in 8 attention groups; EP over all 16
         (
             SGLANG + ["--tp", "16", "--dp", "8", "--enable-dp-attention", "--ep-size", "16"],
-            {"tp": 2, "dp": 8, "ep": 16},
+            {"tp": 16, "dp": 8, "ep": 16, "dp_attention": True},
         ),
-        (SGLANG + ["--tp", "16", "--data-parallel-size", "8", "--enable-dp-attention"], {"tp": 2, "dp": 8}),
+        (SGLANG + ["--tp", "16", "--data-parallel-size", "8", "--enable-dp-attention"], {"tp": 16, "dp": 8}),
         (SGLANG + ["--tp", "8", "--expert-parallel-size", "8"], {"ep": 8}),
         (SGLANG + ["--context-length", "131072"], {"max_model_len": 131_072}),
         (SGLANG + ["--mem-fraction-static", "0.93"], {"mem_fraction_static": Fraction(93, 100)}),
         (SGLANG + ["--page-size", "64"], {"page_size": 64}),
         (SGLANG + ["--kv-cache-dtype", "fp8_e4m3"], {"kv_dtype": "fp8"}),
         (SGLANG + ["--max-running-requests", "128"], {"max_running_requests": 128}),
-        (SGLANG + ["--chunked-prefill-size", "8192"], {"max_batched_tokens": 8_192}),
         (SGLANG + ["--ep-num-redundant-experts", "32"], {"redundant_experts": 32}),
         (SGLANG + ["--speculative-algorithm", "NEXTN"], {"mtp": True}),
         (["sglang", "serve", "--model-path", "m", "--tp", "8"], {"tp": 8, "engine": "sglang"}),
@@ -169,6 +170,12 @@ def test_each_flag_and_alias(words, expected):
     assert command.model == "m"
     for name, value in expected.items():
         assert command.settings[name] == value, name
+
+
+def test_sglang_chunked_prefill_is_named_not_read_as_vllms_batched_tokens():
+    command = parse_serve_command(SGLANG + ["--chunked-prefill-size", "8192"])
+    assert "max_batched_tokens" not in command.settings
+    assert command.memory_unmodelled == ("--chunked-prefill-size 8192",)
 
 
 def test_sglang_dp_without_dp_attention_plans_one_copy():
@@ -234,20 +241,11 @@ def test_the_alias_table_is_where_the_plan_options_come_from():
 
     command = typer.main.get_command(app).commands["plan"]  # type: ignore[attr-defined]
     declared = {opt for param in command.params for opt in param.opts}
-    assert {
-        name
-        for names in PLAN_FLAGS.values()
-        for name in names
-        if name
-        not in (
-            "--engine",
-            "--mem-fraction-static",
-            "--page-size",
-            "--enable-dp-attention",
-            "--num-redundant-experts",
-            "--max-running-requests",  # the SGLang rule's options, declared with it
-        )
-    } <= declared
+    # every setting the plan reads answers to every name the table gives it
+    settings = {item.name for item in fields(DeploymentOptions)} | {"model", "expert_parallel"}
+    for setting, names in PLAN_FLAGS.items():
+        if setting in settings:
+            assert set(names) <= declared, setting
 
 
 # --- flags named, flags refused ----------------------------------------------------------------------
@@ -333,8 +331,13 @@ def test_an_sglang_command_plans_its_layout_in_vllms_terms():
         "--tp", "16", "--dp", "8", "--enable-dp-attention", "--ep-size", "16", "--nnodes", "2",
         "--context-length", "65536", "--trust-remote-code",
     )  # fmt: skip
-    parallel = report["parallel"]
-    assert (parallel["tp"], parallel["dp"], parallel["ep"], parallel["gpus"]) == (2, 8, 16, 16)
+    parallel = report["parallel"]  # 8 attention groups of 2 GPUs
+    assert (parallel["tp"] * parallel["dp"], parallel["dp"], parallel["ep"], parallel["gpus"]) == (
+        16,
+        8,
+        16,
+        16,
+    )
     assert report["kv_cache"]["max_model_len"] == 65_536
     assert report["serve_command"]["engine"] == "sglang"
     assert report["serve_command"]["flags"]["tp"] == "--tp 16"

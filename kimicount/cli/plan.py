@@ -384,6 +384,9 @@ def plan_command(
     if enable_expert_parallel:
         settings["expert_parallel"] = True
     known = {item.name for item in fields(DeploymentOptions)}
+    if settings.get("dp_attention") and "dp_attention" not in known:
+        # a plan without SGLang's rule: its DP attention planned as vLLM's, tp ÷ dp GPUs an attention group
+        settings["tp"] = settings["tp"] // settings.get("dp", 1)
     dropped = [name for name in settings if name not in known and name != "expert_parallel"]
     if settings.pop("expert_parallel", False):
         parts = settings.get("pp", 1) * settings.get("dp", 1)
@@ -546,10 +549,13 @@ def _typed_options(ctx: typer.Context) -> dict[str, str]:
 
 def _warn_unmodelled(serve: Any, dropped: list[str]) -> None:
     """One stderr line: the serve command's flags the plan does not model, those that change memory
-    first (and settings this build's plan does not read yet)."""
-    memory = list(serve.memory_unmodelled) + [
-        f"{serve.flags.get(name, name)} (not read by this build's plan)" for name in dropped
+    first (and, in a build whose plan lacks SGLang's rule, the SGLang settings it cannot read)."""
+    memory = list(serve.memory_unmodelled)
+    memory += [
+        f"{serve.flags[name]} (not read by this build's plan)" for name in dropped if name in serve.flags
     ]
+    if "engine" in dropped:
+        memory.append(f"{serve.launcher} (SGLang's memory rule: this build plans with vLLM's)")
     parts = []
     if memory:
         verb = "changes" if len(memory) == 1 else "change"
