@@ -138,7 +138,10 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
             ways.append(
                 WayOut("max_model_len", f"the longest --max-model-len that fits: {longest:,} tokens", found)
             )
-    if options.kv_memory is None:
+    # layouts are written back as vLLM's (tp per attention group); another engine's terms differ
+    # (SGLang's --tp is every GPU of a stage), so other layouts are offered for vLLM's plans only
+    vllm = getattr(options, "engine", "vllm") == "vllm"
+    if options.kv_memory is None and vllm:
         fewest = fewest_gpus(anatomy, gpu, options)
         if fewest is not None:
             gpus, parallel = fewest
@@ -151,7 +154,7 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
                         found,
                     )
                 )
-    for family, layouts in _layout_families(anatomy, report):
+    for family, layouts in _layout_families(anatomy, report) if vllm else ():
         for layout in layouts:
             try:
                 parallel = parallel_layout(spec, count, **layout)

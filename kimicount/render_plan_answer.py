@@ -16,7 +16,11 @@ from kimicount.render import Column, fitted, human_bytes, plural, say, show_fitt
 from kimicount.render_plan import estimated_from
 
 #: The estimates a pool can rest on, in the answer's words.
-ESTIMATES = {"reserve": "the reserve", "cuda_memory": "the CUDA total"}
+ESTIMATES = {
+    "reserve": "the reserve",
+    "preload": "the memory in use before the weights load",
+    "cuda_memory": "the CUDA total",
+}
 
 
 def verdict_text(report: PlanReport) -> str:
