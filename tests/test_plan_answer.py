@@ -306,3 +306,24 @@ def test_the_new_modules_import_neither_rich_nor_torch_nor_the_hub():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_the_json_keeps_its_keys_and_adds_the_answers():
+    report = plan_json("--config", V3, "--gpus", "16xH800", "--dp", "16", "--ep", "16")
+    kept = {
+        "model", "model_type", "gpus", "parallel", "gpu_memory_utilization", "usable_bytes", "estimated_inputs",
+        "weights", "stages", "reserve", "kv_memory_bytes", "kv_cache", "fits", "short_by_bytes", "estimate",
+        "min_gpus",
+    }  # fmt: skip
+    assert kept | {"answer", "try"} <= set(report)
+
+
+def test_compare_says_what_it_leaves_out():
+    result = invoke(
+        "plan", "--config", K25, "--text-only", "--gpus", "8xH200", "--compare", "tp8", "--batch", "4"
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        result.stderr
+        == "kimicount: warning: --batch has no effect with --compare (it compares the layouts' memory)\n"
+    )

@@ -22,6 +22,7 @@ from kimicount.cli.common import (
     TimeoutOption,
     TokenOption,
     count_or_none,
+    ignored,
     load_model,
     print_json,
     warn,
@@ -438,6 +439,9 @@ def plan_command(
     ]
 
     if compare_layouts is not None:
+        ignored(
+            ctx, "with --compare (it compares the layouts' memory)", "batch", "context", "min_gpus", "detail"
+        )
         _compare(anatomy, gpu, count, options, compare_layouts, as_json)
         return
 
