@@ -140,7 +140,9 @@ class _Flag:
     """One flag an engine takes: the setting it gives (None: not modelled) and how its value reads."""
 
     setting: str | None
-    kind: str  # count | fraction | kv_dtype | switch | text | speculative_config | speculative_algorithm | values
+    # count | fraction | kv_dtype | switch | off | text | values (nargs="+") | optional (nargs="?") |
+    # speculative_config | speculative_algorithm
+    kind: str
     memory: bool = False  # not modelled, and changes memory
 
 
@@ -263,6 +265,7 @@ VLLM_FLAGS = _table(
         _VALUE,
     ),
     (("--served-model-name", "--middleware", "--ignore-patterns"), _VALUES),
+    (("--hf-token",), _Flag(None, "optional")),  # nargs="?": a token, or the saved one
     (
         (
             "--trust-remote-code",
@@ -413,6 +416,9 @@ SGLANG_FLAGS = _table(
 MTP_METHODS = frozenset({"mtp", "deepseek_mtp"})
 MTP_ALGORITHMS = frozenset({"NEXTN", "EAGLE", "EAGLE3"})
 
+#: Flags whose values are secrets: named without them.
+SECRETS = frozenset({"--api-key", "--hf-token"})
+
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 
@@ -502,6 +508,10 @@ def parse_serve_command(words: list[str]) -> ServeCommand:
     while i < len(rest):
         word = rest[i]
         i += 1
+        if positional and model is None and not word.startswith("-"):  # vllm serve -tp 8 MODEL
+            model = word
+            flags["model"] = "its argument"
+            continue
         if not word.startswith("-") or word == "-":
             raise UsageError(
                 f"the serve command's '{shorten(word, 60)}': not the value of a flag kimicount knows "
@@ -515,7 +525,7 @@ def parse_serve_command(words: list[str]) -> ServeCommand:
         if flag is None:
             # a flag kimicount does not know: fine when its form shows whether it takes a value
             if equals or i >= len(rest) or rest[i].startswith("-"):
-                unmodelled.append(word)
+                unmodelled.append(typed)  # its name only: a value could be a secret
                 continue
             raise UsageError(
                 f"the serve command's {typed}: a flag kimicount does not know, so it cannot tell whether "
@@ -534,9 +544,12 @@ def parse_serve_command(words: list[str]) -> ServeCommand:
             elif i < len(rest) and not (rest[i].startswith("-") and not re.fullmatch(r"-\d.*", rest[i])):
                 text = rest[i]
                 i += 1
+            elif flag.kind == "optional":  # nargs="?": the flag alone
+                unmodelled.append(typed)
+                continue
             else:
                 raise UsageError(f"the serve command's {typed}: expected a value after it")
-            shown = f"{typed} {text}" if not equals else word
+            shown = f"{typed} …" if name in SECRETS else f"{typed} {text}" if not equals else word
             if flag.kind == "values":  # nargs="+": more words until the next flag
                 while i < len(rest) and not rest[i].startswith("-"):
                     shown += f" {rest[i]}"

@@ -348,3 +348,20 @@ def test_an_sglang_command_plans_its_layout_in_vllms_terms():
         "--gpus 4x4xH200 is 4 node(s)",
         "--nnodes says 2",
     )
+
+
+def test_the_model_may_follow_the_flags_and_must_be_there(k2_thinking):
+    # argparse takes vllm serve's positional model anywhere among the flags
+    assert parse_serve_command(["vllm", "serve", "-tp", "8", "m"]).model == "m"
+    _fails_cleanly(
+        invoke("plan", "--gpus", "8xH200", "--", "python", "-m", "sglang.launch_server", "--tp", "8"),
+        "the serve command names no model",
+        "--model-path",
+    )
+
+
+def test_secrets_are_named_without_their_values():
+    command = parse_serve_command(
+        VLLM + ["--api-key", "sk-secret", "--hf-token", "hf_secret", "--some-new-flag=also-secret"]
+    )
+    assert command.unmodelled == ("--api-key …", "--hf-token …", "--some-new-flag")

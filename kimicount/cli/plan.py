@@ -412,6 +412,10 @@ def plan_command(
     if len(set(named)) > 1:
         raise UsageError(f"name the model once: {' and '.join(sorted(set(named)))}")
     chosen = named[0] if named else None
+    if serve is not None and chosen is None and config is None:
+        raise UsageError(
+            f"the serve command names no model: {serve.launcher} takes it {_MODEL_FLAG[serve.engine]}"
+        )
     if serve is not None and serve.revision is not None:
         if revision is not None and revision != serve.revision:
             raise UsageError(
@@ -522,6 +526,10 @@ def plan_command(
     if speed is not None:
         show(console)
         render_speed(console, report, *speed)
+
+
+#: Where each engine's serve command names the model.
+_MODEL_FLAG = {"vllm": "first (vllm serve MODEL) or from --model", "sglang": "from --model-path"}
 
 
 def _typed_options(ctx: typer.Context) -> dict[str, str]:
