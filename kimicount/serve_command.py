@@ -626,6 +626,47 @@ def _layout(
     return settings
 
 
+def deployment_settings(
+    serve: ServeCommand | None,
+    given: dict[str, object],
+    typed: dict[str, str],
+    known: set[str],
+    gpus: int,
+    *,
+    expert_parallel: bool = False,
+) -> tuple[dict[str, object], list[str]]:
+    """The DeploymentOptions fields of a plan: the serve command's settings and the plan options
+    `given` (by field; `typed` names each as typed), which must agree where both set one; vLLM's
+    --enable-expert-parallel made an EP size (TP × DP, TP what --pp and --dp leave of `gpus`). Returns
+    (the settings among `known` fields, the names of those a DeploymentOptions without them drops).
+
+    >>> deployment_settings(None, {"dp": 8}, {}, {"tp", "pp", "dp", "ep"}, 8, expert_parallel=True)
+    ({'dp': 8, 'ep': 8}, [])
+    """
+    settings: dict[str, object] = {} if serve is None else dict(serve.settings)
+    for name, value in given.items():
+        if name in settings and settings[name] != value:
+            theirs = serve.flags.get(name, name) if serve is not None else name
+            raise UsageError(
+                f"{typed.get(name, PLAN_FLAGS[name][0])} and the serve command's {theirs} disagree: give it once"
+            )
+        settings[name] = value
+    if settings.get("dp_attention") and "dp_attention" not in known:
+        # a plan without SGLang's rule: its DP attention planned as vLLM's, tp ÷ dp GPUs an attention group
+        settings["tp"] = int(settings["tp"]) // int(settings.get("dp", 1))  # type: ignore[call-overload]
+    if expert_parallel:
+        pp, dp = int(settings.get("pp", 1)), int(settings.get("dp", 1))  # type: ignore[call-overload]
+        tp = settings.get("tp") or (gpus // (pp * dp) if gpus % (pp * dp) == 0 else 1)
+        ep = int(tp) * dp  # type: ignore[call-overload]
+        if settings.get("ep") not in (None, ep):
+            raise UsageError(
+                f"--enable-expert-parallel and --ep {settings['ep']} disagree: EP spans TP × DP = {ep}"
+            )
+        settings["ep"] = ep
+    dropped = [name for name in settings if name not in known]
+    return {name: value for name, value in settings.items() if name in known}, dropped
+
+
 # --- a plan as a command ------------------------------------------------------------------------------
 
 

@@ -318,7 +318,13 @@ def plan_command(
     from kimicount.kvcache import parse_layout
     from kimicount.options import parse_size
     from kimicount.plan import DeploymentOptions, plan
-    from kimicount.serve_command import engine_kv_dtype, is_serve_command, parse_fraction, parse_serve_command
+    from kimicount.serve_command import (
+        deployment_settings,
+        engine_kv_dtype,
+        is_serve_command,
+        parse_fraction,
+        parse_serve_command,
+    )
 
     nodes, count, gpu = parse_gpu_nodes(gpus)
     memory = None if gpu_memory is None else parse_size(gpu_memory, "--gpu-memory")
@@ -374,31 +380,11 @@ def plan_command(
                 f"expected one model (ORG/NAME), or a serve command after -- (vllm serve …, python -m "
                 f"sglang.launch_server …); got: {' '.join(words[:3])} …"
             )
-    settings: dict[str, Any] = {} if serve is None else dict(serve.settings)
-    for name, value in given.items():
-        if name in settings and settings[name] != value:
-            raise UsageError(
-                f"{typed.get(name, PLAN_FLAGS[name][0])} and the serve command's {serve.flags.get(name, name)} "  # type: ignore[union-attr]
-                "disagree: give it once"
-            )
-        settings[name] = value
-    if enable_expert_parallel:
-        settings["expert_parallel"] = True
     known = {item.name for item in fields(DeploymentOptions)}
-    if settings.get("dp_attention") and "dp_attention" not in known:
-        # a plan without SGLang's rule: its DP attention planned as vLLM's, tp ÷ dp GPUs an attention group
-        settings["tp"] = settings["tp"] // settings.get("dp", 1)
-    dropped = [name for name in settings if name not in known and name != "expert_parallel"]
-    if settings.pop("expert_parallel", False):
-        parts = settings.get("pp", 1) * settings.get("dp", 1)
-        width = settings.get("tp") or (count // parts if count % parts == 0 else 1)
-        ep_size = width * settings.get("dp", 1)
-        if settings.get("ep") not in (None, ep_size):
-            raise UsageError(
-                f"--enable-expert-parallel and --ep {settings['ep']} disagree: EP spans TP × DP = {ep_size}"
-            )
-        settings["ep"] = ep_size
-    options = DeploymentOptions(**{name: value for name, value in settings.items() if name in known})
+    settings, dropped = deployment_settings(
+        serve, given, typed, known, count, expert_parallel=enable_expert_parallel
+    )
+    options = DeploymentOptions(**settings)
     if serve is not None:
         if serve.nodes is not None and nodes == 1 and count % serve.nodes == 0:
             nodes = serve.nodes
