@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 
@@ -31,11 +30,9 @@ from kimicount.serve_command import PLAN_FLAGS, parse_serve_command
 from .helpers import KIMI_K2, ROOT, invoke
 from .test_params_cli import _fails_cleanly
 
-QUANTIZATION = (
-    ROOT.parent.parent / "shared" / "data" / "configs" / "kimi-k2-thinking.quantization_config.json"
-)
-if not QUANTIZATION.exists():  # the worktree layout: /work/wt/NAME, data in /work/shared
-    QUANTIZATION = Path("/work/shared/data/configs/kimi-k2-thinking.quantization_config.json")
+#: K2-Thinking's published quantization_config (moonshotai/Kimi-K2-Thinking; ../shared/data/configs/, whose
+#: PROVENANCE.md says where it was read), copied into fixtures/.
+QUANTIZATION = ROOT / "fixtures" / "kimi-k2-thinking.quantization_config.json"
 K25 = str(ROOT / "fixtures" / "kimi-k2.5")
 
 
