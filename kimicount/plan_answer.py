@@ -100,7 +100,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _layout_families(anatomy: Anatomy, report: PlanReport) -> list[tuple[str, list[dict[str, int]]]]:
+def _layout_families(report: PlanReport) -> list[tuple[str, list[dict[str, int]]]]:
     """Other layouts of the same GPUs, by family, simplest first within each."""
     count, now = report.count, report.parallel
     families: list[tuple[str, list[dict[str, int]]]] = []
@@ -154,7 +154,7 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
                         found,
                     )
                 )
-    for family, layouts in _layout_families(anatomy, report) if vllm else ():
+    for family, layouts in _layout_families(report) if vllm else ():
         for layout in layouts:
             try:
                 parallel = parallel_layout(spec, count, **layout)
