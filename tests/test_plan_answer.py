@@ -336,3 +336,28 @@ def test_compare_says_what_it_leaves_out():
         == "kimicount: warning: --batch has no effect with --compare (it compares the layouts' memory)\n"
     )
 
+
+# --- the answer under SGLang's rule ------------------------------------------------------------------
+
+
+def test_the_answer_under_sglang_names_its_rule_and_its_cap_on_running_requests():
+    # DeepSeek-V3 on 16 × H20 at TP16, mem_fraction_static 0.93: 713,012 tokens per GPU (tests/test_sglang.py,
+    # 0.086 % from the 712,400 SGLang's Kubernetes guide logs), pages of 1, so ⌊713,012 ÷ 163,840⌋ = 4
+    # whole sequences; --max-running-requests 2 caps them below that
+    args = ("--config", V3, "--gpus", "16xH20", "--engine", "sglang", "--mem-fraction-static", "0.93")
+    out = plan_text(*args, "--max-running-requests", "2").splitlines()
+    assert out[0] == "deepseek-v3 on 16 × H20, TP16, as SGLang sizes it: fits"
+    assert out[1] == "KV cache: 713,012 tokens per GPU; 70,272 B per token"
+    assert (
+        out[3] == "Limited by --max-running-requests 2: the KV pool would hold 4 such sequences per replica"
+    )
+    answer = plan_json(*args, "--max-running-requests", "2")["answer"]
+    assert (answer["limited_by"], answer["max_num_seqs"]) == ("max_running_requests", 2)
+    # without the cap, SGLang's default of int(713,012 ÷ 163,840 × 512) = 2,228 leaves the pool the limit,
+    # which SGLang sizes against CUDA's whole total and keeps back its rule's share
+    plain = plan_text(*args).splitlines()
+    assert plain[3].startswith(
+        "Limited by the KV pool: 46.7 GiB per GPU = 95 GiB CUDA total − 40.3 GiB weights"
+    )
+    assert plain[3].endswith("kept back")
+    assert plan_json(*args)["answer"]["max_num_seqs"] == 2_228

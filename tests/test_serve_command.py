@@ -365,3 +365,81 @@ def test_secrets_are_named_without_their_values():
     )
     assert command.unmodelled == ("--api-key …", "--hf-token …", "--some-new-flag")
 
+
+# --- the issue's commands, as typed ---------------------------------------------------------------------
+
+
+def test_the_issues_command_with_vllms_256k_reproduces_the_published_run(k2_thinking):
+    # The issue's command is `plan --gpus 8xH200 --kv-memory 46.80GiB -- vllm serve moonshotai/Kimi-K2-Thinking
+    # --tensor-parallel-size 8 --max-model-len 256K --gpu-memory-utilization 0.95`. The repo id does not
+    # resolve offline in this build (no bundled config for it), so the model is K2-Thinking's config folder,
+    # as `vllm serve /models/Kimi-K2-Thinking` takes it. vLLM reads 256K as 256 × 1,024 = 262,144 tokens.
+    command = [
+        "vllm", "serve", k2_thinking, "--tensor-parallel-size", "8", "--max-model-len", "256K",
+        "--gpu-memory-utilization", "0.95",
+    ]  # fmt: skip
+    result = invoke("plan", "--json", "--gpus", "8xH200", "--kv-memory", "46.80GiB", "--", *command)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""  # 256K is the binary suffix: nothing to warn about
+    report = json.loads(result.stdout)
+    # 46.80 GiB = 50,251,117,363 B over 64-token pages of 70,272 B (61 layers × 1,152 B): 11,173 pages
+    assert report["kv_cache"]["tokens_per_gpu"] == 11_173 * 64 == 715_072
+    assert report["kv_cache"]["max_model_len"] == 256 * 1_024 == 262_144
+    assert f"{report['kv_cache']['max_concurrency']:.2f}" == "2.73"  # 11,173 ÷ ceil(262,144 ÷ 64)
+    assert report["answer"]["max_concurrency"] == report["kv_cache"]["max_concurrency"]
+    out = invoke("plan", "--gpus", "8xH200", "--kv-memory", "46.80GiB", "--", *command).stdout
+    assert out.splitlines()[1:3] == [
+        "KV cache: 715,072 tokens per GPU; 70,272 B per token",
+        "Concurrency at 262,144 tokens (17.2 GiB each): 2.73× (2 whole sequences per replica)",
+    ]
+
+
+def test_a_lower_case_suffix_in_a_vllm_command_is_read_as_vllm_does_and_said(k2_thinking):
+    # vLLM reads 256k as 256,000 (decimal) and 256K as 262,144: the serve command's count says which
+    result = invoke(
+        "plan", "--json", "--gpus", "8xH200", "--kv-memory", "46.80GiB", "--",
+        "vllm", "serve", k2_thinking, "-tp", "8", "--max-model-len", "256k",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["kv_cache"]["max_model_len"] == 256_000
+    assert result.stderr == (
+        "kimicount: warning: the serve command's --max-model-len 256k = 256,000 tokens, as vLLM reads it; "
+        "256K is 262,144\n"
+    )
+
+
+def test_a_pasted_sglang_command_is_planned_by_sglangs_rule_within_one_percent_of_its_log():
+    # SGLang's Kubernetes guide: DeepSeek-R1 (DeepSeek-V3's shapes) on 2 nodes × 8 × H20 with
+    # `python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1 --tp 16 --mem-fraction-static 0.93
+    # --context-length 163840` logs max_total_num_tokens=712400. The repo id does not resolve offline, so
+    # the model path is DeepSeek-V3's config folder (fixtures/deepseek-v3), as SGLang takes a local path.
+    args = (
+        "--gpus", "2x8xH20", "--",
+        "python", "-m", "sglang.launch_server", "--model-path", str(ROOT / "fixtures" / "deepseek-v3"),
+        "--tp", "16", "--mem-fraction-static", "0.93", "--context-length", "163840", "--nnodes", "2",
+    )  # fmt: skip
+    report = plan_json(*args)
+    assert report["engine"] == "sglang" and report["serve_command"]["engine"] == "sglang"
+    sglang = report["sglang"]  # SGLang's rule, not vLLM's: its fraction, page 1, its printed figures
+    assert (sglang["page_size"], sglang["context_len"]) == (1, 163_840)
+    assert report["kv_cache"]["bytes_per_token_per_gpu"] == (512 + 64) * 2 * 61 == 70_272
+    assert abs(sglang["max_total_num_tokens"] - 712_400) / 712_400 < 0.01
+    # the same plan as the plan options give it
+    options = plan_json(
+        "--config", str(ROOT / "fixtures" / "deepseek-v3"), "--gpus", "2x8xH20", "--engine", "sglang",
+        "--tp", "16", "--mem-fraction-static", "0.93", "--max-model-len", "163840",
+    )  # fmt: skip
+    assert options["sglang"]["max_total_num_tokens"] == sglang["max_total_num_tokens"]
+    out = invoke("plan", *args).stdout
+    assert out.startswith("deepseek-v3 on 16 × H20 (2 nodes × 8), TP16, as SGLang sizes it: fits\n")
+    # vLLM's own options refuse the SGLang command's engine, naming both
+    _fails_cleanly(invoke("plan", "--engine", "vllm", *args), "--engine and the serve command's")
+
+
+def test_a_serve_command_with_a_local_run_is_refused_in_one_line():
+    # a local llama.cpp run (--quant, --gguf, --engine llama.cpp …) plans no server: its model is named
+    for local in (["--quant", "Q2_K"], ["--engine", "llama.cpp"]):
+        _fails_cleanly(
+            invoke("plan", "--gpus", "2xRTX3090", *local, "--", "vllm", "serve", K25, "-tp", "2"),
+            "a serve command after -- (vllm serve) plans a vLLM or SGLang server, not a local llama.cpp run",
+        )
