@@ -362,13 +362,40 @@ def find_accelerator(name: str) -> Accelerator:
     return ACCELERATORS[canonical]
 
 
+#: NODES×N×TYPE: N GPUs of a type in each of NODES nodes (2x8xH800).
+_NODES = re.compile(
+    r"\s*(?P<nodes>\d{1,19})\s*[x×*]\s*(?P<count>\d{1,19})\s*[x×*]\s*(?P<kind>[A-Za-z][A-Za-z0-9_.-]*)\s*",
+    re.IGNORECASE,
+)
+
+
+def parse_gpu_nodes(text: str) -> tuple[int, int, Accelerator | None]:
+    """(nodes, GPUs in all, the table's entry): `2x8xH800` is 16 H800 in 2 nodes of 8; `8xH200` and a
+    bare `8` are one node.
+
+    >>> nodes, count, gpu = parse_gpu_nodes("2x8xH800")
+    >>> nodes, count, gpu.name
+    (2, 16, 'H800')
+    """
+    match = _NODES.fullmatch(text)
+    if match is None:
+        return (1, *parse_gpus(text))
+    nodes, per_node = int(match["nodes"]), int(match["count"])
+    if not (1 <= nodes <= MAX_COUNT and 1 <= per_node <= MAX_COUNT and nodes * per_node <= MAX_COUNT):
+        raise UsageError(f"--gpus '{text}': expected at least 1 node of at least 1 GPU")
+    return nodes, nodes * per_node, find_accelerator(match["kind"])
+
+
 def parse_gpus(text: str) -> tuple[int, Accelerator | None]:
     """`N×TYPE` (8xH200, 8×H200, 16xH100) -> (N, the table's entry); a bare `N` -> (N, None), for a
-    GPU described by --gpu-memory and the other overrides."""
+    GPU described by --gpu-memory and the other overrides; `NODES×N×TYPE` -> (NODES × N, the entry)."""
+    if _NODES.fullmatch(text):
+        _, count, gpu = parse_gpu_nodes(text)
+        return count, gpu
     match = _GPUS.fullmatch(text)
     if match is None:
         raise UsageError(
-            f"--gpus '{text}': expected a count and a type such as 8xH200, 8×H200 or 16xH100 "
+            f"--gpus '{text}': expected a count and a type such as 8xH200, 8×H200, 16xH100 or 2x8xH800 "
             f"(types: {', '.join(ACCELERATORS)})"
         )
     count = int(match["count"])

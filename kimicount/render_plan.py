@@ -76,16 +76,18 @@ def memory_text(gpu: Accelerator, engine: str = "vllm") -> str:
     )
 
 
-def render_plan(console: Console, report: PlanReport) -> None:
-    """The verdict, the weights per GPU, one GPU's memory and bar, the KV cache, --min-gpus."""
+def render_plan(console: Console, report: PlanReport, *, verdict_line: bool = True) -> None:
+    """The verdict (unless the answer above gave it), the weights per GPU, one GPU's memory and bar, the
+    KV cache, --min-gpus."""
     spec, gpu, parallel = report.spec, report.gpu, report.parallel
     colour = "green" if report.fits else "red"
-    engine = ", as SGLang sizes it" if report.engine == "sglang" else ""
-    say(
-        console,
-        f"[bold]{spec.name}[/] ({spec.model_type}) on {report.count} × {gpu.name}, {parallel.label}{engine}: "
-        f"[bold {colour}]{verdict(report)}[/]",
-    )
+    if verdict_line:
+        engine = ", as SGLang sizes it" if report.engine == "sglang" else ""
+        say(
+            console,
+            f"[bold]{spec.name}[/] ({spec.model_type}) on {report.count} × {gpu.name}, {parallel.label}{engine}: "
+            f"[bold {colour}]{verdict(report)}[/]",
+        )
     overridden = f"; given: {', '.join(gpu.overridden)}" if gpu.overridden else ""
     say(console, f"{gpu.name}: {gpu.description}, {memory_text(gpu, report.engine)}{overridden}")
     say(console)
@@ -111,7 +113,7 @@ def render_plan(console: Console, report: PlanReport) -> None:
     _kv(console, report)
     if report.min_gpus_asked:
         show(console)
-        say(console, _min_gpus(report))
+        say(console, min_gpus_text(report))
 
 
 def dp_text(dp: int) -> str:
@@ -416,7 +418,7 @@ def _vllm_concurrency(console: Console, report: PlanReport) -> None:
     )
 
 
-def _min_gpus(report: PlanReport) -> str:
+def min_gpus_text(report: PlanReport) -> str:
     """The --min-gpus sentence, labelled with the estimates the search rests on."""
     names = report.search_estimated_inputs
     estimated = f" (estimated: it rests on {estimated_from(report, names)})" if names else ""

@@ -254,3 +254,75 @@ def speed_json(report: PlanReport, step: Step, steps: list[Step], prefill: Step)
         "compute_bound_from_batch": compute_bound_from(steps),
         "prefill": step_json(prefill, estimate),
     }
+
+
+def answer_json(
+    report: PlanReport, nodes: int, ways: list[tuple[str, str, str, PlanReport]]
+) -> dict[str, Any]:
+    """The short answer's figures (`answer`) and the ways out (`try`: each a command that fits, with the
+    plan it gives), for `plan --json`; `gpus` gains `nodes` where --gpus named them."""
+    from kimicount.plan_answer import limited_by, max_num_seqs, sequence_bytes, verdict_of
+
+    per_node = report.count // nodes
+    return {
+        "answer": {
+            "verdict": verdict_of(report).value,
+            "tokens_per_gpu": report.tokens_per_gpu,
+            "tokens_total": report.tokens_total,
+            "max_model_len": report.max_model_len,
+            "max_concurrency": report.max_concurrency,
+            "sequences_per_replica": report.sequences_per_replica,
+            "sequence_bytes": sequence_bytes(report),
+            "limited_by": limited_by(report),
+            "max_num_seqs": max_num_seqs(report),
+            "nodes": nodes,
+            "gpus_per_node": per_node,
+            "tp_spans_nodes": nodes > 1 and report.parallel.tp > per_node,
+            "estimate": report.estimate,
+        },
+        "try": [
+            {
+                "kind": kind,
+                "why": why,
+                "command": command,
+                "gpus": found.count,
+                "parallel": parallel_json(found.parallel, found.engine),
+                "tokens_per_gpu": found.tokens_per_gpu,
+                "max_model_len": found.max_model_len,
+                "fits": found.fits,
+                "estimate": found.estimate,
+            }
+            for kind, why, command, found in ways
+        ],
+    }
+
+
+def compare_json(spec: Any, gpu: Accelerator, rows: list[Any]) -> dict[str, Any]:
+    """`plan --compare --json`: the model, the GPU type, and per layout its plan's figures (or `error`)."""
+    from kimicount.plan_answer import verdict_of
+
+    return {
+        "model": spec.name,
+        "model_type": spec.model_type,
+        "gpu": gpu.name,
+        "compare": [
+            {"layout": row.typed, "gpus": row.gpus, "error": row.error}
+            if row.report is None
+            else {
+                "layout": row.typed,
+                "gpus": row.gpus,
+                "error": None,
+                "parallel": parallel_json(row.report.parallel, row.report.engine),
+                "weights_bytes": row.report.fullest.weights,
+                "kv_pool_bytes": row.report.fullest.pool,
+                "tokens_per_gpu": row.report.tokens_per_gpu,
+                "tokens_total": row.report.tokens_total,
+                "max_model_len": row.report.max_model_len,
+                "max_concurrency": row.report.max_concurrency,
+                "fits": row.report.fits,
+                "verdict": verdict_of(row.report).value,
+                "estimate": row.report.estimate,
+            }
+            for row in rows
+        ],
+    }

@@ -70,7 +70,7 @@ def test_vllms_kimi_k2_thinking_kv_cache_on_8_h200_tp8():
     assert math.floor(46.80 * GIB / 70_272) == 715_094  # unrounded; pages round it down
     assert kv["max_model_len"] == 262_144
     assert f"{kv['max_concurrency']:.2f}" == "2.73"
-    out = invoke("plan", "--config", K25, "--gpus", "8xH200", "--kv-memory", "46.80GiB").stdout
+    out = invoke("plan", "--detail", "--config", K25, "--gpus", "8xH200", "--kv-memory", "46.80GiB").stdout
     assert "Pages of 64 tokens: floor(50,251,117,363 B ÷ (64 × 70,272 B)) = 11,173" in out
     assert "Tokens: 11,173 × 64 = 715,072 per GPU" in out
     assert (
@@ -88,7 +88,7 @@ def test_max_concurrency_is_vllms_pages_over_pages_per_sequence():
     assert (kv["pages_per_gpu"], kv["sequence_pages"]) == (11_173, 16)
     assert kv["max_concurrency"] == 11_173 / 16 == 698.3125
     assert kv["sequences_per_replica"] == 11_173 // 16 == 698
-    assert "11,173 pages ÷ 16 (ceil(1,000 ÷ 64)) = 698.31×" in flat(invoke("plan", *args).stdout)
+    assert "11,173 pages ÷ 16 (ceil(1,000 ÷ 64)) = 698.31×" in flat(invoke("plan", "--detail", *args).stdout)
     # under DCP 8 a sequence's tokens split over the 8 ranks first: cdiv(cdiv(262,144, 8), 64) = 512
     dcp = plan_json("--config", K25, "--gpus", "8xH200", "--dcp", "8", "--kv-memory", "46.80GiB")["kv_cache"]
     assert (dcp["sequence_pages"], dcp["max_concurrency"]) == (512, 11_173 / 512)
@@ -295,7 +295,7 @@ def test_vllms_bf16_copies_only_beside_a_quantized_kv_b_proj():
     assert "vLLM's BF16 W_UK, W_UV" not in per_gpu(
         plan_json("--gpus", "8xH200", "--config", K25, "--text-only")
     )
-    out = invoke("plan", "--gpus", "8xH200").stdout
+    out = invoke("plan", "--detail", "--gpus", "8xH200").stdout
     assert "vLLM's BF16 W_UK, W_UV: vLLM's MLA layer keeps BF16 copies of an FP8 kv_b_proj" in out
 
 
@@ -406,7 +406,7 @@ def test_reserve_estimate_is_labelled_and_shows_its_formula():
     assert terms["sampler"] == 1_024 * 163_840 * (2 + 4 + 8 + 4 + 8 + 4 + 8)
     assert terms["non-torch"] == 3 * GIB // 2
     assert reserve["bytes"] == sum(terms.values())
-    out = invoke("plan", "--gpus", "8xH200").stdout
+    out = invoke("plan", "--detail", "--gpus", "8xH200").stdout
     assert "− reserve (an estimate, below)" in out
     assert "Reserve, an estimate of vLLM V1's start-up profile" in out
     assert reserve["assumes"].startswith("vLLM V1's start-up profile (gpu_worker.determine_available_memory)")
@@ -425,7 +425,11 @@ def test_kimi_k2_fp8_does_not_fit_8_h200_and_fits_16():
         report = plan_json("--gpus", "16xH200", *args)
         assert report["fits"] is True and report["short_by_bytes"] == 0
     out = invoke("plan", "--gpus", "8xH200").stdout
-    assert "on 8 × H200, TP8: does not fit: short by" in out.splitlines()[0]
+    # 121 GiB of weights fit the 126 GiB vLLM may use; with the reserve no KV page is left
+    assert "on 8 × H200, TP8: does not fit: the weights and the reserve leave no room for KV cache" in flat(
+        out.split("\nKV cache:")[0]
+    )
+    assert plan_json("--gpus", "8xH200")["answer"]["verdict"] == "weights_do_not_fit"
 
 
 def test_short_by_is_what_one_sequence_lacks():
@@ -503,8 +507,8 @@ def test_what_rests_on_an_estimate_is_labelled():
     assert report["estimated_inputs"] == ["reserve"]
     assert report["estimate"] is report["kv_cache"]["estimate"] is report["min_gpus"]["estimate"] is True
     assert all(stage["estimate"] for stage in report["stages"])
-    out = invoke("plan", "--gpus", "8xH200", "--config", K25, "--text-only").stdout
-    assert "(estimated: it rests on the estimated reserve)" in flat(out)
+    out = invoke("plan", "--detail", "--gpus", "8xH200", "--config", K25, "--text-only").stdout
+    assert "Estimated: the reserve; --kv-memory with the pool the engine logs is exact" in flat(out)
     assert "= KV cache pool (an estimate)" in out
     # a given reserve on a GPU whose CUDA total is known: nothing estimated
     given = plan_json("--gpus", "8xH200", "--config", K25, "--text-only", "--reserve", "4GiB")
@@ -513,7 +517,9 @@ def test_what_rests_on_an_estimate_is_labelled():
     mi325x = plan_json("--gpus", "8xMI325X", "--config", K25, "--text-only", "--reserve", "4GiB")
     assert (mi325x["gpus"]["memory_source"], mi325x["gpus"]["cuda_memory_estimated"]) == ("nominal", True)
     assert (mi325x["estimated_inputs"], mi325x["estimate"]) == (["cuda_memory"], True)
-    out = invoke("plan", "--gpus", "8xMI325X", "--config", K25, "--text-only", "--reserve", "4GiB").stdout
+    out = invoke(
+        "plan", "--detail", "--gpus", "8xMI325X", "--config", K25, "--text-only", "--reserve", "4GiB"
+    ).stdout
     assert "262,144 MiB nominal (no device report found)" in flat(out)
     assert "CUDA's total, an estimated 262,128 MiB" in flat(out)
     # a pool an engine printed rests on nothing estimated, but --min-gpus still sizes every layout from
@@ -526,7 +532,9 @@ def test_what_rests_on_an_estimate_is_labelled():
         "--gpus", "8", "--gpu-memory", "141GiB", "--config", K25, "--text-only", "--reserve", "4GiB"
     )
     assert (custom["gpus"]["memory_source"], custom["estimate"]) == ("--gpu-memory", False)
-    out = invoke("plan", "--gpus", "8", "--gpu-memory", "141GiB", "--config", K25, "--text-only").stdout
+    out = invoke(
+        "plan", "--detail", "--gpus", "8", "--gpu-memory", "141GiB", "--config", K25, "--text-only"
+    ).stdout
     assert "141 GiB (151,397,597,184 B) as given by --gpu-memory, used as the total CUDA reports" in flat(out)
 
 
@@ -540,7 +548,7 @@ def test_mtp_layer_is_loaded_only_when_asked():
 
 
 def test_text_output_has_the_tables_and_the_bar():
-    out = invoke("plan", "--gpus", "8xH200", "--config", K25, "--text-only").stdout
+    out = invoke("plan", "--detail", "--gpus", "8xH200", "--config", K25, "--text-only").stdout
     assert "on 8 × H200, TP8: fits" in out.splitlines()[0]
     assert (
         "H200: NVIDIA H200 SXM 141GB, 143,771 MiB as nvidia-smi reports it; the plan uses CUDA's total, "
@@ -624,7 +632,7 @@ def test_the_dp_layout_is_said_to_be_vllms():
     args = ("--gpus", "8xH200", "--dp", "8", "--ep", "8", "--kv-memory", "1GiB")
     assert plan_json(*args)["parallel"]["engine"] == "vLLM"
     assert "DP8 is vLLM's data-parallel attention: each of the 8 replicas holds the whole attention" in flat(
-        invoke("plan", *args).stdout
+        invoke("plan", "--detail", *args).stdout
     )
 
 
@@ -656,7 +664,7 @@ def test_redundant_experts_add_whole_expert_slots_to_every_gpu():
     assert (
         whole["Routed experts"] == {c["name"]: c["model_bytes"] for c in plain["weights"]}["Routed experts"]
     )
-    out = flat(invoke("plan", *args, "--num-redundant-experts", "8").stdout)
+    out = flat(invoke("plan", "--detail", *args, "--num-redundant-experts", "8").stdout)
     assert "Redundant experts: 384 + 8 = 392 expert slots over EP8, 49 per GPU" in out
     # SGLang's spelling of the same option
     sglang = plan_json(

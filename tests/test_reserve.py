@@ -90,7 +90,9 @@ def test_the_terms_by_hand():
 def test_the_estimate_says_what_it_leaves_out():
     reserve = plan_json("--gpus", "8xH200")["reserve"]
     assert "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1" in reserve["assumes"]
-    assert "CUDA graphs come after the pool is sized" in flat(invoke("plan", "--gpus", "8xH200").stdout)
+    assert "CUDA graphs come after the pool is sized" in flat(
+        invoke("plan", "--detail", "--gpus", "8xH200").stdout
+    )
 
 
 def test_reserve_and_kv_memory_stay_exact_routes():

@@ -58,7 +58,7 @@ def test_the_h20_is_in_the_table():
 
 
 def test_sglang_output_names_its_rule_and_its_gb():
-    out = flat(invoke("plan", *R1_H20).stdout)
+    out = flat(invoke("plan", "--detail", *R1_H20).stdout)
     assert "TP16, as SGLang sizes it:" in out
     assert "mem_fraction_static 0.93 (--mem-fraction-static)." in out
     assert "before load 1.5 GiB (an estimate: CUDA context, NCCL, custom all-reduce) = 1,610,612,736 B" in out

@@ -1,9 +1,15 @@
-"""`kimicount plan`: memory per GPU for a deployment, and the speed floor of a decode step."""
+"""`kimicount plan`: memory per GPU for a deployment, answered first in a few lines, with the detail,
+ways out, the largest batch, layouts side by side and the speed floor of a decode step on request.
+
+The deployment comes from plan options, from a serve command pasted after `--` (vllm serve …, python -m
+sglang.launch_server …; kimicount.serve_command reads it), or both, as long as they agree. Every
+layout and memory option also answers to the engines' own names (serve_command.PLAN_FLAGS).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -11,42 +17,71 @@ from kimicount.cli.common import (
     COUNTS,
     ConfigOption,
     JsonOption,
-    ModelArgument,
     RepoOption,
     RevisionOption,
     TimeoutOption,
     TokenOption,
     count_or_none,
+    ignored,
     load_model,
     print_json,
+    warn,
 )
+from kimicount.cli.common import count as count_option
 from kimicount.cli.exits import EXIT_CODES
 from kimicount.cli.root import app
 from kimicount.errors import UsageError
 from kimicount.hardware import ACCELERATORS
-from kimicount.options import DTYPE_METAVAR, parse_count, parse_dtype
+from kimicount.options import DTYPE_METAVAR, parse_count
+from kimicount.serve_command import PLAN_FLAGS
 
 #: The GPU types --gpus names, from the accelerator table.
 GPU_TYPES = ", ".join(ACCELERATORS)
+#: The --engine values that take the local route (kimicount.local).
+LOCAL_ENGINES = ("llama.cpp", "ik_llama.cpp")
+
+
+def _names(setting: str) -> list[str]:
+    """The option names of a setting: kimicount's and the engines' (serve_command.PLAN_FLAGS)."""
+    return list(PLAN_FLAGS[setting])
 
 
 @app.command(
     "plan", epilog=EXIT_CODES, short_help="Memory per GPU for a deployment, and what KV cache is left."
 )
 def plan_command(
+    ctx: typer.Context,
     gpus: Annotated[
         str,
         typer.Option(
             "--gpus",
             metavar="NxTYPE",
-            help=f"How many GPUs of which type: 8xH200, 8×H200, 16xH100 (types: {GPU_TYPES}), or a count "
-            "alone with --gpu-memory.",
+            help=f"How many GPUs of which type: 8xH200, 8×H200, 16xH100, 2x8xH800 (2 nodes of 8) (types: "
+            f"{GPU_TYPES}), or a count alone with --gpu-memory.",
             show_default=False,
         ),
     ],
-    model: ModelArgument = None,
+    words: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[ORG/NAME | -- SERVE COMMAND…]",
+            help="A Hub repo id (as --repo), or after -- a serve command: vllm serve MODEL …, python -m "
+            "vllm.entrypoints.openai.api_server --model MODEL …, python -m sglang.launch_server --model-path "
+            "MODEL …, sglang serve ….",
+            show_default=False,
+        ),
+    ] = None,
     config: ConfigOption = None,
     repo: RepoOption = None,
+    model_option: Annotated[
+        str | None,
+        typer.Option(
+            *_names("model"),
+            metavar="ORG/NAME|PATH",
+            help="The model as vLLM and SGLang name it: a repo id, or a folder holding config.json.",
+            show_default=False,
+        ),
+    ] = None,
     revision: RevisionOption = None,
     token: TokenOption = None,
     timeout: TimeoutOption = None,
@@ -89,58 +124,74 @@ def plan_command(
     tp: Annotated[
         str | None,
         typer.Option(
-            "--tp",
+            *_names("tp"),
             metavar="N",
             help="Tensor-parallel GPUs per attention group. Default: what --pp and --dp leave.",
             show_default=False,
         ),
     ] = None,
-    pp: Annotated[str, typer.Option("--pp", metavar="N", help="Pipeline stages.")] = "1",
+    pp: Annotated[
+        str | None,
+        typer.Option(*_names("pp"), metavar="N", help="Pipeline stages. Default: 1.", show_default=False),
+    ] = None,
     dp: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--dp",
+            *_names("dp"),
             metavar="N",
             help="Data-parallel attention groups, as vLLM lays them out: each holds whole attention, dense "
-            "MLP, shared expert and head, and keeps its own sequences.",
+            "MLP, shared expert and head, and keeps its own sequences. Default: 1.",
+            show_default=False,
         ),
-    ] = "1",
+    ] = None,
     ep: Annotated[
         str | None,
         typer.Option(
-            "--ep",
+            *_names("ep"),
             metavar="N",
             help="Expert parallelism: 1 is off; on, engines size it TP × DP, the only other value accepted.",
             show_default=False,
         ),
     ] = None,
-    dcp: Annotated[
-        str,
+    enable_expert_parallel: Annotated[
+        bool,
         typer.Option(
-            "--dcp",
-            metavar="N",
-            help="Decode-context parallelism: the latent split by token over DCP of the TP ranks.",
+            *_names("expert_parallel"), help="Expert parallelism over all TP × DP GPUs (vLLM's switch)."
         ),
-    ] = "1",
+    ] = False,
+    dcp: Annotated[
+        str | None,
+        typer.Option(
+            *_names("dcp"),
+            metavar="N",
+            help="Decode-context parallelism: the latent split by token over DCP of the TP ranks. Default: 1.",
+            show_default=False,
+        ),
+    ] = None,
     mtp: Annotated[
-        bool, typer.Option("--mtp", help="Load the multi-token-prediction layer (speculative decoding).")
+        bool,
+        typer.Option(*_names("mtp"), help="Load the multi-token-prediction layer (speculative decoding)."),
     ] = False,
     text_only: Annotated[
         bool,
         typer.Option(
-            "--text-only", help="Leave out the vision tower (a text-only server; Kimi-K2-Thinking has none)."
+            *_names("vision"),
+            help="Leave out the vision tower (a text-only server; Kimi-K2-Thinking has none).",
         ),
     ] = False,
     gpu_memory_utilization: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--gpu-memory-utilization", metavar="FRACTION", help="The share of memory the engine may use."
+            *_names("utilization"),
+            metavar="FRACTION",
+            help="The share of memory the engine may use. Default: 0.9.",
+            show_default=False,
         ),
-    ] = "0.9",
+    ] = None,
     reserve: Annotated[
         str | None,
         typer.Option(
-            "--reserve",
+            *_names("reserve"),
             metavar="SIZE",
             help="What the engine keeps back for activations, CUDA graphs and buffers. Default: an estimate.",
             show_default=False,
@@ -149,7 +200,7 @@ def plan_command(
     max_batched_tokens: Annotated[
         str | None,
         typer.Option(
-            "--max-batched-tokens",
+            *_names("max_batched_tokens"),
             metavar="N",
             help="Tokens per forward pass, for the reserve estimate. Default: vLLM's (8,192 on large GPUs).",
             show_default=False,
@@ -158,7 +209,7 @@ def plan_command(
     max_num_seqs: Annotated[
         str | None,
         typer.Option(
-            "--max-num-seqs",
+            *_names("max_num_seqs"),
             metavar="N",
             help="Sequences per step, for the reserve estimate. Default: vLLM's (1,024 on large GPUs).",
             show_default=False,
@@ -167,7 +218,7 @@ def plan_command(
     kv_memory: Annotated[
         str | None,
         typer.Option(
-            "--kv-memory",
+            *_names("kv_memory"),
             metavar="SIZE",
             help="The KV pool per GPU an engine printed (e.g. 46.80GiB): skips weights and reserve.",
             show_default=False,
@@ -176,28 +227,35 @@ def plan_command(
     kv_dtype: Annotated[
         str | None,
         typer.Option(
-            "--kv-dtype",
+            *_names("kv_dtype"),
             metavar=DTYPE_METAVAR,
-            help="KV cache dtype. Default: the model's. fp8 on DeepSeek-V3.2 is FlashMLA's 656-byte record.",
+            help="KV cache dtype (also the engines' auto, fp8_e4m3, fp8_e5m2). Default: the model's. fp8 on "
+            "DeepSeek-V3.2 is FlashMLA's 656-byte record.",
             show_default=False,
         ),
     ] = None,
     kv_layout: Annotated[
         str | None,
         typer.Option(
-            "--kv-layout",
+            *_names("kv_layout"),
             metavar="[latent|flashmla-fp8|naive|flash]",
             help="KV cache layout. Default: the engines' (the latent).",
             show_default=False,
         ),
     ] = None,
     block_size: Annotated[
-        str, typer.Option("--block-size", metavar="N", help="KV page size in tokens (FlashMLA's 64).")
-    ] = "64",
+        str | None,
+        typer.Option(
+            *_names("block_size"),
+            metavar="N",
+            help="KV page size in tokens. Default: 64 (FlashMLA's).",
+            show_default=False,
+        ),
+    ] = None,
     max_model_len: Annotated[
         str | None,
         typer.Option(
-            "--max-model-len",
+            *_names("max_model_len"),
             metavar="N",
             help=f"Longest sequence ({COUNTS}). Default: the config's max_position_embeddings.",
             show_default=False,
@@ -206,12 +264,30 @@ def plan_command(
     min_gpus: Annotated[
         bool, typer.Option("--min-gpus", help="Also find the fewest GPUs of this type that hold it.")
     ] = False,
+    detail: Annotated[
+        bool,
+        typer.Option(
+            "--detail",
+            help="After the answer: the weights per component, one GPU's memory as a bar, the reserve.",
+        ),
+    ] = False,
+    compare_layouts: Annotated[
+        str | None,
+        typer.Option(
+            "--compare",
+            metavar="LAYOUTS",
+            help="Layouts side by side, e.g. tp8,tp8pp2,dp8ep8,tp8dcp8 (a size after each of tp, pp, dp, ep, "
+            "dcp; without tp, what --gpus leaves).",
+            show_default=False,
+        ),
+    ] = None,
     batch: Annotated[
         str | None,
         typer.Option(
             "--batch",
-            metavar="N",
-            help="Sequences per replica in a decode step: adds the speed floor (default 1 with --context).",
+            metavar="N|max",
+            help="Sequences per replica in a decode step: adds the speed floor (default 1 with --context); max: "
+            "the largest batch whose KV fits.",
             show_default=False,
         ),
     ] = None,
@@ -229,7 +305,7 @@ def plan_command(
     engine: Annotated[
         str | None,
         typer.Option(
-            "--engine",
+            *_names("engine"),
             metavar="[vllm|sglang|llama.cpp|ik_llama.cpp]",
             help="Whose memory rule sizes the KV pool (default vllm; llama.cpp for a local run).",
             show_default=False,
@@ -238,7 +314,7 @@ def plan_command(
     mem_fraction_static: Annotated[
         str | None,
         typer.Option(
-            "--mem-fraction-static",
+            *_names("mem_fraction_static"),
             metavar="FRACTION",
             help="SGLang's share for weights and KV pool. Default: SGLang's pick for the GPU and layout.",
             show_default=False,
@@ -247,7 +323,7 @@ def plan_command(
     page_size: Annotated[
         str | None,
         typer.Option(
-            "--page-size",
+            *_names("page_size"),
             metavar="N",
             help="SGLang's KV page in tokens (default 1; FlashMLA 64, CUTLASS MLA 128).",
             show_default=False,
@@ -256,23 +332,24 @@ def plan_command(
     dp_attention: Annotated[
         bool,
         typer.Option(
-            "--enable-dp-attention",
+            *_names("dp_attention"),
             help="SGLang's DP attention: --tp is all GPUs, attention per --dp rank, each its own pool.",
         ),
     ] = False,
     redundant_experts: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--num-redundant-experts",
-            "--ep-num-redundant-experts",
+            *_names("redundant_experts"),
             metavar="N",
-            help="Redundant expert slots for EPLB (vLLM --enable-eplb, SGLang): (E + N) ÷ EP per GPU.",
+            help="Redundant expert slots for EPLB (vLLM --enable-eplb, SGLang): (E + N) ÷ EP per GPU. "
+            "Default: 0.",
+            show_default=False,
         ),
-    ] = "0",
+    ] = None,
     max_running_requests: Annotated[
         str | None,
         typer.Option(
-            "--max-running-requests",
+            *_names("max_running_requests"),
             metavar="N",
             help="SGLang's cap on running requests. Default: SGLang's, from the pool.",
             show_default=False,
@@ -407,14 +484,17 @@ def plan_command(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Memory per GPU for a deployment: weights by component, the reserve, and the KV cache that is left.
+    """Will it fit: the verdict, KV tokens per GPU, the concurrency at max-model-len and what limits it.
 
-    Shards the model as vLLM does (TP, PP, DP attention, EP, DCP), at the checkpoint's stored bytes, and
-    says how many tokens of context fit. The reserve is an estimate, labelled so.
+    Shards the model as vLLM does (TP, PP, DP attention, EP, DCP), or as SGLang does with --engine sglang,
+    at the checkpoint's stored bytes. When it does not fit, each way out is a command that fits. Paste a
+    serve command after -- to plan it. The reserve is an estimate, labelled so.
 
-    With --gguf, --quant, --ram, --offload, --n-cpu-moe or -ngl: a local llama.cpp or ik_llama.cpp run
-    instead (the GGUF on GPUs and in RAM, its KV cache per build, the longest context, the flags).
+    With --gguf, --quant, --ram, --offload, --n-cpu-moe, -ngl or --engine llama.cpp|ik_llama.cpp: a local
+    llama.cpp or ik_llama.cpp run instead (the GGUF on GPUs and in RAM, its KV cache per build, the
+    longest context, the flags).
     """
+    serve, model = _read_words(words)
     local = {
         "--gguf": gguf,
         "--quant": quant,
@@ -423,12 +503,20 @@ def plan_command(
         "--n-cpu-moe": n_cpu_moe,
         "-ngl": ngl,
     }
-    local_engine = engine is not None and engine.strip().lower() in ("llama.cpp", "ik_llama.cpp")
+    local_engine = engine is not None and engine.strip().lower() in LOCAL_ENGINES
     if local_engine or any(value is not None for value in local.values()):
+        if serve is not None:
+            raise UsageError(
+                f"a serve command after -- ({serve.launcher}) plans a vLLM or SGLang server, not a local "
+                "llama.cpp run: name the model as ORG/NAME, --repo or --config"
+            )
         from kimicount.local.request import run_local_plan
 
+        chosen = _the_model(model, repo, model_option, None)
+        if chosen is not None and config is None and Path(chosen).exists():  # a local folder
+            config, chosen = Path(chosen), None
         run_local_plan(
-            load_model(model, config, repo, revision, token, timeout, live=not as_json)
+            load_model(None, config, chosen, revision, token, timeout, live=not as_json)
             if gguf is None
             else None,
             gpus=gpus,
@@ -461,14 +549,15 @@ def plan_command(
         custom_accelerator,
         parse_bandwidth,
         parse_flops,
-        parse_gpus,
+        parse_gpu_nodes,
         with_overrides,
     )
     from kimicount.kvcache import parse_layout
     from kimicount.options import parse_fraction, parse_size
-    from kimicount.plan import DeploymentOptions, plan
+    from kimicount.plan import ENGINES, DeploymentOptions, plan
+    from kimicount.serve_command import deployment_settings, engine_kv_dtype
 
-    count, gpu = parse_gpus(gpus)
+    nodes, count, gpu = parse_gpu_nodes(gpus)
     memory = None if gpu_memory is None else parse_size(gpu_memory, "--gpu-memory")
     if gpu is None:
         if memory is None:
@@ -483,64 +572,279 @@ def plan_command(
         bf16_flops=None if peak_bf16 is None else parse_flops(peak_bf16, "--peak-bf16"),
         fp8_flops=None if peak_fp8 is None else parse_flops(peak_fp8, "--peak-fp8"),
     )
-    options = DeploymentOptions(
-        tp=count_or_none(tp, "--tp"),
-        pp=parse_count(pp, "--pp"),
-        dp=parse_count(dp, "--dp"),
-        ep=count_or_none(ep, "--ep"),
-        dcp=parse_count(dcp, "--dcp"),
-        utilization=parse_fraction(gpu_memory_utilization, "--gpu-memory-utilization"),
-        reserve=None if reserve is None else parse_size(reserve, "--reserve"),
-        max_batched_tokens=count_or_none(max_batched_tokens, "--max-batched-tokens"),
-        max_num_seqs=count_or_none(max_num_seqs, "--max-num-seqs"),
-        kv_memory=None if kv_memory is None else parse_size(kv_memory, "--kv-memory"),
-        kv_dtype=None if kv_dtype is None else parse_dtype(kv_dtype, "--kv-dtype"),
-        kv_layout=None if kv_layout is None else parse_layout(kv_layout, "--kv-layout"),
-        block_size=parse_count(block_size, "--block-size"),
-        max_model_len=count_or_none(max_model_len, "--max-model-len"),
-        mtp=mtp,
-        vision=not text_only,
-        # the engine's own options, as SGLang and vLLM name them
-        engine="vllm" if engine is None else engine.strip().lower(),
-        mem_fraction_static=None
-        if mem_fraction_static is None
-        else parse_fraction(mem_fraction_static, "--mem-fraction-static"),
-        page_size=count_or_none(page_size, "--page-size"),
-        dp_attention=dp_attention,
-        redundant_experts=0
-        if redundant_experts.strip() == "0"
-        else parse_count(redundant_experts, "--num-redundant-experts"),
-        max_running_requests=count_or_none(max_running_requests, "--max-running-requests"),
+
+    # the plan options typed, by DeploymentOptions field (as typed, for messages)
+    typed = _typed_options(ctx)
+    given: dict[str, Any] = {}
+    for name, text, parse in (
+        ("tp", tp, count_option),
+        ("pp", pp, count_option),
+        ("dp", dp, count_option),
+        ("ep", ep, count_option),
+        ("dcp", dcp, count_option),
+        ("utilization", gpu_memory_utilization, parse_fraction),
+        ("reserve", reserve, parse_size),
+        ("max_batched_tokens", max_batched_tokens, count_option),
+        ("max_num_seqs", max_num_seqs, count_option),
+        ("kv_memory", kv_memory, parse_size),
+        ("kv_dtype", kv_dtype, engine_kv_dtype),
+        ("kv_layout", kv_layout, parse_layout),
+        ("block_size", block_size, count_option),
+        ("max_model_len", max_model_len, count_option),
+        # the engine and its own options (SGLang's rule, redundant experts)
+        ("engine", engine, lambda t, o: t.strip().lower()),
+        ("mem_fraction_static", mem_fraction_static, parse_fraction),
+        ("page_size", page_size, count_option),
+        ("redundant_experts", redundant_experts, _redundant),
+        ("max_running_requests", max_running_requests, count_option),
+    ):
+        if text is not None:
+            given[name] = parse(text, typed.get(name, PLAN_FLAGS[name][0]))
+    if mtp:
+        given["mtp"] = True
+    if text_only:
+        given["vision"] = False
+    if dp_attention:
+        given["dp_attention"] = True
+    if given.get("engine", "vllm") not in ENGINES:  # the local ones took the local route above
+        raise UsageError(f"--engine {engine}: expected one of {', '.join(ENGINES + LOCAL_ENGINES)}")
+
+    settings = deployment_settings(serve, given, typed, count, expert_parallel=enable_expert_parallel)
+    options = DeploymentOptions(**settings)
+    if serve is not None:
+        if serve.nodes is not None and nodes == 1 and count % serve.nodes == 0:
+            nodes = serve.nodes
+        elif serve.nodes is not None and serve.nodes != nodes:
+            raise UsageError(
+                f"--gpus {gpus} is {nodes} node(s), but the serve command's --nnodes says {serve.nodes}"
+            )
+
+    # the model: positional, --repo, --model, --config, or the serve command's
+    chosen = _the_model(model, repo, model_option, serve)
+    if serve is not None and chosen is None and config is None:
+        raise UsageError(
+            f"the serve command names no model: {serve.launcher} takes it {_MODEL_FLAG[serve.engine]}"
+        )
+    if serve is not None and serve.revision is not None:
+        if revision is not None and revision != serve.revision:
+            raise UsageError(
+                f"--revision {revision} and the serve command's --revision {serve.revision} disagree"
+            )
+        revision = serve.revision
+    if chosen is not None and config is None and Path(chosen).exists():  # a local folder, as engines take it
+        config, chosen = Path(chosen), None
+    model_words = (
+        ["--config", str(config)]
+        if config is not None
+        else ([] if chosen is None else [chosen]) + ([] if revision is None else ["--revision", revision])
     )
-    step = (count_or_none(batch, "--batch"), count_or_none(context, "--context"))
+
     from kimicount.anatomy import build_anatomy
     from kimicount.storage import require_modelled
 
-    spec = load_model(model, config, repo, revision, token, timeout, live=not as_json)
+    if serve is not None:
+        _warn_unmodelled(serve)
+    spec = load_model(None, config, chosen, revision, token, timeout, live=not as_json)
     anatomy = build_anatomy(spec)
     require_modelled(anatomy.spec)
+    gpu_words = [
+        w for flag, value in (("--gpu-memory", gpu_memory),) if value is not None for w in (flag, value)
+    ]
+
+    if compare_layouts is not None:
+        ignored(
+            ctx, "with --compare (it compares the layouts' memory)", "batch", "context", "min_gpus", "detail"
+        )
+        _compare(anatomy, gpu, count, options, compare_layouts, as_json)
+        return
+
     report = plan(anatomy, gpu, count, options, min_gpus=min_gpus)
+    from kimicount.plan_answer import largest_batch, ways_out
+    from kimicount.serve_command import option_words
+
+    def command(found_count: int, found_options: DeploymentOptions) -> str:
+        import shlex
+
+        where = (
+            gpus
+            if found_count == count
+            else f"{found_count}x{gpu.name}"
+            if gpu.name != "GPU"
+            else str(found_count)
+        )
+        return shlex.join(
+            ["kimicount", "plan", *model_words, "--gpus", where, *gpu_words, *option_words(found_options)]
+        )
+
+    tries = [(way, command(way.report.count, way.report.options)) for way in ways_out(anatomy, gpu, report)]
+    positions = count_or_none(context, "--context")
+    best = None
+    if batch is not None and batch.strip().lower() == "max":
+        positions = 4096 if positions is None else positions
+        best = largest_batch(report, positions)
+        if best < 1:
+            raise UsageError(
+                f"--batch max: not one sequence of {positions:,} positions fits the KV cache "
+                f"({report.pages_per_gpu:,} pages of {report.block_size} on a GPU)"
+            )
+        sequences: int | None = best
+    else:
+        sequences = count_or_none(batch, "--batch")
     speed = None
-    if step != (None, None):
+    if (sequences, positions) != (None, None):
         from kimicount.speed import step_floor, sweep
 
-        sequences = 1 if step[0] is None else step[0]
-        positions = 4096 if step[1] is None else step[1]
+        sequences = 1 if sequences is None else sequences
+        positions = 4096 if positions is None else positions
         speed = (
             step_floor(report, batch=sequences, context=positions),
             sweep(report, positions, sequences),
             step_floor(report, batch=1, context=positions, prefill=True),
         )
     if as_json:
-        from kimicount.reports_plan import plan_json, speed_json
+        from kimicount.reports_plan import answer_json, plan_json, speed_json
 
-        print_json({**plan_json(report), **({} if speed is None else speed_json(report, *speed))})
+        print_json(
+            {
+                **plan_json(report),
+                **answer_json(report, nodes, [(way.kind, way.why, text, way.report) for way, text in tries]),
+                **(
+                    {}
+                    if best is None
+                    else {"batch_max": {"batch": best, "context": positions, "estimate": report.estimate}}
+                ),
+                **({} if serve is None else {"serve_command": _serve_json(serve)}),
+                **({} if speed is None else speed_json(report, *speed)),
+            }
+        )
         return
-    from kimicount.render import make_console, show
-    from kimicount.render_plan import render_plan, render_speed
+    from kimicount.render import make_console, say, show
+    from kimicount.render_plan import min_gpus_text, render_plan, render_speed
+    from kimicount.render_plan_answer import render_answer, render_batch_max
 
     console = make_console()
-    render_plan(console, report)
+    render_answer(console, report, nodes, [(text, way.why) for way, text in tries], detail)
+    if detail:
+        say(console)
+        render_plan(console, report, verdict_line=False)
+    elif report.min_gpus_asked:
+        say(console, min_gpus_text(report))
+    if best is not None:
+        say(console)
+        render_batch_max(console, report, best, positions)  # type: ignore[arg-type]
     if speed is not None:
         show(console)
         render_speed(console, report, *speed)
+
+
+def _read_words(words: list[str] | None) -> tuple[Any, str | None]:
+    """The positional words: (a serve command pasted after --, or None; a model ORG/NAME, or None)."""
+    if not words:
+        return None, None
+    from kimicount.serve_command import is_serve_command, parse_serve_command
+
+    if is_serve_command(words):
+        return parse_serve_command(words), None
+    if len(words) == 1:
+        return None, words[0]
+    raise UsageError(
+        f"expected one model (ORG/NAME), or a serve command after -- (vllm serve …, python -m "
+        f"sglang.launch_server …); got: {' '.join(words[:3])} …"
+    )
+
+
+def _the_model(model: str | None, repo: str | None, model_option: str | None, serve: Any) -> str | None:
+    """The model named by the positional, --repo, --model or the serve command: once, or the same."""
+    named = [m for m in (model, repo, model_option, None if serve is None else serve.model) if m is not None]
+    if len(set(named)) > 1:
+        raise UsageError(f"name the model once: {' and '.join(sorted(set(named)))}")
+    return named[0] if named else None
+
+
+def _redundant(text: str, option: str) -> int:
+    """--num-redundant-experts: a count, 0 (the engines' default) allowed."""
+    value = parse_count(text, option)
+    if value < 0:
+        raise UsageError(f"{option} {text}: expected 0 or more redundant experts")
+    return value
+
+
+#: Where each engine's serve command names the model.
+_MODEL_FLAG = {"vllm": "first (vllm serve MODEL) or from --model", "sglang": "from --model-path"}
+
+
+def _typed_options(ctx: typer.Context) -> dict[str, str]:
+    """The name each plan option was typed under, by setting (`--tensor-parallel-size` for tp): the
+    first of its names when typed, since click does not keep which alias was used."""
+    typed = {}
+    by_param = {
+        "tp": "tp",
+        "pp": "pp",
+        "dp": "dp",
+        "ep": "ep",
+        "dcp": "dcp",
+        "gpu_memory_utilization": "utilization",
+        "reserve": "reserve",
+        "max_batched_tokens": "max_batched_tokens",
+        "max_num_seqs": "max_num_seqs",
+        "kv_memory": "kv_memory",
+        "kv_dtype": "kv_dtype",
+        "kv_layout": "kv_layout",
+        "block_size": "block_size",
+        "max_model_len": "max_model_len",
+        "engine": "engine",
+        "mem_fraction_static": "mem_fraction_static",
+        "page_size": "page_size",
+        "redundant_experts": "redundant_experts",
+        "max_running_requests": "max_running_requests",
+    }
+    for param, setting in by_param.items():
+        source = ctx.get_parameter_source(param)
+        if source is not None and source.name == "COMMANDLINE":
+            typed[setting] = PLAN_FLAGS[setting][0]
+    return typed
+
+
+def _warn_unmodelled(serve: Any) -> None:
+    """One stderr line: the serve command's flags the plan does not model, those that change memory
+    first; and how vLLM reads a token count written with a lower-case suffix (options.vllm_reading)."""
+    for note in serve.notes:
+        warn(note)
+    memory = list(serve.memory_unmodelled)
+    parts = []
+    if memory:
+        verb = "changes" if len(memory) == 1 else "change"
+        parts.append(f"{', '.join(memory)} {verb} memory in ways the plan does not model")
+    if serve.unmodelled:
+        verb = "does" if len(serve.unmodelled) == 1 else "do"
+        parts.append(f"{', '.join(serve.unmodelled)} {verb} not change memory")
+    if parts:
+        warn(f"the serve command's {'; '.join(parts)}")
+
+
+def _serve_json(serve: Any) -> dict[str, Any]:
+    return {
+        "engine": serve.engine,
+        "launcher": serve.launcher,
+        "model": serve.model,
+        "revision": serve.revision,
+        "nodes": serve.nodes,
+        "flags": dict(serve.flags),
+        "unmodelled": list(serve.unmodelled),
+        "memory_unmodelled": list(serve.memory_unmodelled),
+    }
+
+
+def _compare(anatomy: Any, gpu: Any, count: int, options: Any, text: str, as_json: bool) -> None:
+    from kimicount.plan_answer import compare
+
+    rows = compare(anatomy, gpu, count, options, text)
+    if as_json:
+        from kimicount.reports_plan import compare_json
+
+        print_json(compare_json(anatomy.spec, gpu, rows))
+        return
+    from kimicount.render import make_console
+    from kimicount.render_plan_answer import render_compare
+
+    render_compare(make_console(), rows)

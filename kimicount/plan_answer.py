@@ -1,0 +1,280 @@
+"""The answer a plan gives first: does it fit, and if not, why and what would.
+
+Reads PlanReports (kimicount.plan); computes the verdict's kind, what limits the concurrency, the ways
+out of a plan that does not fit (each a plan that does, so each can be printed as a command), the
+largest decode batch whose KV fits, and layouts side by side. Free of rich, torch and the hub.
+
+Verdicts:
+- fits: every GPU holds its weights, the reserve and one sequence of max_model_len;
+- longest_request_does_not_fit: the KV pool holds tokens, but fewer than one sequence of max_model_len
+  (shorter requests are served; vLLM refuses to start, saying so, until --max-model-len is lowered);
+- weights_do_not_fit: the weights and the reserve leave no page of KV cache.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from kimicount.anatomy import Anatomy
+from kimicount.errors import UsageError
+from kimicount.hardware import Accelerator
+from kimicount.placement import Parallel, parallel_layout
+from kimicount.plan import (
+    DeploymentOptions,
+    PlanReport,
+    engine_batch_defaults,
+    fewest_gpus,
+    plan_memory,
+    sequence_pages,
+)
+
+
+class Verdict(str, Enum):
+    fits = "fits"
+    longest_request = "longest_request_does_not_fit"
+    weights = "weights_do_not_fit"
+
+
+def verdict_of(report: PlanReport) -> Verdict:
+    """Which of the three answers the plan gives."""
+    if report.fits:
+        return Verdict.fits
+    return Verdict.longest_request if report.pages_per_gpu > 0 else Verdict.weights
+
+
+def max_num_seqs(report: PlanReport) -> int:
+    """The most sequences the engine runs at once: vLLM's --max-num-seqs, or its default for the GPU;
+    SGLang's max_running_requests per DP rank (given, or its default from the pool)."""
+    if report.max_running_requests is not None:
+        return report.max_running_requests
+    return report.options.max_num_seqs or engine_batch_defaults(report.gpu)[1]
+
+
+def sequence_cap(report: PlanReport) -> str:
+    """The setting max_num_seqs reads: 'max_num_seqs' (vLLM's) or 'max_running_requests' (SGLang's)."""
+    return "max_running_requests" if report.engine == "sglang" else "max_num_seqs"
+
+
+def limited_by(report: PlanReport) -> str:
+    """What bounds the concurrency at max_model_len: 'weights' (no KV page is left), the engine's cap
+    on running sequences below what the KV pool holds ('max_num_seqs', or SGLang's
+    'max_running_requests') or 'kv_pool'."""
+    if verdict_of(report) is Verdict.weights:
+        return "weights"
+    return sequence_cap(report) if report.sequences_per_replica > max_num_seqs(report) else "kv_pool"
+
+
+def sequence_bytes(report: PlanReport) -> int:
+    """What one sequence of max_model_len takes on the fullest GPU, in whole pages. [bytes]"""
+    return report.sequence_pages * report.block_size * report.fullest.bytes_per_token
+
+
+# --- ways out ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WayOut:
+    """A plan that fits, found by changing one thing: `kind` says what (max_model_len, fewest_gpus,
+    layout, fp8_kv), `why` says it in words; `report` is the plan it gives."""
+
+    kind: str
+    why: str
+    report: PlanReport
+
+
+def try_plan(anatomy: Anatomy, gpu: Accelerator, count: int, options: DeploymentOptions) -> PlanReport | None:
+    """The plan these options give on `count` GPUs, or None when a layout cannot run the model."""
+    try:
+        options.check(anatomy)
+        return plan_memory(anatomy, gpu, options.parallel(anatomy.spec, count), options)
+    except UsageError:
+        return None
+
+
+def layout_options(options: DeploymentOptions, parallel: Parallel) -> DeploymentOptions:
+    """The options with this layout in place of theirs."""
+    return replace(
+        options,
+        tp=parallel.tp,
+        pp=parallel.pp,
+        dp=parallel.dp,
+        ep=parallel.moe_ranks if parallel.ep else None,
+        dcp=parallel.dcp,
+    )
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _layout_families(report: PlanReport) -> list[tuple[str, list[dict[str, int]]]]:
+    """Other layouts of the same GPUs, by family, simplest first within each."""
+    count, now = report.count, report.parallel
+    families: list[tuple[str, list[dict[str, int]]]] = []
+    if report.options.kv_memory is None:  # a printed pool is that layout's: other layouts need their own
+        tp_pp = [{"tp": count // pp, "pp": pp} for pp in _divisors(count)]
+        tp_pp += [
+            {"tp": count // pp, "pp": pp, "ep": count // pp} for pp in _divisors(count) if count // pp > 1
+        ]
+        dp_ep = [{"tp": count // dp, "dp": dp, "ep": count} for dp in reversed(_divisors(count)) if dp > 1]
+        families += [("TP × PP", tp_pp), ("DP + EP", dp_ep)]
+    if now.tp > 1:
+        ep = now.moe_ranks if now.ep else None
+        dcp = [
+            {"tp": now.tp, "pp": now.pp, "dp": now.dp, "dcp": d} | ({} if ep is None else {"ep": ep})
+            for d in _divisors(now.tp)
+            if d > now.dcp
+        ]
+        families.append(("DCP", dcp))
+    return families
+
+
+def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[WayOut]:
+    """For a plan that does not fit, one plan that does per way out: the longest max_model_len that
+    fits (when some KV fits), the fewest GPUs of this type (not under --kv-memory, which is one layout's
+    pool), the first layout of each family (TP × PP, DP + EP, DCP) on these GPUs that fits, and an fp8
+    KV cache. Each is checked: only plans that fit are returned."""
+    if report.fits:
+        return []
+    options, count, spec = report.options, report.count, anatomy.spec
+    ways: list[WayOut] = []
+    if report.pages_per_gpu > 0:
+        longest = report.pages_per_gpu * report.block_size * report.parallel.dcp
+        found = try_plan(anatomy, gpu, count, replace(options, max_model_len=longest))
+        if found is not None and found.fits:
+            ways.append(
+                WayOut("max_model_len", f"the longest --max-model-len that fits: {longest:,} tokens", found)
+            )
+    # layouts are written back as vLLM's (tp per attention group); another engine's terms differ
+    # (SGLang's --tp is every GPU of a stage), so other layouts are offered for vLLM's plans only
+    vllm = options.engine == "vllm"
+    if options.kv_memory is None and vllm:
+        fewest = fewest_gpus(anatomy, gpu, options)
+        if fewest is not None:
+            gpus, parallel = fewest
+            found = try_plan(anatomy, gpu, gpus, layout_options(options, parallel))
+            if found is not None and found.fits:
+                ways.append(
+                    WayOut(
+                        "fewest_gpus",
+                        f"the fewest GPUs that hold it: {gpus} × {gpu.name}, {parallel.label}",
+                        found,
+                    )
+                )
+    for family, layouts in _layout_families(report) if vllm else ():
+        for layout in layouts:
+            try:
+                parallel = parallel_layout(spec, count, **layout)
+            except UsageError:
+                continue
+            if parallel == report.parallel:
+                continue
+            found = try_plan(anatomy, gpu, count, layout_options(options, parallel))
+            if found is not None and found.fits:
+                ways.append(
+                    WayOut(
+                        "layout",
+                        f"another layout ({family}): {parallel.label}, "
+                        + (
+                            f"{found.tokens_per_replica:,} tokens per replica"
+                            if parallel.dcp > 1
+                            else f"{found.tokens_per_gpu:,} tokens per GPU"
+                        ),
+                        found,
+                    )
+                )
+                break
+    seen = {(way.report.count, way.report.parallel) for way in ways if way.kind == "fewest_gpus"}
+    ways = [
+        way for way in ways if way.kind != "layout" or (way.report.count, way.report.parallel) not in seen
+    ]
+    if report.dtype != "fp8":
+        found = try_plan(anatomy, gpu, count, replace(options, kv_dtype="fp8"))
+        if found is not None and found.fits:
+            ways.append(WayOut("fp8_kv", f"an fp8 KV cache: {found.tokens_per_gpu:,} tokens per GPU", found))
+    return ways
+
+
+# --- the largest batch ------------------------------------------------------------------------------
+
+
+def largest_batch(report: PlanReport, context: int) -> int:
+    """The most sequences per replica whose KV at `context` positions fits the pool in a decode step:
+    each takes sequence_pages(context) pages on every GPU, and under PP each stage holds PP micro-batches
+    at once, so floor(pages_per_gpu ÷ (pages × PP)), as speed.step_floor's `fits` counts them. [sequences]"""
+    pages = sequence_pages(context, report.block_size, report.parallel.dcp)
+    return report.pages_per_gpu // (pages * report.parallel.pp)
+
+
+# --- layouts side by side ----------------------------------------------------------------------------
+
+_PART = re.compile(r"(dcp|tp|pp|dp|ep)(\d+)")
+_SEPARATORS = re.compile(r"[\s+×*_-]+")
+
+
+def parse_layout(text: str, count: int) -> tuple[int, dict[str, int]]:
+    """One --compare layout: `tp8`, `tp8pp2`, `dp8ep8`, `tp8dcp8` (sizes after their names, in any
+    order, `+`, `-` or `×` between them allowed) -> (its GPUs, the parallel_layout keywords). Without a
+    TP size it takes what --gpus leaves after PP and DP.
+
+    >>> parse_layout("tp8pp2", 8), parse_layout("dp8ep8", 8), parse_layout("pp2", 16)
+    ((16, {'tp': 8, 'pp': 2}), (8, {'dp': 8, 'ep': 8}), (16, {'pp': 2}))
+    """
+    lowered = text.strip().lower()
+    parts = _PART.findall(lowered)
+    if not parts or _SEPARATORS.sub("", _PART.sub("", lowered)):
+        raise UsageError(
+            f"--compare '{text}': expected layouts such as tp8, tp8pp2, dp8ep8 or tp8dcp8 (a size after each "
+            "of tp, pp, dp, ep, dcp), separated by commas"
+        )
+    sizes: dict[str, int] = {}
+    for name, digits in parts:
+        if name in sizes:
+            raise UsageError(f"--compare '{text}': {name} given twice")
+        sizes[name] = int(digits)
+        if sizes[name] < 1:
+            raise UsageError(f"--compare '{text}': {name}{digits}: expected a positive size")
+    pp, dp = sizes.get("pp", 1), sizes.get("dp", 1)
+    gpus = sizes["tp"] * pp * dp if "tp" in sizes else count
+    return gpus, sizes
+
+
+@dataclass(frozen=True)
+class Compared:
+    """One layout of --compare: as typed, its GPUs, and its plan (or why it cannot run)."""
+
+    typed: str
+    gpus: int
+    report: PlanReport | None
+    error: str | None
+
+
+def compare(
+    anatomy: Anatomy, gpu: Accelerator, count: int, options: DeploymentOptions, text: str
+) -> list[Compared]:
+    """Each layout of `text` (comma-separated) planned with the other options as given."""
+    rows = []
+    for typed in (part.strip() for part in text.split(",")):
+        if not typed:
+            continue
+        gpus, sizes = parse_layout(typed, count)
+        layout = replace(
+            options,
+            tp=sizes.get("tp"),
+            pp=sizes.get("pp", 1),
+            dp=sizes.get("dp", 1),
+            ep=sizes.get("ep"),
+            dcp=sizes.get("dcp", 1),
+        )
+        try:
+            layout.check(anatomy)
+            report = plan_memory(anatomy, gpu, layout.parallel(anatomy.spec, gpus), layout)
+        except UsageError as error:
+            rows.append(Compared(typed, gpus, None, str(error)))
+            continue
+        rows.append(Compared(typed, gpus, report, None))
+    if not rows:
+        raise UsageError(f"--compare '{text}': expected layouts such as tp8,tp8pp2,dp8ep8")
+    return rows
