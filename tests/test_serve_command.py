@@ -371,9 +371,8 @@ def test_secrets_are_named_without_their_values():
 
 def test_the_issues_command_with_vllms_256k_reproduces_the_published_run(k2_thinking):
     # The issue's command is `plan --gpus 8xH200 --kv-memory 46.80GiB -- vllm serve moonshotai/Kimi-K2-Thinking
-    # --tensor-parallel-size 8 --max-model-len 256K --gpu-memory-utilization 0.95`. The repo id does not
-    # resolve offline in this build (no bundled config for it), so the model is K2-Thinking's config folder,
-    # as `vllm serve /models/Kimi-K2-Thinking` takes it. vLLM reads 256K as 256 × 1,024 = 262,144 tokens.
+    # --tensor-parallel-size 8 --max-model-len 256K --gpu-memory-utilization 0.95`; here the model is
+    # K2-Thinking's config folder, as `vllm serve /models/Kimi-K2-Thinking` takes it (the repo id: below). vLLM reads 256K as 256 × 1,024 = 262,144 tokens.
     command = [
         "vllm", "serve", k2_thinking, "--tensor-parallel-size", "8", "--max-model-len", "256K",
         "--gpu-memory-utilization", "0.95",
@@ -392,6 +391,24 @@ def test_the_issues_command_with_vllms_256k_reproduces_the_published_run(k2_thin
         "KV cache: 715,072 tokens per GPU; 70,272 B per token",
         "Concurrency at 262,144 tokens (17.2 GiB each): 2.73× (2 whole sequences per replica)",
     ]
+
+
+def test_the_issues_command_word_for_word_offline():
+    # The same run named as the issue types it: moonshotai/Kimi-K2-Thinking is a bundled model, so the
+    # command needs no Hub and says in one stderr line which config it used.
+    result = invoke(
+        "plan", "--json", "--gpus", "8xH200", "--kv-memory", "46.80GiB", "--",
+        "vllm", "serve", "moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8",
+        "--max-model-len", "256K", "--gpu-memory-utilization", "0.95",
+        env={"HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["model"] == "moonshotai/Kimi-K2-Thinking"
+    assert report["kv_cache"]["tokens_per_gpu"] == 11_173 * 64 == 715_072
+    assert f"{report['kv_cache']['max_concurrency']:.2f}" == "2.73"
+    assert result.stderr.startswith("kimicount: moonshotai/Kimi-K2-Thinking: the bundled config")
+    assert result.stderr.count("\n") == 1
 
 
 def test_a_lower_case_suffix_in_a_vllm_command_is_read_as_vllm_does_and_said(k2_thinking):
