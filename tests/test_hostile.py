@@ -59,7 +59,21 @@ def checkpoint_folder(folder: Path, index: dict | None = None, shards: dict | No
 
 
 @pytest.fixture
-def hub(httpserver, tmp_path):
+def threaded_httpserver():
+    """A server that answers requests side by side, as the Hub does: with pytest-httpserver's default
+    (one request at a time), a trickling shard would hold back the other shard read in parallel, and which
+    of them stalls would depend on which request the server took first."""
+    from pytest_httpserver import HTTPServer
+
+    server = HTTPServer(threaded=True)
+    server.start()
+    yield server
+    server.clear()
+    server.stop()
+
+
+@pytest.fixture
+def hub(threaded_httpserver, tmp_path):
     """A fake Hub with org/tiny: Kimi K2's config, and an index naming two header-only shards."""
     shards = {
         "model-00001-of-00002.safetensors": {"model.embed_tokens.weight": ((163840, 7168), "BF16")},
@@ -73,7 +87,7 @@ def hub(httpserver, tmp_path):
     fake = FakeHub()
     fake.add_repo("org/tiny", files, commit=COMMIT)
     env = {
-        "HF_ENDPOINT": fake.install(httpserver),
+        "HF_ENDPOINT": fake.install(threaded_httpserver),
         "HF_HOME": str(tmp_path / "hf"),
         "HF_HUB_DISABLE_TELEMETRY": "1",
     }
