@@ -34,17 +34,14 @@ MAX_NAME_BYTES = 255
 
 @dataclass(frozen=True)
 class Index:
-    """model.safetensors.index.json: which file holds each tensor, and the declared data size.
+    """model.safetensors.index.json: which file holds each tensor, and the declared data size."""
 
-    `weight_map` is None when only the index's metadata is known (the Hub's bulk header endpoint
-    leaves the weight map out)."""
-
-    weight_map: Mapping[str, str] | None
+    weight_map: Mapping[str, str]
     total_size: int | None
 
     @property
     def files(self) -> list[str]:
-        return sorted(set(self.weight_map.values())) if self.weight_map else []
+        return sorted(set(self.weight_map.values()))
 
 
 @dataclass(frozen=True)

@@ -113,8 +113,8 @@ class FileHeader:
     building an object for each, so `tensors` builds those only when asked.)"""
 
     file: str
-    file_size: int | None  # None when the header came without its file (the Hub's bulk endpoint)
-    header_size: int | None  # the JSON part, without the 8-byte length prefix
+    file_size: int
+    header_size: int  # the JSON part, without the 8-byte length prefix
     names: tuple[str, ...]
     kinds: tuple[Kind, ...]  # shape and dtype of each tensor
     begins: tuple[int, ...]  # data_offsets of each tensor
@@ -169,19 +169,19 @@ def parse_header(raw: bytes, file: str, file_size: int, where: str | None = None
 
 
 def header_from_json(
-    parsed: Any, file: str, where: str, *, file_size: int | None, header_size: int | None
+    parsed: Any, file: str, where: str, *, file_size: int, header_size: int
 ) -> FileHeader:
-    """Validate a parsed header. Without the file size (headers served already parsed, as the Hub's
-    bulk endpoint does), the tensors must still tile the data from 0, but where the file ends is unknown."""
+    """Validate a parsed header of a file of `file_size` bytes: the tensors tile its data from 0 to
+    the end of the file."""
     if not isinstance(parsed, dict):
         raise CheckpointError(f"{where}: header is a JSON {type(parsed).__name__}, expected an object")
     parsed = dict(parsed)
     metadata = parsed.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise CheckpointError(f"{where}: __metadata__ must map strings to strings")
-    data_size = None if file_size is None or header_size is None else file_size - 8 - header_size
+    data_size = file_size - 8 - header_size
     columns = _columns_in_bulk(parsed)
-    if columns is None or (data_size is not None and columns[-1] != data_size):
+    if columns is None or columns[-1] != data_size:
         # Something is wrong: tensor by tensor, to name it.
         tensors = [_tensor_info(name, entry, file, where) for name, entry in parsed.items()]
         data_end = _check_tiling(tensors, data_size, where)
@@ -415,7 +415,7 @@ def _is_count(value: Any) -> bool:
 _by_offsets = operator.attrgetter("data_offsets")
 
 
-def _check_tiling(tensors: list[TensorInfo], data_size: int | None, file: str) -> int:
+def _check_tiling(tensors: list[TensorInfo], data_size: int, file: str) -> int:
     """The tensors must cover the data area exactly: from 0, no gap, no overlap, to the end of the file.
     Returns where the data ends."""
     position = 0
@@ -429,7 +429,7 @@ def _check_tiling(tensors: list[TensorInfo], data_size: int | None, file: str) -
                 f"{file}: tensor '{tensor.name}' at data_offsets [{begin}, {end}] {problem}"
             )
         position = end
-    if data_size is not None and position != data_size:
+    if position != data_size:
         if position > data_size:
             raise CheckpointError(
                 f"{file}: tensors end at byte {position:,} of the data, past the end of the file "

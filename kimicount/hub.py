@@ -293,7 +293,7 @@ def _windows(index: Index | None) -> dict[str, int]:
     the 8-byte length, then per tensor `"name":{"dtype":"F8_E4M3","shape":[d,d],"data_offsets":[b,e]},`
     (46 bytes of JSON syntax, a 7-letter dtype, a 2-D shape of 6-digit sizes, 12-digit offsets: name +
     90, rounded up to 96), then 4 KiB for __metadata__. A longer header costs one more request."""
-    if index is None or index.weight_map is None:
+    if index is None:
         return {}
     windows = dict.fromkeys(index.files, 8 + 4096)
     for name, file in index.weight_map.items():

@@ -578,7 +578,7 @@ def _check_index(checkpoint: Checkpoint) -> list[Mismatch]:
             )
         )
     weight_map = index.weight_map
-    if weight_map is None or _index_agrees(weight_map, checkpoint):
+    if _index_agrees(weight_map, checkpoint):
         return mismatches
     located = checkpoint.located
     for name, file in located.items():
