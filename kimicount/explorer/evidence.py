@@ -48,6 +48,19 @@ DEFINITION, USE, CONFIG = "definition", "use", "config"
 #: would split at form feeds and other characters the tokenizer does not count as line ends.
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
+#: The attention's projections and norms, as modeling_deepseek.py's DeepseekV3Attention.__init__ names
+#: them, in file order (the pages' "Latent attention" lists them; its "projections" passage runs from the
+#: first to rotary_emb).
+ATTENTION_PROJECTIONS = (
+    "q_a_proj",
+    "q_a_layernorm",
+    "q_b_proj",
+    "kv_a_proj_with_mqa",
+    "kv_a_layernorm",
+    "kv_b_proj",
+    "o_proj",
+)
+
 #: Module containers: what they hold is what their first argument builds.
 _CONTAINERS = ("ModuleList", "ModuleDict", "Sequential")
 
@@ -300,19 +313,7 @@ class ModelingIndex:
         if attention is None:
             return {}
         passages: dict[str, Evidence] = {}
-        projections = self.init_span(
-            attention,
-            [
-                "q_a_proj",
-                "q_a_layernorm",
-                "q_b_proj",
-                "kv_a_proj_with_mqa",
-                "kv_a_layernorm",
-                "kv_b_proj",
-                "o_proj",
-                "rotary_emb",
-            ],
-        )
+        projections = self.init_span(attention, [*ATTENTION_PROJECTIONS, "rotary_emb"])
         if projections is not None:
             passages["projections"] = projections
 
