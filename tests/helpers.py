@@ -41,6 +41,26 @@ def run_kimicount(
     )
 
 
+def imported_modules(stderr: str) -> set[str]:
+    """The modules a run imported, from what PYTHONPROFILEIMPORTTIME=1 (-X importtime) wrote on its
+    stderr: the last column of each `import time: … | … | module` line."""
+    return {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if "|" in line}
+
+
+#: What a light module must not pull in: the table library, torch, the Hub client and the CLI framework.
+HEAVY = ("rich", "torch", "huggingface_hub", "typer")
+
+
+def heavy_imports(*modules: str) -> list[str]:
+    """The HEAVY packages a fresh interpreter holds after importing `modules`, sorted (none: [])."""
+    code = (
+        f"import json, sys, {', '.join(modules)}; "
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
 _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
 

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from .fakehub import FakeHub
-from .helpers import FIXTURES, KIMI_K2, ROOT, invoke, run_kimicount
+from .helpers import FIXTURES, KIMI_K2, ROOT, imported_modules, invoke, run_kimicount
 
 KEY_CONTENT = "Key content up-projection"
 
@@ -433,7 +433,7 @@ def test_evidence_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
 def _imported(*args: str) -> set[str]:
     result = run_kimicount(*args, env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
-    return {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    return imported_modules(result.stderr)
 
 
 def test_what_each_command_imports():

@@ -9,7 +9,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from .helpers import FIXTURES, invoke, run_kimicount
+from .helpers import FIXTURES, imported_modules, invoke, run_kimicount
 from .test_params_cli import MIRROR, _fails_cleanly, hub  # noqa: F401 (hub: the fake Hub fixture)
 
 V3 = str(FIXTURES / "deepseek-v3")
@@ -217,7 +217,7 @@ def test_python_dash_m_and_no_torch_or_hub_import():
     result = run_kimicount("kv-cache", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["layouts"][2]["bytes_per_token"] == 70_272
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    imported = imported_modules(result.stderr)
     assert "kimicount.kvcache" in imported  # the check sees our own imports
     assert not {m for m in imported if m.split(".")[0] in ("torch", "huggingface_hub")}
 

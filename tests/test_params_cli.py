@@ -8,7 +8,7 @@ import re
 import pytest
 
 from .fakehub import FakeHub
-from .helpers import FIXTURES, KIMI_K2, invoke, run_kimicount
+from .helpers import FIXTURES, KIMI_K2, imported_modules, invoke, run_kimicount
 
 
 def test_default_prints_the_kimi_k2_tree_and_totals():
@@ -145,19 +145,30 @@ def test_python_dash_m_and_no_torch_or_hub_import():
     result = run_kimicount("params", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["total"] == 1_026_408_232_448
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    imported = imported_modules(result.stderr)
     assert "kimicount.anatomy" in imported  # the check sees our own imports
     assert not {m for m in imported if m.split(".")[0] in ("torch", "huggingface_hub", "msgspec")}
     # A run registers only the command it names: typer would read the other five's signatures too.
     assert "kimicount.cli.params" in imported
     assert not imported & {f"kimicount.cli.{m}" for m in ("flops", "kv_cache", "measure", "plan", "verify")}
     version = run_kimicount("--version", env={"PYTHONPROFILEIMPORTTIME": "1"})
-    imported = {line.rsplit("|", 1)[-1].strip() for line in version.stderr.splitlines() if "|" in line}
+    imported = imported_modules(version.stderr)
     assert "kimicount.cli.root" in imported and "kimicount.cli.params" not in imported
 
 
 def test_the_root_help_lists_every_command_however_it_is_asked():
-    commands = ("explore", "flops", "gguf", "kv-cache", "measure", "models", "params", "plan", "show", "verify")
+    commands = (
+        "explore",
+        "flops",
+        "gguf",
+        "kv-cache",
+        "measure",
+        "models",
+        "params",
+        "plan",
+        "show",
+        "verify",
+    )
     for args in (["--help"], ["-h", "params"], []):
         result = run_kimicount(*args)
         # no arguments: click prints the help on stderr, as an error

@@ -23,7 +23,7 @@ import pytest
 from kimicount.plan import DeploymentOptions
 from kimicount.serve_command import PLAN_FLAGS
 
-from .helpers import FIXTURES, invoke
+from .helpers import FIXTURES, heavy_imports, invoke
 from .test_params_cli import _fails_cleanly
 
 K25 = str(FIXTURES / "kimi-k2.5")  # K2-Thinking's language model and quantization (+ a vision tower)
@@ -305,15 +305,7 @@ def test_every_deployment_option_has_a_plan_option():
 
 
 def test_the_new_modules_import_neither_rich_nor_torch_nor_the_hub():
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, kimicount.serve_command, kimicount.plan_answer; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'rich', 'torch', 'huggingface_hub', 'typer'}))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]"
+    assert heavy_imports("kimicount.serve_command", "kimicount.plan_answer") == []
 
 
 def test_the_json_keeps_its_keys_and_adds_the_answers():
