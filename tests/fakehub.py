@@ -67,6 +67,15 @@ class FakeHub:
         httpserver.expect_request(re.compile(".*")).respond_with_handler(self.handle)
         return httpserver.url_for("/").rstrip("/")
 
+    def client_env(self, httpserver, home: Path) -> dict[str, str]:
+        """Install on the server; return what a `python -m kimicount` run needs to reach this hub: HF_ENDPOINT
+        at it, a fresh Hub cache (HF_HOME) in `home`/hf, telemetry off."""
+        return {
+            "HF_ENDPOINT": self.install(httpserver),
+            "HF_HOME": str(home / "hf"),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+        }
+
     def handle(self, request: Request) -> Response:
         response = (self.override and self.override(request)) or self._respond(request)
         self.requests.append((request.method, request.path, request.headers.get("Range")))

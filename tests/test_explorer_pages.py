@@ -413,11 +413,7 @@ def test_evidence_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
         "modeling_deepseek.py": MODELING.read_bytes(),
     }
     fake.add_repo("moonshotai/Kimi-K2-Instruct", files, commit=commit)
-    env = {
-        "HF_ENDPOINT": fake.install(httpserver),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-    }
+    env = fake.client_env(httpserver, tmp_path)
     result = run_kimicount("show", KEY_CONTENT, "--repo", "moonshotai/Kimi-K2-Instruct", "--json", env=env)
     assert result.returncode == 0, result.stderr
     p = json.loads(result.stdout)

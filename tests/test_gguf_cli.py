@@ -281,11 +281,7 @@ def hub(httpserver, tmp_path, r1_split):
     files["BF16/DeepSeek-R1-BF16-00001-of-00002.gguf"] = r1_split[0]  # another quant beside it
     files["BF16/DeepSeek-R1-BF16-00002-of-00002.gguf"] = r1_split[1]
     fake.add_repo(REPO, files)
-    env = {
-        "HF_ENDPOINT": fake.install(httpserver),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-    }
+    env = fake.client_env(httpserver, tmp_path)
     return fake, env
 
 

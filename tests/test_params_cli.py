@@ -261,11 +261,7 @@ def hub(httpserver, tmp_path):
     fake = FakeHub()
     fake.add_repo(MIRROR, {"config.json": (KIMI_K2 / "config.json").read_bytes()})
     fake.add_repo("org/gated", {"config.json": (KIMI_K2 / "config.json").read_bytes()}, token="hf_secret")
-    env = {
-        "HF_ENDPOINT": fake.install(httpserver),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-    }
+    env = fake.client_env(httpserver, tmp_path)
     return fake, env
 
 
