@@ -41,6 +41,20 @@ def run_kimicount(
     )
 
 
+def fails_cleanly(result, *needles: str) -> str:
+    """A run that failed as bad input must: exit 2, nothing on stdout, one line on stderr starting
+    "kimicount: error: " that holds every needle and no traceback; returns that line."""
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("kimicount: error: ")
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+    return lines[0]
+
+
 def imported_modules(stderr: str) -> set[str]:
     """The modules a run imported, from what PYTHONPROFILEIMPORTTIME=1 (-X importtime) wrote on its
     stderr: the last column of each `import time: … | … | module` line."""
