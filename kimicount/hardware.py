@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from kimicount.errors import MAX_COUNT, UsageError
+from kimicount.options import parse_size
 
 MIB = 2**20
 TERA = 10**12
@@ -500,3 +501,37 @@ def parse_flops(text: str, option: str) -> int:
     (989500000000000, 2250000000000000)
     """
     return _parse_rate(option, text, _FLOPS_UNITS, "989.5TFLOPS, 2.25PFLOPS or a number of FLOP/s")
+
+
+def typed_gpu(
+    gpus: str,
+    count: int,
+    gpu: Accelerator | None,
+    *,
+    gpu_memory: str | None,
+    hbm_bandwidth: str | None,
+    peak_bf16: str | None,
+    peak_fp8: str | None = None,
+    example: str = "H200",
+) -> Accelerator:
+    """The GPU the options describe: `gpu`, the table's entry --gpus named (None for a bare count, then
+    one known by --gpu-memory alone), with --gpu-memory, --hbm-bandwidth, --peak-bf16 and --peak-fp8
+    in place of its figures. `example`: the type the message for a bare count suggests.
+
+    >>> typed_gpu("8", 8, None, gpu_memory="80GiB", hbm_bandwidth="2TB/s", peak_bf16=None).hbm_bandwidth
+    2000000000000
+    """
+    memory = None if gpu_memory is None else parse_size(gpu_memory, "--gpu-memory")
+    if gpu is None:
+        if memory is None:
+            raise UsageError(
+                f"--gpus {gpus}: name the GPU type (e.g. {count}x{example}) or give --gpu-memory SIZE"
+            )
+        gpu = custom_accelerator(memory)
+    return with_overrides(
+        gpu,
+        memory_bytes=memory,
+        hbm_bandwidth=None if hbm_bandwidth is None else parse_bandwidth(hbm_bandwidth),
+        bf16_flops=None if peak_bf16 is None else parse_flops(peak_bf16, "--peak-bf16"),
+        fp8_flops=None if peak_fp8 is None else parse_flops(peak_fp8, "--peak-fp8"),
+    )

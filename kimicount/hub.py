@@ -86,7 +86,7 @@ T = TypeVar("T")
 @contextmanager
 def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]:
     """Turn huggingface_hub's and httpx's exceptions into one-line SourceErrors naming what was asked for."""
-    where = _where(repo, revision)
+    where = repo_label(repo, revision)
     try:
         yield
     except (OutOfTime, SourceError, CheckpointError):
@@ -173,13 +173,13 @@ def _why_not_fetched(error: LocalEntryNotFoundError, filename: str) -> str:
 
 def spec_from_hub_config(path: Path, repo: str, revision: str | None) -> ModelSpec:
     """The spec of a config.json fetched from the Hub; errors name the repo and revision."""
-    where = f"{_where(repo, revision)} {CONFIG_FILE}"
+    where = f"{repo_label(repo, revision)} {CONFIG_FILE}"
     return spec_from_config(load_config_file(path), name=repo, where=where)
 
 
 def download_config(repo: str, revision: str | None, options: HubOptions | None = None) -> Path:
     """config.json of the repo at the revision, through the Hub cache (only that file is fetched)."""
-    where = _where(repo, revision)
+    where = repo_label(repo, revision)
 
     def work(operation: Operation) -> Path:
         operation.status(f"fetching {CONFIG_FILE} of {where} from {constants.ENDPOINT}")
@@ -227,7 +227,7 @@ def fetch_checkpoint(
     one pass over it (a second GET only if a header is longer than estimated), MAX_WORKERS at a time.
     The same on `main` as at a commit: 2 + 1 + N requests for N shards, in 2 + ceil(N / 8) round trips.
     """
-    where = _where(repo, revision)
+    where = repo_label(repo, revision)
     with paused_gc():  # as read_folder: the headers are hundreds of thousands of objects, none in a cycle
         return run(options or HubOptions(), where, lambda op: _checkpoint(op, repo, revision, on_file))
 
@@ -235,7 +235,7 @@ def fetch_checkpoint(
 def _checkpoint(
     operation: Operation, repo: str, revision: str | None, on_file: Callable[[str], None] | None
 ) -> tuple[Path, Checkpoint]:
-    source, endpoint = _where(repo, revision), constants.ENDPOINT
+    source, endpoint = repo_label(repo, revision), constants.ENDPOINT
     operation.status(f"fetching {CONFIG_FILE} and {INDEX_FILE} of {source} from {endpoint}")
     # Offline, nothing is sent: the config comes from the cache, and the index is then asked for (and
     # refused) at the config's commit, which the error names.
@@ -282,7 +282,7 @@ def _download_index(operation: Operation, repo: str, revision: str | None) -> tu
             body, headers = _get_capped(operation, url, MAX_INDEX_BYTES)
         except RemoteEntryNotFoundError:
             return None, None
-    where = f"{_where(repo, revision)}/{INDEX_FILE}"
+    where = f"{repo_label(repo, revision)}/{INDEX_FILE}"
     if body is None:
         raise CheckpointError(f"{where}: over {MAX_INDEX_BYTES:,} bytes, more than any index")
     return parse_index(body, where), headers.get(constants.HUGGINGFACE_HEADER_X_REPO_COMMIT)
@@ -306,13 +306,13 @@ def _read_remote_header(
 ) -> tuple[FileHeader, int, int]:
     """One file's header by ranged GETs; returns it, the bytes received and the requests made."""
     url = hf_hub_url(repo, file, revision=commit)
-    where = f"{_where(repo, commit)}/{file}"
+    where = f"{repo_label(repo, commit)}/{file}"
     with hub_errors(repo, commit, file):
-        data, size = _get_range(operation, url, 0, window, where)
+        data, size = get_range(operation, url, 0, window, where)
         requests = 1
         length = header_length(data, where, size)
         if 8 + length > len(data):  # longer than estimated: fetch the rest
-            rest, _ = _get_range(operation, url, len(data), 8 + length - len(data), where)
+            rest, _ = get_range(operation, url, len(data), 8 + length - len(data), where)
             data, requests = data + rest, 2
     return parse_header(data[8 : 8 + length], file, size, where=where), len(data), requests
 
@@ -374,7 +374,7 @@ def _get_capped(operation: Operation, url: str, limit: int) -> tuple[bytes | Non
     return _get(operation, url, _request_headers(operation.options.token), read)
 
 
-def _get_range(operation: Operation, url: str, start: int, length: int, where: str) -> tuple[bytes, int]:
+def get_range(operation: Operation, url: str, start: int, length: int, where: str) -> tuple[bytes, int]:
     """Up to `length` bytes from `start`, and the file's total size. Streams, so that a server that
     ignores Range (answering 200 with the whole file) costs no more than the bytes up to those asked for."""
     headers = _request_headers(operation.options.token, Range=f"bytes={start}-{start + length - 1}")
@@ -450,7 +450,7 @@ def _is_commit(revision: str | None) -> bool:
     return revision is not None and COMMIT.fullmatch(revision) is not None
 
 
-def _where(repo: str, revision: str | None) -> str:
+def repo_label(repo: str, revision: str | None) -> str:
     """repo@revision, a commit shortened to 12 characters (and anything very long cut short)."""
     revision = revision or constants.DEFAULT_REVISION
     return f"{shorten(repo, 100)}@{revision[:12] if _is_commit(revision) else shorten(revision, 100)}"

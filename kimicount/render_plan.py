@@ -250,13 +250,18 @@ def _memory(console: Console, report: PlanReport, stage: StageMemory) -> None:
         _sglang_reserve(console, report)
     elif report.reserve is not None and report.reserve.estimate:
         say(console, f"Reserve, an estimate of {report.reserve.assumes_short}:")
-        terms = Table.grid(padding=(0, 2))
-        for justify in ("left", "left", "right"):
-            terms.add_column(justify=justify)
-        for name, calculation, bytes_ in report.reserve.terms:
-            terms.add_row(f"  {name}", calculation, f"= {bytes_:,} B")
-        show(console, terms)
+        _show_terms(console, report.reserve.terms)
         say(console, "--reserve SIZE replaces it; --kv-memory SIZE starts from the pool an engine printed.")
+
+
+def _show_terms(console: Console, terms: tuple[tuple[str, str, int], ...]) -> None:
+    """The reserve's terms, one a row: name, calculation, bytes."""
+    grid = Table.grid(padding=(0, 2))
+    for justify in ("left", "left", "right"):
+        grid.add_column(justify=justify)
+    for name, calculation, bytes_ in terms:
+        grid.add_row(f"  {name}", calculation, f"= {bytes_:,} B")
+    show(console, grid)
 
 
 def _sglang_reserve(console: Console, report: PlanReport) -> None:
@@ -272,12 +277,7 @@ def _sglang_reserve(console: Console, report: PlanReport) -> None:
         console,
         "Kept back, SGLang's rule: pool = free memory before the weights load × mem_fraction_static − weights:",
     )
-    terms = Table.grid(padding=(0, 2))
-    for justify in ("left", "left", "right"):
-        terms.add_column(justify=justify)
-    for name, calculation, bytes_ in report.reserve.terms:
-        terms.add_row(f"  {name}", calculation, f"= {bytes_:,} B")
-    show(console, terms)
+    _show_terms(console, report.reserve.terms)
     say(
         console,
         "--reserve SIZE replaces the memory in use before load; --kv-memory SIZE starts from the pool.",

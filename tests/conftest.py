@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import KIMI_K2
+# the helpers' checks (fails_cleanly) report their operands as a test's own asserts do
+pytest.register_assert_rewrite("tests.helpers")
+
+from .helpers import KIMI_K2  # after the rewrite is registered
 
 
 @pytest.fixture

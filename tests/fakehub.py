@@ -67,6 +67,15 @@ class FakeHub:
         httpserver.expect_request(re.compile(".*")).respond_with_handler(self.handle)
         return httpserver.url_for("/").rstrip("/")
 
+    def client_env(self, httpserver, home: Path) -> dict[str, str]:
+        """Install on the server; return what a `python -m kimicount` run needs to reach this hub: HF_ENDPOINT
+        at it, a fresh Hub cache (HF_HOME) in `home`/hf, telemetry off."""
+        return {
+            "HF_ENDPOINT": self.install(httpserver),
+            "HF_HOME": str(home / "hf"),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+        }
+
     def handle(self, request: Request) -> Response:
         response = (self.override and self.override(request)) or self._respond(request)
         self.requests.append((request.method, request.path, request.headers.get("Range")))
@@ -80,22 +89,17 @@ class FakeHub:
         match = _RESOLVE.match(request.path)
         if not match:
             return Response("Not Found", status=404)
-        repo = self.repos.get(match["repo"])
-        if repo is None:
-            # The Hub answers 401 for unknown repos to callers without access, as for private ones.
-            return _error(401, "RepoNotFound", "Repository not found")
-        if repo.token is not None and request.headers.get("Authorization") != f"Bearer {repo.token}":
-            return _error(401, "GatedRepo", "Access to this repo is restricted")
-        if match["revision"] not in (*repo.branches, repo.commit):
-            return _error(404, "RevisionNotFound", "Invalid rev id")
+        repo = self._repo(request, match)
+        if isinstance(repo, Response):
+            return repo
         content = repo.files.get(match["path"])
         if content is None:
             return _error(404, "EntryNotFound", "Entry not found")
         return _serve(request, content, repo.commit, self.ignore_range)
 
-    def _tree(self, request: Request, match: re.Match) -> Response:
-        """The repo's files as the Hub lists them (one page: [{"type", "path", "size", "oid"}], folders
-        as {"type": "directory", "path"}), under `path`, recursively or one level down."""
+    def _repo(self, request: Request, match: re.Match) -> FakeRepo | Response:
+        """The repo@revision the path names, or the Hub's error: 401 for an unknown repo (as for a private
+        one, to callers without access) or a missing token, 404 for an unknown revision."""
         repo = self.repos.get(match["repo"])
         if repo is None:
             return _error(401, "RepoNotFound", "Repository not found")
@@ -103,6 +107,14 @@ class FakeHub:
             return _error(401, "GatedRepo", "Access to this repo is restricted")
         if match["revision"] not in (*repo.branches, repo.commit):
             return _error(404, "RevisionNotFound", "Invalid rev id")
+        return repo
+
+    def _tree(self, request: Request, match: re.Match) -> Response:
+        """The repo's files as the Hub lists them (one page: [{"type", "path", "size", "oid"}], folders
+        as {"type": "directory", "path"}), under `path`, recursively or one level down."""
+        repo = self._repo(request, match)
+        if isinstance(repo, Response):
+            return repo
         base = (match["path"] or "").strip("/")
         recursive = request.args.get("recursive", "").lower() == "true"
         entries, folders = [], set()

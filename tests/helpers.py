@@ -41,6 +41,40 @@ def run_kimicount(
     )
 
 
+def fails_cleanly(result, *needles: str) -> str:
+    """A run that failed as bad input must: exit 2, nothing on stdout, one line on stderr starting
+    "kimicount: error: " that holds every needle and no traceback; returns that line."""
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("kimicount: error: ")
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+    return lines[0]
+
+
+def imported_modules(stderr: str) -> set[str]:
+    """The modules a run imported, from what PYTHONPROFILEIMPORTTIME=1 (-X importtime) wrote on its
+    stderr: the last column of each `import time: … | … | module` line."""
+    return {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if "|" in line}
+
+
+#: What a light module must not pull in: the table library, torch, the Hub client and the CLI framework.
+HEAVY = ("rich", "torch", "huggingface_hub", "typer")
+
+
+def heavy_imports(*modules: str) -> list[str]:
+    """The HEAVY packages a fresh interpreter holds after importing `modules`, sorted (none: [])."""
+    code = (
+        f"import json, sys, {', '.join(modules)}; "
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
 _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
 

@@ -562,11 +562,7 @@ def test_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
     commit = "fd1984e2b7a3" + "0" * 28
     files = {"config.json": (KIMI_K2 / "config.json").read_bytes(), "modeling_deepseek.py": TEXT.encode()}
     fake.add_repo("moonshotai/Kimi-K2-Instruct", files, commit=commit)
-    env = {
-        "HF_ENDPOINT": fake.install(httpserver),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-    }
+    env = fake.client_env(httpserver, tmp_path)
     assert hub_run(env, "moonshotai/Kimi-K2-Instruct") == {
         "origin": "the Hub",
         "revision": commit,

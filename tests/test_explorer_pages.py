@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from .fakehub import FakeHub
-from .helpers import FIXTURES, KIMI_K2, ROOT, invoke, run_kimicount
+from .helpers import FIXTURES, KIMI_K2, ROOT, imported_modules, invoke, run_kimicount
 
 KEY_CONTENT = "Key content up-projection"
 
@@ -413,11 +413,7 @@ def test_evidence_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
         "modeling_deepseek.py": MODELING.read_bytes(),
     }
     fake.add_repo("moonshotai/Kimi-K2-Instruct", files, commit=commit)
-    env = {
-        "HF_ENDPOINT": fake.install(httpserver),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-    }
+    env = fake.client_env(httpserver, tmp_path)
     result = run_kimicount("show", KEY_CONTENT, "--repo", "moonshotai/Kimi-K2-Instruct", "--json", env=env)
     assert result.returncode == 0, result.stderr
     p = json.loads(result.stdout)
@@ -433,7 +429,7 @@ def test_evidence_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
 def _imported(*args: str) -> set[str]:
     result = run_kimicount(*args, env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
-    return {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    return imported_modules(result.stderr)
 
 
 def test_what_each_command_imports():

@@ -19,8 +19,7 @@ import pytest
 from kimicount.flow import Mla, absorbed_crossover, attention_flops, expected_experts, prefill_attention_flops
 from kimicount.spec import bundled_spec
 
-from .helpers import FIXTURES, ROOT, invoke
-from .test_params_cli import _fails_cleanly
+from .helpers import FIXTURES, ROOT, fails_cleanly, invoke
 from .test_plan import K2_THINKING_TP8, K2_TP8
 
 K25 = str(FIXTURES / "kimi-k2.5")
@@ -459,7 +458,7 @@ def test_speed_text_output():
     ],
 )
 def test_bad_speed_options_fail_in_one_line(args, needles):
-    _fails_cleanly(invoke(*args), *needles)
+    fails_cleanly(invoke(*args), *needles)
 
 
 # --- benchmarks/measure_gpu.py: measured ÷ floor -------------------------------------------------------

@@ -12,7 +12,7 @@ from gguf import GGUFValueType
 
 from .fakehub import FakeHub
 from .gguf_files import deepseek2_metadata, read_map, write_gguf
-from .helpers import FIXTURES, invoke, run_kimicount
+from .helpers import FIXTURES, imported_modules, invoke, run_kimicount
 from .test_gguf_reader import as_listed, k2_q6, k2_q6_k  # noqa: F401 - the module-scoped fixture
 from .test_terminal import _check_80_columns
 
@@ -245,7 +245,7 @@ def test_not_deepseek2_and_missing_keys(tmp_path):
 @pytest.mark.parametrize("args", [["gguf", "--help"], ["gguf", "--quant", "Q7"], ["gguf", "-h"]])
 def test_help_and_usage_errors_import_neither_rich_gguf_nor_the_anatomy(args):
     result = run_kimicount(*args, env={"PYTHONPROFILEIMPORTTIME": "1"})
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    imported = imported_modules(result.stderr)
     assert "kimicount.cli.gguf" in imported  # the check sees our own imports
     heavy = {m for m in imported if m.split(".")[0] in ("rich", "gguf", "numpy", "huggingface_hub")}
     assert not heavy and "kimicount.anatomy" not in imported
@@ -254,7 +254,7 @@ def test_help_and_usage_errors_import_neither_rich_gguf_nor_the_anatomy(args):
 def test_params_does_not_import_gguf():
     result = run_kimicount("params", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    imported = imported_modules(result.stderr)
     assert "kimicount.anatomy" in imported
     assert not {m for m in imported if m.split(".")[0] == "gguf" or m.startswith("kimicount.gguf")}
 
@@ -281,11 +281,7 @@ def hub(httpserver, tmp_path, r1_split):
     files["BF16/DeepSeek-R1-BF16-00001-of-00002.gguf"] = r1_split[0]  # another quant beside it
     files["BF16/DeepSeek-R1-BF16-00002-of-00002.gguf"] = r1_split[1]
     fake.add_repo(REPO, files)
-    env = {
-        "HF_ENDPOINT": fake.install(httpserver),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-    }
+    env = fake.client_env(httpserver, tmp_path)
     return fake, env
 
 

@@ -86,11 +86,7 @@ def hub(threaded_httpserver, tmp_path):
     files[INDEX] = json.dumps({"weight_map": {t: f for f, ts in shards.items() for t in ts}}).encode()
     fake = FakeHub()
     fake.add_repo("org/tiny", files, commit=COMMIT)
-    env = {
-        "HF_ENDPOINT": fake.install(threaded_httpserver),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-    }
+    env = fake.client_env(threaded_httpserver, tmp_path)
     return fake, env
 
 

@@ -9,8 +9,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from .helpers import FIXTURES, invoke, run_kimicount
-from .test_params_cli import MIRROR, _fails_cleanly, hub  # noqa: F401 (hub: the fake Hub fixture)
+from .helpers import FIXTURES, fails_cleanly, imported_modules, invoke, run_kimicount
+from .test_params_cli import MIRROR, hub  # noqa: F401 (hub: the fake Hub fixture)
 
 V3 = str(FIXTURES / "deepseek-v3")
 V32 = str(FIXTURES / "deepseek-v3.2-exp")
@@ -217,7 +217,7 @@ def test_python_dash_m_and_no_torch_or_hub_import():
     result = run_kimicount("kv-cache", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["layouts"][2]["bytes_per_token"] == 70_272
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    imported = imported_modules(result.stderr)
     assert "kimicount.kvcache" in imported  # the check sees our own imports
     assert not {m for m in imported if m.split(".")[0] in ("torch", "huggingface_hub")}
 
@@ -254,7 +254,7 @@ def test_repo_reads_the_config_from_the_hub(hub):  # noqa: F811
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, needles):
-    _fails_cleanly(invoke("kv-cache", *args), *needles)
+    fails_cleanly(invoke("kv-cache", *args), *needles)
 
 
 INT64_MAX = 9_223_372_036_854_775_807  # 2^63 − 1
@@ -263,10 +263,10 @@ HUGE = "9" * 400  # a 400-digit number: more than a float holds
 
 @pytest.mark.parametrize("option", ["--tokens", "--batch", "--block-size", "--tp"])
 def test_a_count_too_big_for_int64_exits_2_with_one_line(option):
-    _fails_cleanly(
+    fails_cleanly(
         invoke("kv-cache", option, HUGE), f"{option} {HUGE}: expected at most 9,223,372,036,854,775,807"
     )
-    _fails_cleanly(
+    fails_cleanly(
         invoke("kv-cache", option, str(INT64_MAX + 1)), f"{option} {INT64_MAX + 1}: expected at most"
     )
 
@@ -280,7 +280,7 @@ def test_a_count_too_big_for_int64_exits_2_with_one_line(option):
     ],
 )
 def test_a_budget_too_big_exits_2_with_one_line(budget, needle):
-    _fails_cleanly(invoke("kv-cache", "--budget", budget), needle)
+    fails_cleanly(invoke("kv-cache", "--budget", budget), needle)
 
 
 def test_the_largest_counts_still_render_exactly(tmp_path):
@@ -305,7 +305,7 @@ def test_the_largest_counts_still_render_exactly(tmp_path):
 
 
 def test_tp_refusal_names_the_model_heads():
-    _fails_cleanly(
+    fails_cleanly(
         invoke("kv-cache", "--config", str(FIXTURES / "deepseek-v2-lite"), "--tp", "32"),
         "--tp 32: does not divide the 16 attention heads of deepseek-v2-lite (num_attention_heads)",
     )
@@ -321,6 +321,6 @@ def test_bad_input_in_a_subprocess_is_one_line():
 def test_tp_with_a_single_head_names_the_one_choice(write_config, kimi_config):
     # one head has one divisor: the message says "use 1", not an empty list with a dangling "or" ("use  or 1")
     path = write_config({**kimi_config, "num_attention_heads": 1})
-    line = _fails_cleanly(invoke("kv-cache", "--config", str(path), "--tp", "2"), "--tp 2")
+    line = fails_cleanly(invoke("kv-cache", "--config", str(path), "--tp", "2"), "--tp 2")
     assert line.endswith("(num_attention_heads); use 1")
     assert "does not divide the 1 attention head of " in line

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.gguf_files import deepseek2_metadata, read_map, write_gguf
-from tests.helpers import FIXTURES, invoke
+from tests.helpers import FIXTURES, heavy_imports, imported_modules, invoke
 
 MIB = 2**20
 
@@ -198,15 +198,7 @@ def test_no_mmap_needs_the_host_copy_to_fit():
 
 
 def test_the_local_modules_import_neither_rich_nor_torch_nor_the_hub():
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, kimicount.local.plan, kimicount.local.reports, kimicount.local.request; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'rich', 'torch', 'huggingface_hub', 'typer'}))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]"
+    assert heavy_imports("kimicount.local.plan", "kimicount.local.reports", "kimicount.local.request") == []
 
 
 def test_a_bad_local_option_imports_no_rich():
@@ -215,5 +207,5 @@ def test_a_bad_local_option_imports_no_rich():
     result = run_kimicount("plan", "--gpus", "2xRTX3090", "--quant", "Q2_K", "--engine", "vllm",
                            env={"PYTHONPROFILEIMPORTTIME": "1"})  # fmt: skip
     assert result.returncode == 2
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    imported = imported_modules(result.stderr)
     assert "kimicount.local.request" in imported and not {m for m in imported if m.split(".")[0] == "rich"}

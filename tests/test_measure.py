@@ -22,8 +22,7 @@ from kimicount.kvcache import Layout
 from kimicount.measure import CacheTensor, LayoutMeasurement, Measurement
 from kimicount.render_measure import render_measure
 
-from .helpers import FIXTURES, invoke, run_kimicount
-from .test_params_cli import _fails_cleanly
+from .helpers import FIXTURES, fails_cleanly, invoke, run_kimicount
 
 try:  # torch is an optional extra: tests that build caches need it; usage errors must work without it
     import torch
@@ -326,7 +325,7 @@ def test_a_mismatch_is_not_ok_and_is_shown():
 )
 def test_bad_input_exits_2(args, needle):
     # refused before torch is imported: these run, and must pass, where torch is not installed
-    _fails_cleanly(invoke("measure", *args), needle)
+    fails_cleanly(invoke("measure", *args), needle)
 
 
 @needs_torch
@@ -342,7 +341,7 @@ def test_bad_input_exits_2(args, needle):
     ],
 )
 def test_a_run_too_big_for_memory_exits_2(args, needle):
-    _fails_cleanly(invoke("measure", "--device", "cpu", *args), needle)
+    fails_cleanly(invoke("measure", "--device", "cpu", *args), needle)
 
 
 @needs_torch

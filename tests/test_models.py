@@ -15,7 +15,7 @@ import pytest
 from kimicount.models import MODELS, known_model
 
 from .fakehub import FakeHub
-from .helpers import FIXTURES, KIMI_K2, invoke, run_kimicount
+from .helpers import FIXTURES, KIMI_K2, imported_modules, invoke, run_kimicount
 
 K2_TOTAL, K2_ACTIVATED = 1_026_408_232_448, 32_861_500_928  # DESIGN.md
 V3_TOTAL, V3_ACTIVATED = 671_026_419_200, 37_552_297_472  # the V3.1-Terminus GGUF listing; published 37B
@@ -218,7 +218,7 @@ def test_names_are_unique():
 def test_a_known_name_imports_no_hub_client():
     result = run_kimicount("params", "deepseek-v3", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    imported = imported_modules(result.stderr)
     assert "kimicount.models" in imported  # the check sees our own imports
     assert not {m for m in imported if m.split(".")[0] in ("torch", "huggingface_hub")}
 

@@ -7,19 +7,18 @@ import subprocess
 import sys
 
 from .checkpoints import write_header_only
-from .helpers import ROOT, invoke
-from .test_params_cli import _fails_cleanly
+from .helpers import ROOT, fails_cleanly, invoke
 
 
 def test_token_without_repo_suggests_tokens_where_the_command_has_it():
-    line = _fails_cleanly(invoke("kv-cache", "--token", "128k"))
+    line = fails_cleanly(invoke("kv-cache", "--token", "128k"))
     assert (
         line == "kimicount: error: --token needs --repo (it is a Hugging Face token); did you mean --tokens?"
     )
-    line = _fails_cleanly(invoke("flops", "--token", "4096"))
+    line = fails_cleanly(invoke("flops", "--token", "4096"))
     assert line.endswith("did you mean --tokens?")
     # params has no --tokens: nothing to suggest
-    assert _fails_cleanly(invoke("params", "--token", "hf_x")) == "kimicount: error: --token needs --repo"
+    assert fails_cleanly(invoke("params", "--token", "hf_x")) == "kimicount: error: --token needs --repo"
 
 
 def test_misspelt_tokens_names_it():
@@ -58,7 +57,7 @@ def test_verify_names_every_missing_shard(tmp_path):
         "model.layers.0.input_layernorm.weight": "d.safetensors",
     }
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    line = _fails_cleanly(invoke("verify", "--path", str(folder)))
+    line = fails_cleanly(invoke("verify", "--path", str(folder)))
     assert line.endswith(
         f"names 3 shards that are not in {folder}: 'b.safetensors', 'c.safetensors', 'd.safetensors'"
     )

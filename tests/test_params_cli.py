@@ -8,7 +8,7 @@ import re
 import pytest
 
 from .fakehub import FakeHub
-from .helpers import FIXTURES, KIMI_K2, invoke, run_kimicount
+from .helpers import FIXTURES, KIMI_K2, fails_cleanly, imported_modules, invoke, run_kimicount
 
 
 def test_default_prints_the_kimi_k2_tree_and_totals():
@@ -145,19 +145,30 @@ def test_python_dash_m_and_no_torch_or_hub_import():
     result = run_kimicount("params", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["total"] == 1_026_408_232_448
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    imported = imported_modules(result.stderr)
     assert "kimicount.anatomy" in imported  # the check sees our own imports
     assert not {m for m in imported if m.split(".")[0] in ("torch", "huggingface_hub", "msgspec")}
     # A run registers only the command it names: typer would read the other five's signatures too.
     assert "kimicount.cli.params" in imported
     assert not imported & {f"kimicount.cli.{m}" for m in ("flops", "kv_cache", "measure", "plan", "verify")}
     version = run_kimicount("--version", env={"PYTHONPROFILEIMPORTTIME": "1"})
-    imported = {line.rsplit("|", 1)[-1].strip() for line in version.stderr.splitlines() if "|" in line}
+    imported = imported_modules(version.stderr)
     assert "kimicount.cli.root" in imported and "kimicount.cli.params" not in imported
 
 
 def test_the_root_help_lists_every_command_however_it_is_asked():
-    commands = ("explore", "flops", "gguf", "kv-cache", "measure", "models", "params", "plan", "show", "verify")
+    commands = (
+        "explore",
+        "flops",
+        "gguf",
+        "kv-cache",
+        "measure",
+        "models",
+        "params",
+        "plan",
+        "show",
+        "verify",
+    )
     for args in (["--help"], ["-h", "params"], []):
         result = run_kimicount(*args)
         # no arguments: click prints the help on stderr, as an error
@@ -166,18 +177,6 @@ def test_the_root_help_lists_every_command_however_it_is_asked():
 
 
 # --- bad input: exit 2, one line naming the file and key, never a traceback --------------------
-
-
-def _fails_cleanly(result, *needles: str) -> str:
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("kimicount: error: ")
-    assert "Traceback" not in result.stderr
-    for needle in needles:
-        assert needle in lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize(
@@ -192,7 +191,7 @@ def _fails_cleanly(result, *needles: str) -> str:
 )
 def test_malformed_config_files(write_config, content, needles):
     path = write_config(content)
-    _fails_cleanly(invoke("params", "--config", str(path)), str(path), *needles)
+    fails_cleanly(invoke("params", "--config", str(path)), str(path), *needles)
 
 
 @pytest.mark.parametrize(
@@ -207,20 +206,20 @@ def test_malformed_config_files(write_config, content, needles):
 )
 def test_bad_config_values_exit_2(write_config, kimi_config, key, value, needle):
     path = write_config({**kimi_config, key: value})
-    _fails_cleanly(invoke("params", "--config", str(path)), str(path), needle)
+    fails_cleanly(invoke("params", "--config", str(path)), str(path), needle)
 
 
 def test_missing_and_unreadable_config(tmp_path):
-    _fails_cleanly(invoke("params", "--config", str(tmp_path / "nope.json")), "nope.json: no such file")
-    _fails_cleanly(invoke("params", "--config", str(tmp_path)), f"{tmp_path}/config.json: no such file")
+    fails_cleanly(invoke("params", "--config", str(tmp_path / "nope.json")), "nope.json: no such file")
+    fails_cleanly(invoke("params", "--config", str(tmp_path)), f"{tmp_path}/config.json: no such file")
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    _fails_cleanly(invoke("params", "--config", str(binary)), "binary.json: not valid JSON (not UTF-8")
+    fails_cleanly(invoke("params", "--config", str(binary)), "binary.json: not valid JSON (not UTF-8")
 
 
 def test_conflicting_model_options():
-    _fails_cleanly(invoke("params", "--config", str(KIMI_K2), "--repo", "a/b"), "--config or --repo")
-    _fails_cleanly(invoke("params", "--revision", "v1"), "--revision needs --repo")
+    fails_cleanly(invoke("params", "--config", str(KIMI_K2), "--repo", "a/b"), "--config or --repo")
+    fails_cleanly(invoke("params", "--revision", "v1"), "--revision needs --repo")
 
 
 def test_debug_variable_shows_the_traceback(write_config):
@@ -250,11 +249,7 @@ def hub(httpserver, tmp_path):
     fake = FakeHub()
     fake.add_repo(MIRROR, {"config.json": (KIMI_K2 / "config.json").read_bytes()})
     fake.add_repo("org/gated", {"config.json": (KIMI_K2 / "config.json").read_bytes()}, token="hf_secret")
-    env = {
-        "HF_ENDPOINT": fake.install(httpserver),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-    }
+    env = fake.client_env(httpserver, tmp_path)
     return fake, env
 
 
@@ -279,9 +274,9 @@ def test_repo_named_as_hf_download_names_it(hub):
 
 
 def test_repo_named_twice_must_agree():
-    line = _fails_cleanly(invoke("params", "org/one", "--repo", "org/two"))
+    line = fails_cleanly(invoke("params", "org/one", "--repo", "org/two"))
     assert line == "kimicount: error: name the repo once: org/one or --repo org/two, not both"
-    _fails_cleanly(invoke("params", "org/one", "--config", str(KIMI_K2)), "--config or --repo")
+    fails_cleanly(invoke("params", "org/one", "--config", str(KIMI_K2)), "--config or --repo")
 
 
 def test_repo_at_a_commit_and_then_offline_from_the_cache(hub):
@@ -340,5 +335,5 @@ def test_network_down_exits_2(tmp_path):
     ],
 )
 def test_usage_errors_are_one_line_too(args, needle):
-    line = _fails_cleanly(invoke(*args), needle)
+    line = fails_cleanly(invoke(*args), needle)
     assert line.endswith("--help)")

@@ -29,8 +29,7 @@ import pytest
 from kimicount.hardware import ACCELERATORS, parse_gpus
 from kimicount.placement import pipeline_stages
 
-from .helpers import FIXTURES, invoke, run_kimicount
-from .test_params_cli import _fails_cleanly
+from .helpers import FIXTURES, fails_cleanly, heavy_imports, imported_modules, invoke, run_kimicount
 
 K25 = str(FIXTURES / "kimi-k2.5")  # K2-Thinking's language model and quantization (+ a vision tower)
 V3 = str(FIXTURES / "deepseek-v3")
@@ -334,7 +333,7 @@ def test_ep_1_is_expert_parallelism_off():
     assert per_gpu(report)["Routed experts"] == 60 * 384 * 3 * (256 * 7_168 + 2 * 56 * 4)
     rules = {c["name"]: c["rule"] for c in report["weights"]}
     assert rules["Routed experts"] == "each expert by width: 256 of 2,048"
-    _fails_cleanly(invoke("plan", "--gpus", "8xH200", "--ep", "0"), "--ep 0: expected a positive integer")
+    fails_cleanly(invoke("plan", "--gpus", "8xH200", "--ep", "0"), "--ep 0: expected a positive integer")
 
 
 def test_vocabulary_is_padded_to_a_multiple_of_64_then_split(write_config, kimi_config):
@@ -352,7 +351,7 @@ def test_vocabulary_is_padded_to_a_multiple_of_64_then_split(write_config, kimi_
     assert weights16["Output head"] == 10_244 * 7_168 * 2
     # 163,904 rows do not split over 3 GPUs (48 heads, so that the heads do): vLLM's divide asserts
     path3 = str(write_config({**kimi_config, "vocab_size": 163_842, "num_attention_heads": 48}, "h48.json"))
-    _fails_cleanly(
+    fails_cleanly(
         invoke("plan", "--config", path3, "--gpus", "3xH200", "--kv-memory", "1GiB"),
         "--tp 3",
         "163,904 rows",
@@ -563,21 +562,16 @@ def test_text_output_has_the_tables_and_the_bar():
 def test_plan_imports_neither_torch_nor_the_hub():
     result = run_kimicount("plan", "--gpus", "8xH200", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    imported = imported_modules(result.stderr)
     assert "kimicount.plan" in imported
     assert not {m for m in imported if m.split(".")[0] in ("torch", "huggingface_hub")}
 
 
 def test_the_deployment_modules_import_neither_rich_nor_torch_nor_the_hub():
-    code = (
-        "import sys, kimicount.hardware, kimicount.placement, kimicount.plan, kimicount.reports_plan; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'rich', 'torch', 'huggingface_hub', 'typer'}))"
+    assert (
+        heavy_imports("kimicount.hardware", "kimicount.placement", "kimicount.plan", "kimicount.reports_plan")
+        == []
     )
-    import subprocess
-    import sys
-
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]"
 
 
 # --- what no engine can run: one line, exit 2 ------------------------------------------------------
@@ -616,12 +610,12 @@ def test_the_deployment_modules_import_neither_rich_nor_torch_nor_the_hub():
     ],
 )
 def test_bad_layouts_fail_in_one_line(args, needles):
-    _fails_cleanly(invoke("plan", *args), *needles)
+    fails_cleanly(invoke("plan", *args), *needles)
 
 
 def test_int4_groups_are_not_cut():
     # K2-Thinking's expert down_proj has 2,048 inputs in groups of 32: 128 GPUs would leave 16 each
-    _fails_cleanly(
+    fails_cleanly(
         invoke("plan", "--config", K25, "--gpus", "128xH200", "--tp", "8", "--dp", "16"), "INT4 groups of 32"
     )
 
@@ -701,4 +695,4 @@ def test_min_gpus_counts_redundant_experts():
     ],
 )
 def test_redundant_experts_that_do_not_divide_are_refused(args, needles):
-    _fails_cleanly(invoke("plan", "--gpus", "8xH200", *args), *needles)
+    fails_cleanly(invoke("plan", "--gpus", "8xH200", *args), *needles)

@@ -23,8 +23,7 @@ import pytest
 from kimicount.plan import DeploymentOptions
 from kimicount.serve_command import PLAN_FLAGS
 
-from .helpers import FIXTURES, invoke
-from .test_params_cli import _fails_cleanly
+from .helpers import FIXTURES, fails_cleanly, heavy_imports, invoke
 
 K25 = str(FIXTURES / "kimi-k2.5")  # K2-Thinking's language model and quantization (+ a vision tower)
 V3 = str(FIXTURES / "deepseek-v3")
@@ -247,7 +246,7 @@ def test_batch_max_counts_the_micro_batches_of_a_pipeline():
 
 
 def test_batch_max_when_not_one_sequence_fits():
-    _fails_cleanly(
+    fails_cleanly(
         invoke("plan", "--gpus", "8xH200", "--batch", "max"), "--batch max", "not one sequence of 4,096"
     )
 
@@ -276,7 +275,7 @@ def test_compare_puts_layouts_side_by_side():
 
 @pytest.mark.parametrize("text", ["tp8,xyz", "tp8tp4", "tp0", ","])
 def test_compare_refuses_what_it_cannot_read(text):
-    _fails_cleanly(invoke("plan", "--gpus", "8xH200", "--compare", text), "--compare")
+    fails_cleanly(invoke("plan", "--gpus", "8xH200", "--compare", text), "--compare")
 
 
 # --- nodes ------------------------------------------------------------------------------------------
@@ -293,7 +292,7 @@ def test_gpus_in_nodes():
     assert "TP16 spans 2 nodes of 8: its all-reduces cross the network between nodes" in " ".join(out.split())
     # TP8 × DP2 keeps each TP group inside a node
     assert plan_json(*args, "--tp", "8", "--dp", "2", "--ep", "16")["answer"]["tp_spans_nodes"] is False
-    _fails_cleanly(invoke("plan", "--gpus", "2x8xH900"), "unknown accelerator 'H900'")
+    fails_cleanly(invoke("plan", "--gpus", "2x8xH900"), "unknown accelerator 'H900'")
 
 
 # --- the alias table covers every option --------------------------------------------------------------
@@ -305,15 +304,7 @@ def test_every_deployment_option_has_a_plan_option():
 
 
 def test_the_new_modules_import_neither_rich_nor_torch_nor_the_hub():
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, kimicount.serve_command, kimicount.plan_answer; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'rich', 'torch', 'huggingface_hub', 'typer'}))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]"
+    assert heavy_imports("kimicount.serve_command", "kimicount.plan_answer") == []
 
 
 def test_the_json_keeps_its_keys_and_adds_the_answers():

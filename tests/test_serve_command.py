@@ -27,8 +27,7 @@ from kimicount.errors import UsageError
 from kimicount.plan import DeploymentOptions
 from kimicount.serve_command import PLAN_FLAGS, parse_serve_command
 
-from .helpers import KIMI_K2, ROOT, invoke
-from .test_params_cli import _fails_cleanly
+from .helpers import KIMI_K2, ROOT, fails_cleanly, invoke
 
 #: K2-Thinking's published quantization_config (moonshotai/Kimi-K2-Thinking; ../shared/data/configs/, whose
 #: PROVENANCE.md says where it was read), copied into fixtures/.
@@ -292,19 +291,19 @@ def test_flags_it_does_not_model_are_named_in_one_line(k2_thinking):
     ],
 )
 def test_what_it_cannot_read_is_refused_in_one_line(words, needles):
-    _fails_cleanly(invoke("plan", "--gpus", "8xH200", "--", *words), *needles)
+    fails_cleanly(invoke("plan", "--gpus", "8xH200", "--", *words), *needles)
 
 
 def test_plan_options_and_the_serve_command_must_agree(k2_thinking):
-    _fails_cleanly(
+    fails_cleanly(
         invoke("plan", "--gpus", "8xH200", "--tp", "4", "--", "vllm", "serve", k2_thinking, "-tp", "8"),
         "--tp and the serve command's -tp 8 disagree",
     )
-    _fails_cleanly(
+    fails_cleanly(
         invoke("plan", "--gpus", "8xH200", "moonshotai/Kimi-K2-Instruct", "vllm", "serve", k2_thinking),
         "expected one model",
     )
-    _fails_cleanly(
+    fails_cleanly(
         invoke("plan", "--config", K25, "--gpus", "8xH200", "--", "vllm", "serve", k2_thinking, "-tp", "8"),
         "name the model once",
     )
@@ -316,7 +315,7 @@ def test_plan_options_and_the_serve_command_must_agree(k2_thinking):
 
 def test_a_serve_command_without_tp_runs_on_one_gpu(k2_thinking):
     # vLLM's TP defaults to 1: on 8 GPUs the command says 1
-    _fails_cleanly(
+    fails_cleanly(
         invoke("plan", "--gpus", "8xH200", "--", "vllm", "serve", k2_thinking), "--tp 1", "--gpus says 8"
     )
 
@@ -342,7 +341,7 @@ def test_an_sglang_command_plans_its_layout_by_sglangs_rule():
     assert report["serve_command"]["flags"]["tp"] == "--tp 16"
     assert (report["answer"]["nodes"], report["answer"]["tp_spans_nodes"]) == (2, False)
     # --nnodes must agree with --gpus
-    _fails_cleanly(
+    fails_cleanly(
         invoke("plan", "--gpus", "4x4xH200", "--", *SGLANG, "--tp", "16", "--nnodes", "2"),
         "--gpus 4x4xH200 is 4 node(s)",
         "--nnodes says 2",
@@ -352,7 +351,7 @@ def test_an_sglang_command_plans_its_layout_by_sglangs_rule():
 def test_the_model_may_follow_the_flags_and_must_be_there(k2_thinking):
     # argparse takes vllm serve's positional model anywhere among the flags
     assert parse_serve_command(["vllm", "serve", "-tp", "8", "m"]).model == "m"
-    _fails_cleanly(
+    fails_cleanly(
         invoke("plan", "--gpus", "8xH200", "--", "python", "-m", "sglang.launch_server", "--tp", "8"),
         "the serve command names no model",
         "--model-path",
@@ -450,13 +449,13 @@ def test_a_pasted_sglang_command_is_planned_by_sglangs_rule_within_one_percent_o
     out = invoke("plan", *args).stdout
     assert out.startswith("deepseek-v3 on 16 × H20 (2 nodes × 8), TP16, as SGLang sizes it: fits\n")
     # vLLM's own options refuse the SGLang command's engine, naming both
-    _fails_cleanly(invoke("plan", "--engine", "vllm", *args), "--engine and the serve command's")
+    fails_cleanly(invoke("plan", "--engine", "vllm", *args), "--engine and the serve command's")
 
 
 def test_a_serve_command_with_a_local_run_is_refused_in_one_line():
     # a local llama.cpp run (--quant, --gguf, --engine llama.cpp …) plans no server: its model is named
     for local in (["--quant", "Q2_K"], ["--engine", "llama.cpp"]):
-        _fails_cleanly(
+        fails_cleanly(
             invoke("plan", "--gpus", "2xRTX3090", *local, "--", "vllm", "serve", K25, "-tp", "2"),
             "a serve command after -- (vllm serve) plans a vLLM or SGLang server, not a local llama.cpp run",
         )

@@ -23,8 +23,7 @@ import math
 
 import pytest
 
-from .helpers import invoke
-from .test_params_cli import _fails_cleanly
+from .helpers import fails_cleanly, invoke
 from .test_plan import GIB, K25, MIB, V3, V32, flat, per_gpu, plan_json
 
 H20_CUDA = 97_285 * MIB  # the H20's CUDA total (kimicount/hardware.py)
@@ -160,7 +159,7 @@ def test_sglang_dp_attention_lays_out_dense_parts_over_all_gpus():
     ],
 )
 def test_engine_options_fail_in_one_line(args, needles):
-    _fails_cleanly(invoke("plan", "--gpus", "8xH200", *args), *needles)
+    fails_cleanly(invoke("plan", "--gpus", "8xH200", *args), *needles)
 
 
 def test_given_max_running_requests_is_per_dp_rank():

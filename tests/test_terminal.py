@@ -11,7 +11,7 @@ import pytest
 from rich.cells import cell_len
 
 from .checkpoints import kimi_k2_layout, tampered_kimi_k2
-from .helpers import FIXTURES, KIMI_K2, invoke, real_kimi_k2_tensors, run_kimicount
+from .helpers import FIXTURES, KIMI_K2, imported_modules, invoke, real_kimi_k2_tensors, run_kimicount
 
 # --- every number whole at 80 columns -------------------------------------------------------------
 
@@ -171,7 +171,7 @@ def test_choices_and_values_have_one_style():
 )
 def test_help_and_errors_import_neither_rich_nor_the_anatomy(args):
     result = run_kimicount(*args, env={"PYTHONPROFILEIMPORTTIME": "1"})
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    imported = imported_modules(result.stderr)
     assert "kimicount.cli" in imported  # the check sees our own imports
     heavy = {m for m in imported if m.split(".")[0] in ("rich", "pydantic", "torch", "huggingface_hub")}
     assert not heavy and "kimicount.anatomy" not in imported

@@ -130,11 +130,7 @@ def tiny_repo(tmp_path):
 def test_a_server_that_ignores_range(httpserver, tmp_path, tiny_repo):
     fake = FakeHub(ignore_range=True)
     fake.add_repo("org/tiny", tiny_repo)
-    env = {
-        "HF_ENDPOINT": fake.install(httpserver),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-    }
+    env = fake.client_env(httpserver, tmp_path)
     result = run_kimicount("verify", "--repo", "org/tiny", "--json", env=env)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["parameters"]["found"] == 1_450_884
@@ -143,11 +139,7 @@ def test_a_server_that_ignores_range(httpserver, tmp_path, tiny_repo):
 def test_offline_after_the_config_was_cached(httpserver, tmp_path, tiny_repo):
     fake = FakeHub()
     fake.add_repo("org/tiny", tiny_repo)
-    env = {
-        "HF_ENDPOINT": fake.install(httpserver),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-    }
+    env = fake.client_env(httpserver, tmp_path)
     assert (
         run_kimicount("params", "--repo", "org/tiny", "--json", env=env).returncode == 0
     )  # caches config.json

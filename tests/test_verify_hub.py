@@ -31,11 +31,7 @@ def kimi_k2_files(tmp_path_factory) -> dict[str, bytes | Path]:
 def hub(httpserver, tmp_path, kimi_k2_files):
     fake = FakeHub()
     fake.add_repo(REPO, kimi_k2_files)
-    env = {
-        "HF_ENDPOINT": fake.install(httpserver),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-    }
+    env = fake.client_env(httpserver, tmp_path)
     return fake, env
 
 

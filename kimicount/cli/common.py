@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -25,6 +25,8 @@ from kimicount.options import DTYPE_METAVAR, parse_count, vllm_reading
 from kimicount.reading import shorten
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from kimicount.options import HubOptions
     from kimicount.spec import ModelSpec
 
@@ -139,6 +141,26 @@ def print_json(report: dict[str, Any]) -> None:
     others are written as JSON's own escapes (\\u00d7), which read back exactly."""
     encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
     sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=not encoding.startswith("utf")) + "\n")
+
+
+def end_check(
+    ctx: typer.Context,
+    ok: bool,
+    as_json: bool,
+    report_json: Callable[[], dict[str, Any]],
+    render: Callable[[Console], None],
+) -> NoReturn:
+    """How a check (verify, gguf) ends: its JSON report (which holds every component, so --depth is
+    said to do nothing) or its tables, then exit 0 when everything matched, 1 on any mismatch. Only the
+    view asked for is built."""
+    if as_json:
+        ignored(ctx, "with --json (it holds every component)", "depth")
+        print_json(report_json())
+    else:
+        from kimicount.render import make_console
+
+        render(make_console())
+    raise typer.Exit(0 if ok else 1)
 
 
 #: The options that count tokens, as vLLM's --max-model-len and --max-num-batched-tokens do.

@@ -14,9 +14,8 @@ from kimicount.cli.common import (
     RevisionOption,
     TimeoutOption,
     TokenOption,
-    ignored,
+    end_check,
     load_model,
-    print_json,
     progress,
 )
 from kimicount.cli.exits import EXIT_CODES
@@ -124,14 +123,12 @@ def gguf(
         else:
             spec = load_model(None, config, repo, revision, token, timeout, live=not as_json)
         report = check_listing(estimate_uniform(spec, quant), spec, estimate=ESTIMATE.format(quant=quant))
-    if as_json:
-        from kimicount.gguf.render import gguf_json
+    from kimicount.gguf.render import gguf_json, render_gguf
 
-        ignored(ctx, "with --json (it holds every component)", "depth")
-        print_json(gguf_json(report))
-    else:
-        from kimicount.gguf.render import render_gguf
-        from kimicount.render import make_console
-
-        render_gguf(make_console(), report, max_depth=max_depth)
-    raise typer.Exit(0 if report.ok else 1)
+    end_check(
+        ctx,
+        report.ok,
+        as_json,
+        lambda: gguf_json(report),
+        lambda console: render_gguf(console, report, max_depth=max_depth),
+    )

@@ -545,32 +545,21 @@ def plan_command(
             as_json=as_json,
         )
         return
-    from kimicount.hardware import (
-        custom_accelerator,
-        parse_bandwidth,
-        parse_flops,
-        parse_gpu_nodes,
-        with_overrides,
-    )
+    from kimicount.hardware import parse_gpu_nodes, typed_gpu
     from kimicount.kvcache import parse_layout
     from kimicount.options import parse_fraction, parse_size
     from kimicount.plan import ENGINES, DeploymentOptions, plan
     from kimicount.serve_command import deployment_settings, engine_kv_dtype
 
     nodes, count, gpu = parse_gpu_nodes(gpus)
-    memory = None if gpu_memory is None else parse_size(gpu_memory, "--gpu-memory")
-    if gpu is None:
-        if memory is None:
-            raise UsageError(
-                f"--gpus {gpus}: name the GPU type (e.g. {count}xH200) or give --gpu-memory SIZE"
-            )
-        gpu = custom_accelerator(memory)
-    gpu = with_overrides(
+    gpu = typed_gpu(
+        gpus,
+        count,
         gpu,
-        memory_bytes=memory,
-        hbm_bandwidth=None if hbm_bandwidth is None else parse_bandwidth(hbm_bandwidth),
-        bf16_flops=None if peak_bf16 is None else parse_flops(peak_bf16, "--peak-bf16"),
-        fp8_flops=None if peak_fp8 is None else parse_flops(peak_fp8, "--peak-fp8"),
+        gpu_memory=gpu_memory,
+        hbm_bandwidth=hbm_bandwidth,
+        peak_bf16=peak_bf16,
+        peak_fp8=peak_fp8,
     )
 
     # the plan options typed, by DeploymentOptions field (as typed, for messages)

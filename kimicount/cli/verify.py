@@ -14,8 +14,7 @@ from kimicount.cli.common import (
     RevisionOption,
     TimeoutOption,
     TokenOption,
-    ignored,
-    print_json,
+    end_check,
     progress,
     repo_id,
 )
@@ -82,14 +81,13 @@ def verify(
     # next collection would scan every one. Nothing of them is garbage before the run ends; keep them
     # out of every collection.
     gc.freeze()
-    if as_json:
-        from kimicount.reports import verify_json
+    from kimicount.render_verify import render_verify
+    from kimicount.reports import verify_json
 
-        ignored(ctx, "with --json (it holds every component)", "depth")
-        print_json(verify_json(report))
-    else:
-        from kimicount.render import make_console
-        from kimicount.render_verify import render_verify
-
-        render_verify(make_console(), report, max_depth=max_depth)
-    raise typer.Exit(0 if report.ok else 1)
+    end_check(
+        ctx,
+        report.ok,
+        as_json,
+        lambda: verify_json(report),
+        lambda console: render_verify(console, report, max_depth=max_depth),
+    )

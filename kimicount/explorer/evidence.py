@@ -48,6 +48,19 @@ DEFINITION, USE, CONFIG = "definition", "use", "config"
 #: would split at form feeds and other characters the tokenizer does not count as line ends.
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
+#: The attention's projections and norms, as modeling_deepseek.py's DeepseekV3Attention.__init__ names
+#: them, in file order (the pages' "Latent attention" lists them; its "projections" passage runs from the
+#: first to rotary_emb).
+ATTENTION_PROJECTIONS = (
+    "q_a_proj",
+    "q_a_layernorm",
+    "q_b_proj",
+    "kv_a_proj_with_mqa",
+    "kv_a_layernorm",
+    "kv_b_proj",
+    "o_proj",
+)
+
 #: Module containers: what they hold is what their first argument builds.
 _CONTAINERS = ("ModuleList", "ModuleDict", "Sequential")
 
@@ -230,11 +243,8 @@ class ModelingIndex:
     def activation(self, cls_name: str, name: str, method: str = "forward") -> list[Evidence]:
         """The assignments in the class's `method` (inherited from a base class of this file if it has
         none of its own) that bind the variable `name`, each a definition, in file order."""
-        function = self._method(cls_name, method)
+        function = self._searched_method(cls_name, method)
         if function is None:
-            self._note(
-                f"{cls_name} has no method {method}" if cls_name in self.classes else f"no class {cls_name}"
-            )
             return []
         found = [
             self.lines(start, end, DEFINITION)
@@ -249,11 +259,8 @@ class ModelingIndex:
         """The statements of the class's `method` (inherited if it has none) that call `function`,
         by its last name (`softmax` for nn.functional.softmax; `apply_rotary_pos_emb`; `rotary_emb`
         for self.rotary_emb): where an operation happens, each a use, in file order."""
-        found = self._method(cls_name, method)
+        found = self._searched_method(cls_name, method)
         if found is None:
-            self._note(
-                f"{cls_name} has no method {method}" if cls_name in self.classes else f"no class {cls_name}"
-            )
             return []
         uses = [
             self.lines(start, end, USE)
@@ -300,19 +307,7 @@ class ModelingIndex:
         if attention is None:
             return {}
         passages: dict[str, Evidence] = {}
-        projections = self.init_span(
-            attention,
-            [
-                "q_a_proj",
-                "q_a_layernorm",
-                "q_b_proj",
-                "kv_a_proj_with_mqa",
-                "kv_a_layernorm",
-                "kv_b_proj",
-                "o_proj",
-                "rotary_emb",
-            ],
-        )
+        projections = self.init_span(attention, [*ATTENTION_PROJECTIONS, "rotary_emb"])
         if projections is not None:
             passages["projections"] = projections
 
@@ -539,6 +534,15 @@ class ModelingIndex:
             if function is not None:
                 return function
         return None
+
+    def _searched_method(self, cls_name: str, method: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The method, as _method finds it; where there is none, that is noted as a finding."""
+        function = self._method(cls_name, method)
+        if function is None:
+            self._note(
+                f"{cls_name} has no method {method}" if cls_name in self.classes else f"no class {cls_name}"
+            )
+        return function
 
     def _init_methods(self, node: ast.ClassDef) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
         return self._called_methods(node, "__init__")

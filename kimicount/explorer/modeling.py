@@ -195,7 +195,7 @@ def download_modeling(
 
     from kimicount.hub_transport import Operation, Unreachable, capped, run
 
-    where = hub._where(repo, revision)
+    where = hub.repo_label(repo, revision)
 
     def work(operation: Operation) -> Path:
         operation.status(f"fetching {filename} of {where} from {constants.ENDPOINT}")

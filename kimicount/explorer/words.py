@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kimicount.explorer.evidence import ATTENTION_PROJECTIONS
 from kimicount.spec import ModelSpec
 
 #: What a component that never touches the cache does in each mode.
@@ -103,15 +104,7 @@ COMPONENTS: dict[str, Words] = {
         "u = MLA(x)",
         "hidden_states, self_attn_weights, present_key_value = self.self_attn(hidden_states=hidden_states, …)",
         _ATTENTION,
-        (
-            "q_a_proj",
-            "q_a_layernorm",
-            "q_b_proj",
-            "kv_a_proj_with_mqa",
-            "kv_a_layernorm",
-            "kv_b_proj",
-            "o_proj",
-        ),
+        ATTENTION_PROJECTIONS,
         "makes c_KV and k_R for positions 0 … T − 1, writes them to the cache (the latent "
         "layout; naive and flash write every head's keys and values) and attends causally over them",
         "reads the L cached positions' c_KV and k_R, writes position L's, and attends over all L + 1",

@@ -15,7 +15,7 @@ from huggingface_hub.utils import filter_repo_objects
 
 from kimicount.errors import SourceError
 from kimicount.gguf.reader import FileHeader, GGUFListing, assemble, listed, one_set, read_header
-from kimicount.hub import _get_range, _where, hub_errors
+from kimicount.hub import get_range, hub_errors, repo_label
 from kimicount.hub_transport import Operation, map_parallel, run
 from kimicount.options import HubOptions
 
@@ -24,12 +24,12 @@ def read_gguf_hub(
     repo: str, include: Sequence[str], revision: str | None = None, options: HubOptions | None = None
 ) -> GGUFListing:
     """The listing of the .gguf files of repo@revision that `include` matches (all when empty)."""
-    where = _where(repo, revision)
+    where = repo_label(repo, revision)
     return run(options or HubOptions(), where, lambda op: _read(op, repo, list(include), revision))
 
 
 def _read(operation: Operation, repo: str, include: list[str], revision: str | None) -> GGUFListing:
-    where, endpoint = _where(repo, revision), constants.ENDPOINT
+    where, endpoint = repo_label(repo, revision), constants.ENDPOINT
     token = operation.options.token
     operation.status(f"listing the files of {where} at {endpoint}")
     with hub_errors(repo, revision, "the file list"):
@@ -53,7 +53,7 @@ def _read(operation: Operation, repo: str, include: list[str], revision: str | N
         file_where = f"{where}/{path}"
         with hub_errors(repo, revision, path):
             return read_header(
-                lambda start, length: _get_range(operation, url, start, length, file_where)[0],
+                lambda start, length: get_range(operation, url, start, length, file_where)[0],
                 sizes[path],
                 file_where,
             )

@@ -16,6 +16,7 @@ Nothing here is written twice: the expected tensors are read off the anatomy's o
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Mapping
@@ -74,10 +75,7 @@ class ExpectedTensor:
 
     @property
     def elements(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 def _gguf_tensors(

@@ -29,6 +29,7 @@ not there) naming the file and the field; the CLI prints it as one line and exit
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -75,10 +76,7 @@ class GGUFTensor:
 
     @property
     def elements(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def layer(self) -> int | None:

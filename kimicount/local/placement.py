@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Protocol
 
@@ -280,13 +280,6 @@ class Fit:
     fewest_cpu_moe: int | None = field(default=None)
 
 
-def _fits_at(spec, tensors, gpu, count, offload, cache, cells, ram, ubatch, flash_attn) -> bool:
-    sized = Cache(cache.choice, cache.type_k, cache.type_v, cells, cache.tensors)
-    return place(
-        spec, tensors, gpu, count, offload, sized, ram=ram, ubatch=ubatch, flash_attn=flash_attn
-    ).fits
-
-
 def longest_context(
     spec: ModelSpec,
     tensors: Sequence[Tensor],
@@ -304,27 +297,28 @@ def longest_context(
     flash attention, the scores grow with the context)."""
     pad = cache.choice.pad
     trained = padded_cells(spec.max_position_embeddings, pad)
-    args = (spec, tensors, gpu, count, offload, cache)
-    rest = (ram, ubatch, flash_attn)
-    if _fits_at(*args, trained, *rest):
+
+    def layout_at(cells: int) -> Layout:
+        sized = replace(cache, cells=cells)
+        return place(spec, tensors, gpu, count, offload, sized, ram=ram, ubatch=ubatch, flash_attn=flash_attn)
+
+    def first_full(cells: int) -> str:
+        layout = layout_at(cells)
+        return next(d.name for d in (*layout.gpus, layout.host) if d.fits is False)
+
+    if layout_at(trained).fits:
         return Fit(spec.max_position_embeddings, "the trained context (max_position_embeddings)")
     low, high = 0, trained // pad  # fits at low × pad (0: nothing), not at high × pad
-    if not _fits_at(*args, pad, *rest):
-        return Fit(None, _first_full(*args, pad, *rest))
+    if not layout_at(pad).fits:
+        return Fit(None, first_full(pad))
     low = 1
     while high - low > 1:
         mid = (low + high) // 2
-        if _fits_at(*args, mid * pad, *rest):
+        if layout_at(mid * pad).fits:
             low = mid
         else:
             high = mid
-    return Fit(low * pad, _first_full(*args, high * pad, *rest))
-
-
-def _first_full(spec, tensors, gpu, count, offload, cache, cells, ram, ubatch, flash_attn) -> str:
-    sized = Cache(cache.choice, cache.type_k, cache.type_v, cells, cache.tensors)
-    layout = place(spec, tensors, gpu, count, offload, sized, ram=ram, ubatch=ubatch, flash_attn=flash_attn)
-    return next(d.name for d in (*layout.gpus, layout.host) if d.fits is False)
+    return Fit(low * pad, first_full(high * pad))
 
 
 def fewest_cpu_moe(

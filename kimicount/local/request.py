@@ -39,13 +39,7 @@ def run_local_plan(
 ) -> None:
     """`kimicount plan` for a local box: parse what was typed, read or estimate the listing, plan, show."""
     from kimicount.errors import UsageError
-    from kimicount.hardware import (
-        custom_accelerator,
-        parse_bandwidth,
-        parse_flops,
-        parse_gpus,
-        with_overrides,
-    )
+    from kimicount.hardware import parse_bandwidth, parse_gpus, typed_gpu
     from kimicount.local.builds import CacheLayout, Engine, parse_build
     from kimicount.local.cache import parse_cache_type
     from kimicount.local.floor import ram_bandwidth as channel_bandwidth
@@ -56,18 +50,14 @@ def run_local_plan(
     if (gguf is None) == (quant is None):
         raise UsageError("plan on a local box: give --gguf FILE or --quant TYPE (one of them)")
     count, gpu = parse_gpus(gpus)
-    memory = None if gpu_memory is None else parse_size(gpu_memory, "--gpu-memory")
-    if gpu is None:
-        if memory is None:
-            raise UsageError(
-                f"--gpus {gpus}: name the GPU type (e.g. {count}xRTX3090) or give --gpu-memory SIZE"
-            )
-        gpu = custom_accelerator(memory)
-    gpu = with_overrides(
+    gpu = typed_gpu(
+        gpus,
+        count,
         gpu,
-        memory_bytes=memory,
-        hbm_bandwidth=None if hbm_bandwidth is None else parse_bandwidth(hbm_bandwidth),
-        bf16_flops=None if peak_bf16 is None else parse_flops(peak_bf16, "--peak-bf16"),
+        gpu_memory=gpu_memory,
+        hbm_bandwidth=hbm_bandwidth,
+        peak_bf16=peak_bf16,
+        example="RTX3090",
     )
     if offload is not None and offload.strip().lower() != "experts":
         raise UsageError(f"--offload '{offload}': expected experts (the routed experts in RAM, -ot exps=CPU)")
