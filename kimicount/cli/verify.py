@@ -81,13 +81,11 @@ def verify(
     # next collection would scan every one. Nothing of them is garbage before the run ends; keep them
     # out of every collection.
     gc.freeze()
-    from kimicount.render_verify import render_verify
     from kimicount.reports import verify_json
 
-    end_check(
-        ctx,
-        report.ok,
-        as_json,
-        lambda: verify_json(report),
-        lambda console: render_verify(console, report, max_depth=max_depth),
-    )
+    def render(console) -> None:
+        from kimicount.render_verify import render_verify  # rich, only for the tables
+
+        render_verify(console, report, max_depth=max_depth)
+
+    end_check(ctx, report.ok, as_json, lambda: verify_json(report), render)
