@@ -206,6 +206,45 @@ def kv_cache_json(report: KvCacheReport) -> dict[str, Any]:
         "budget_bytes": report.budget,
         "indexer": None if report.indexer is None else _indexer_json(report, report.indexer),
         "layouts": [_layout_json(report, cache) for cache in report.caches],
+        "state": _state_json(report) if report.states else None,
+    }
+
+
+def _state_json(report: KvCacheReport) -> dict[str, Any]:
+    """A hybrid model's per-sequence state (its KDA layers'): per group and tensor, with its shape per
+    GPU, then the totals beside every layout's per-token cache."""
+    return {
+        "bytes_per_sequence": report.state_bytes_per_sequence,
+        "bytes_per_sequence_per_gpu": report.state_bytes_per_sequence_per_gpu,
+        "total_bytes": report.state_total_bytes,
+        "groups": [
+            {
+                "name": state.group.name,
+                "layers": list(state.group.layers),
+                "bytes_per_sequence_per_layer": state.bytes_per_sequence_per_layer,
+                "bytes_per_sequence": state.bytes_per_sequence,
+                "bytes_per_sequence_per_gpu": state.bytes_per_sequence_per_gpu,
+                "tensors": [
+                    {
+                        "name": part.tensor.name,
+                        "formula": part.tensor.formula,
+                        "shape_per_gpu": list(part.shape),
+                        "dtype": part.dtype,
+                        "bytes_per_gpu": part.bytes,
+                    }
+                    for part in state.parts()
+                ],
+            }
+            for state in report.states
+        ],
+        "layouts": [
+            {
+                "layout": cache.layout.value,
+                "total_bytes_with_state": report.total_with_state(cache),
+                "break_even_tokens": report.break_even_tokens(cache),
+            }
+            for cache in report.caches
+        ],
     }
 
 

@@ -92,7 +92,7 @@ class ComponentCheck:
 @dataclass(frozen=True)
 class LayerCheck:
     index: int
-    kind: str  # dense | moe | mtp
+    kind: str  # the block group's kind (dense | moe for the DeepSeek-V3 family, kda-moe, ...) | mtp
     counts: Counts
 
 
@@ -278,7 +278,7 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
         components = _components(anatomy)
         groups = expected_groups(anatomy, components)
         findings = _Findings()
-        parts = _PartCounts(spec, components)
+        parts = _PartCounts(anatomy, components)
         whole = []  # the groups verified whole (FP8 scales included)
         for group in groups:
             check = _check_packable if group.packable else _check_stored
@@ -611,8 +611,9 @@ class _PartCounts:
     weights fast. A tensor counts once in every component above its owners, so the tensors MLA splits
     between two components count once in the group that holds both."""
 
-    def __init__(self, spec: ModelSpec, components: list[_Component]):
-        self.spec = spec
+    def __init__(self, anatomy: Anatomy, components: list[_Component]):
+        # each main layer's kind, as its block group names it (dense, moe, kda-moe, ...); the rest are MTP
+        self.kinds = {row.index: row.kind for row in anatomy.layers()}
         self.components = components
         self.counts: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
 
@@ -660,6 +661,4 @@ class _PartCounts:
         return tuple(LayerCheck(i, self._kind(i), Counts(*rows[i])) for i in sorted(rows))
 
     def _kind(self, layer: int) -> str:
-        if layer >= self.spec.num_hidden_layers:
-            return "mtp"
-        return "moe" if self.spec.is_moe_layer(layer) else "dense"
+        return self.kinds.get(layer, "mtp")

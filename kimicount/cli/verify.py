@@ -69,12 +69,14 @@ def verify(
     """
     max_depth = parse_depth(depth)
     from kimicount.anatomy import build_anatomy
+    from kimicount.families import require_command
     from kimicount.source import load_checkpoint
     from kimicount.verify import verify as verify_checkpoint
 
     repo = repo_id(model, repo)
     with progress(not as_json, repo, token, timeout, local_files=True) as activity:
         spec, checkpoint = load_checkpoint(path, repo, revision, config, activity.on_file, activity.hub)
+        require_command(spec, "verify")
         report = verify_checkpoint(build_anatomy(spec), checkpoint)
     # The headers' hundreds of thousands of objects were made with the collector off (checkpoint.paused_gc,
     # while they are read and while they are checked), so they all sit in its youngest generation: the
