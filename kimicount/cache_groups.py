@@ -87,6 +87,12 @@ class CacheGroup:
     def state_bytes_per_layer(self, conv_bytes: int, ssm_bytes: int, tp: int = 1) -> int:
         """What one sequence's state takes in one layer on one of `tp` ranks, at the conv and ssm
         element sizes. [bytes/sequence/layer]
+
+        >>> from kimicount.families import cache_groups
+        >>> from kimicount.models import known_model
+        >>> kda = cache_groups(known_model("kimi-k3").spec())[1]
+        >>> kda.state_bytes_per_layer(2, 4)  # 3 × 3 × 12,288 × 2 + 96 × 128 × 128 × 4
+        6512640
         """
         return sum(t.elements(tp) * (conv_bytes if t.holds == CONV else ssm_bytes) for t in self.state)
 

@@ -70,6 +70,8 @@ FAMILIES = {
     ("kimi_k25", 61, 7168, 384): "Kimi K2.5",
     ("deepseek_v3", 61, 7168, 256): "DeepSeek-V3",
     ("deepseek_v2", 27, 2048, 64): "DeepSeek-V2-Lite",
+    ("kimi_linear", 27, 2304, 256): "Kimi Linear",
+    ("kimi_k3", 93, 7168, 896): "Kimi K3",
 }
 
 #: The figures quoted for each family, as quoted, with their sources.
@@ -94,6 +96,14 @@ PUBLISHED = {
         Figure("36.6B", ACTIVATED, "quoted later"),
         Figure("11.5B", MTP, "README_WEIGHTS: MTP unique, without embedding and head"),
         Figure("2.4B", MTP_ACTIVATED, "README_WEIGHTS: MTP, incl. embedding and head"),
+    ),
+    "Kimi Linear": (
+        Figure("48B", TOTAL, "Kimi Linear model card: 48B total parameters"),
+        Figure("3B", ACTIVATED, "Kimi Linear model card: 3B activated parameters"),
+    ),
+    "Kimi K3": (
+        Figure("2.8T", TOTAL, "vLLM recipes and the Hub's listing of moonshotai/Kimi-K3"),
+        Figure("104B", ACTIVATED, "secondary copies of the Kimi K3 model card"),
     ),
     "DeepSeek-V2-Lite": (
         Figure("15.7B", TOTAL, "DeepSeek-V2-Lite model card"),

@@ -6,7 +6,7 @@ with its checkpoint tensors and their storage roles (`build_anatomy`), and the s
 groups (`cache_groups`, kimicount.cache_groups). Everything downstream reads the tree and the groups.
 
     >>> family_of(k2).name, [f.name for f in FAMILIES]
-    ('deepseek_v3', ['deepseek_v3'])
+    ('deepseek_v3', ['deepseek_v3', 'kimi_linear'])
 
 Multimodal wrappers (Kimi K2.5 `kimi_k25`, Kimi K3 `kimi_k3`) keep the language model under
 `text_config`; the wrapper's model_type names the family. A command that cannot serve a family yet
@@ -58,6 +58,15 @@ FAMILIES = (
         "kimicount.families.deepseek_v3",
         ALL_COMMANDS,
     ),
+    Family(
+        "kimi_linear",
+        "the Kimi Linear layout: KDA + MLA, (latent) MoE",
+        ("kimi_linear",),
+        ("kimi_k3",),
+        ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration"),
+        "kimicount.families.kimi_linear",
+        frozenset({"params", "kv-cache", "verify", "models"}),
+    ),
 )
 
 _BY_NAME = {family.name: family for family in FAMILIES}
@@ -72,12 +81,12 @@ def family_for_config(config: Mapping[str, Any], where: str) -> Family:
     """The family of a parsed config: by its model_type, else (no model_type) by its architectures;
     an unknown one is refused naming the known model types.
 
-    >>> family_for_config({"model_type": "kimi_k2"}, "config.json").name
-    'deepseek_v3'
+    >>> family_for_config({"model_type": "kimi_k3"}, "config.json").name
+    'kimi_linear'
     >>> family_for_config({"model_type": "llama"}, "config.json")
     Traceback (most recent call last):
     kimicount.errors.ConfigError: config.json: key 'model_type': unsupported model type 'llama' (supported: \
-kimi_k2, deepseek_v3, deepseek_v32, deepseek_v2, kimi_k25)
+kimi_k2, deepseek_v3, deepseek_v32, deepseek_v2, kimi_linear, kimi_k25, kimi_k3)
     """
     from kimicount.reading import short_json
 
