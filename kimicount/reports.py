@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from kimicount.flow import Flow
     from kimicount.measure import Measurement
     from kimicount.storage import Memory
-    from kimicount.verify import VerifyReport
+    from kimicount.verify import IndexReport, VerifyReport
 
 
 def tensor_json(tensor: TensorRef) -> dict[str, Any]:
@@ -321,5 +321,26 @@ def measure_json(measurement: Measurement) -> dict[str, Any]:
                 "note": r.note,
             }
             for r in m.layouts
+        ],
+    }
+
+
+def index_json(report: IndexReport) -> dict[str, Any]:
+    """`verify --index`: the names and the metadata totals, declared against the trees'."""
+    return {
+        "ok": report.ok,
+        "source": report.source,
+        "model": report.model,
+        "files": report.files,
+        "names": {
+            "expected": report.expected_names,
+            "found": report.entries,
+            "rotary_buffers": report.rotary_buffers,
+        },
+        "total_size": {"declared": report.total_size, "expected": report.expected_size},
+        "total_parameters": {"declared": report.total_parameters, "expected": report.expected_parameters},
+        "mismatches": [
+            {"tensor": m.tensor, "kind": m.kind, "expected": m.expected, "found": m.found}
+            for m in report.mismatches
         ],
     }
