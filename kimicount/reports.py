@@ -176,10 +176,7 @@ def verify_json(report: VerifyReport) -> dict[str, Any]:
             {"name": c.name, "depth": c.depth, **_counts_json(c.counts)} for c in report.components
         ],
         "layers": [{"index": x.index, "kind": x.kind, **_counts_json(x.counts)} for x in report.layers],
-        "mismatches": [
-            {"tensor": m.tensor, "kind": m.kind, "expected": m.expected, "found": m.found}
-            for m in report.mismatches
-        ],
+        "mismatches": _mismatches_json(report.mismatches),
         "read": {"header_bytes": report.bytes_read, "requests": report.requests},
     }
 
@@ -339,8 +336,12 @@ def index_json(report: IndexReport) -> dict[str, Any]:
         },
         "total_size": {"declared": report.total_size, "expected": report.expected_size},
         "total_parameters": {"declared": report.total_parameters, "expected": report.expected_parameters},
-        "mismatches": [
-            {"tensor": m.tensor, "kind": m.kind, "expected": m.expected, "found": m.found}
-            for m in report.mismatches
-        ],
+        "mismatches": _mismatches_json(report.mismatches),
     }
+
+
+def _mismatches_json(mismatches) -> list[dict[str, str]]:
+    """verify's mismatches, as --json lists them (headers and an index alike)."""
+    return [
+        {"tensor": m.tensor, "kind": m.kind, "expected": m.expected, "found": m.found} for m in mismatches
+    ]

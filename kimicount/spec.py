@@ -244,7 +244,7 @@ class ModelSpec:
     @property
     def qk_head_dim(self) -> int:
         """Per-head query/key width: content part plus rotary part (192 for Kimi K2)."""
-        return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.mla.qk_head_dim
 
     @property
     def mla(self) -> MlaSpec:
