@@ -3,7 +3,9 @@
 One tree serves every report. `params` prints it, the per-layer and activated counts are read off it,
 and `verify` expands its tensor references into the exact names and shapes the checkpoint must hold.
 Each component is built by a small pure function of the spec; its docstring gives the config keys it
-reads and its Kimi K2 size (doctests run them against the bundled config as `k2`).
+reads and its Kimi K2 size (doctests run them against the bundled config as `k2`). These are the
+building blocks the families share (kimicount.families: norms, MLA, MoE, embedding and head, Kimi
+K2.5's vision tower); each family module assembles them into its layout.
 
 Counts are Python ints throughout. A node's `instances` is the number of copies in the whole model
 (the key content up-projection of the MoE blocks: 60; the routed experts: 384 × 60 = 23,040), so
@@ -20,6 +22,10 @@ from enum import Enum
 from kimicount.errors import ConfigError
 from kimicount.spec import MAX_SIZE, ModelSpec, VisionSpec
 
+#: The SwiGLU projections of an MLP as most checkpoints name them (gate, up, down); Kimi Linear's
+#: routed experts are w1, w3, w2 (vllm/model_executor/models/kimi_linear.py, load_weights).
+MLP_NAMES = ("gate_proj", "up_proj", "down_proj")
+
 
 class Role(str, Enum):
     """What a tensor is; its storage (dtype, quantization) in a checkpoint follows from this."""
@@ -31,6 +37,7 @@ class Role(str, Enum):
     NORM = "norm"  # RMSNorm / LayerNorm weight or bias
     ROUTER_BIAS = "router_bias"  # e_score_correction_bias, stored in F32
     UNQUANTIZED = "unquantized"  # a weight or bias every checkpoint keeps in the model dtype (MTP eh_proj)
+    F32 = "f32"  # a parameter its family's checkpoints keep in F32 (KDA's A_log and dt_bias)
 
 
 @dataclass(frozen=True)
@@ -123,7 +130,7 @@ def index_set(indices: Sequence[int]) -> str:
     >>> index_set((0,)), index_set(tuple(range(1, 61))), index_set((1, 3, 4, 5))
     ('0', '{1..60}', '{1,3..5}')
     """
-    runs = _runs(indices)
+    runs = index_runs(indices)
     if len(runs) == 1 and runs[0][0] == runs[0][1]:
         return str(runs[0][0])
     return "{" + ",".join(str(a) if a == b else f"{a}..{b}" for a, b in runs) + "}"
@@ -131,12 +138,13 @@ def index_set(indices: Sequence[int]) -> str:
 
 def layer_span(layers: Sequence[int]) -> str:
     """Layers in words: 'layer 0', 'layers 1–60', 'layers 1–3, 5'."""
-    runs = _runs(layers)
+    runs = index_runs(layers)
     text = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs)
     return f"layer {text}" if len(layers) == 1 else f"layers {text}"
 
 
-def _runs(indices: Sequence[int]) -> list[tuple[int, int]]:
+def index_runs(indices: Sequence[int]) -> list[tuple[int, int]]:
+    """Consecutive indices as (first, last) spans: (1, 3, 4, 5) -> [(1, 1), (3, 5)]."""
     runs: list[tuple[int, int]] = []
     for i in indices:
         if runs and i == runs[-1][1] + 1:
@@ -257,9 +265,8 @@ def _share(child: Node, parent_instances: int) -> str:
 # are len(layers). Names follow the design notes.
 
 
-def _layer_tensor(
-    spec: ModelSpec, suffix: str, shape: tuple[int, ...], role: Role, layers, **kw
-) -> TensorRef:
+def layer_tensor(spec: ModelSpec, suffix: str, shape: tuple[int, ...], role: Role, layers, **kw) -> TensorRef:
+    """A tensor of the language model's layers: {weight_prefix}model.layers.{layer}.{suffix}."""
     return TensorRef(f"{spec.weight_prefix}model.layers.{{layer}}.{suffix}", shape, role, tuple(layers), **kw)
 
 
@@ -269,7 +276,7 @@ def rms_norm(spec: ModelSpec, layers: Sequence[int], name: str, suffix: str) -> 
     >>> rms_norm(k2, [0], "Attention RMSNorm", "input_layernorm.weight").params_per_instance
     7168
     """
-    norm = _layer_tensor(spec, suffix, (spec.hidden_size,), Role.NORM, layers)
+    norm = layer_tensor(spec, suffix, (spec.hidden_size,), Role.NORM, layers)
     return leaf(name, len(layers), [norm], "hidden_size")
 
 
@@ -285,8 +292,8 @@ def query_compression(spec: ModelSpec, layers: Sequence[int]) -> Node:
         "Query compression",
         len(layers),
         [
-            _layer_tensor(spec, "self_attn.q_a_proj.weight", (rank, spec.hidden_size), Role.LINEAR, layers),
-            _layer_tensor(spec, "self_attn.q_a_layernorm.weight", (rank,), Role.NORM, layers),
+            layer_tensor(spec, "self_attn.q_a_proj.weight", (rank, spec.hidden_size), Role.LINEAR, layers),
+            layer_tensor(spec, "self_attn.q_a_layernorm.weight", (rank,), Role.NORM, layers),
         ],
         "hidden_size × q_lora_rank + q_lora_rank",
     )
@@ -301,10 +308,10 @@ def query_heads(spec: ModelSpec, layers: Sequence[int]) -> Node:
     """
     out = spec.num_attention_heads * spec.qk_head_dim
     if spec.q_lora_rank is None:
-        q = _layer_tensor(spec, "self_attn.q_proj.weight", (out, spec.hidden_size), Role.LINEAR, layers)
+        q = layer_tensor(spec, "self_attn.q_proj.weight", (out, spec.hidden_size), Role.LINEAR, layers)
         formula = "hidden_size × num_attention_heads·(qk_nope_head_dim + qk_rope_head_dim)"
     else:
-        q = _layer_tensor(spec, "self_attn.q_b_proj.weight", (out, spec.q_lora_rank), Role.LINEAR, layers)
+        q = layer_tensor(spec, "self_attn.q_b_proj.weight", (out, spec.q_lora_rank), Role.LINEAR, layers)
         formula = "q_lora_rank × num_attention_heads·(qk_nope_head_dim + qk_rope_head_dim)"
     return leaf("Query heads", len(layers), [q], formula)
 
@@ -312,7 +319,7 @@ def query_heads(spec: ModelSpec, layers: Sequence[int]) -> Node:
 def _kv_a_proj(spec: ModelSpec, layers: Sequence[int], first: int, rows: int) -> TensorRef:
     """kv_a_proj_with_mqa [kv_lora_rank + qk_rope_head_dim, hidden]: the latent rows, then the rotary key."""
     total = spec.kv_lora_rank + spec.qk_rope_head_dim
-    return _layer_tensor(
+    return layer_tensor(
         spec, "self_attn.kv_a_proj_with_mqa.weight", (total, spec.hidden_size), Role.LINEAR, layers,
         rows=RowPart(first, rows, total),
     )  # fmt: skip
@@ -329,7 +336,7 @@ def key_value_compression(spec: ModelSpec, layers: Sequence[int]) -> Node:
         len(layers),
         [
             _kv_a_proj(spec, layers, 0, spec.kv_lora_rank),
-            _layer_tensor(spec, "self_attn.kv_a_layernorm.weight", (spec.kv_lora_rank,), Role.NORM, layers),
+            layer_tensor(spec, "self_attn.kv_a_layernorm.weight", (spec.kv_lora_rank,), Role.NORM, layers),
         ],
         "hidden_size × kv_lora_rank + kv_lora_rank",
     )
@@ -339,7 +346,7 @@ def _kv_b_proj(spec: ModelSpec, layers: Sequence[int], first: int, width: int) -
     """kv_b_proj [H·(qk_nope + v), kv_lora_rank]: each head's key-content rows, then its value rows."""
     per_head = spec.qk_nope_head_dim + spec.v_head_dim
     shape = (spec.num_attention_heads * per_head, spec.kv_lora_rank)
-    return _layer_tensor(
+    return layer_tensor(
         spec, "self_attn.kv_b_proj.weight", shape, Role.LINEAR, layers, rows=RowPart(first, width, per_head)
     )
 
@@ -360,13 +367,14 @@ def key_content_up_projection(spec: ModelSpec, layers: Sequence[int]) -> Node:
 
 
 def shared_rotary_key(spec: ModelSpec, layers: Sequence[int]) -> Node:
-    """kv_a_proj_with_mqa, the last qk_rope_head_dim rows: one rotary key shared by all heads. [params]
+    """kv_a_proj_with_mqa, the last qk_rope_head_dim rows: one rotary key shared by all heads (without
+    rotary position when the config says mla_use_nope: the same rows, cached and used unrotated). [params]
 
     >>> shared_rotary_key(k2, [0]).params_per_instance
     458752
     """
     return leaf(
-        "Shared rotary key",
+        "Shared rotary key" if spec.mla.rotary else "Shared unrotated key",
         len(layers),
         [_kv_a_proj(spec, layers, spec.kv_lora_rank, spec.qk_rope_head_dim)],
         "hidden_size × qk_rope_head_dim",
@@ -394,8 +402,18 @@ def attention_output(spec: ModelSpec, layers: Sequence[int]) -> Node:
     58720256
     """
     shape = (spec.hidden_size, spec.num_attention_heads * spec.v_head_dim)
-    o = _layer_tensor(spec, "self_attn.o_proj.weight", shape, Role.LINEAR, layers)
+    o = layer_tensor(spec, "self_attn.o_proj.weight", shape, Role.LINEAR, layers)
     return leaf("Causal attention", len(layers), [o], "num_attention_heads·v_head_dim × hidden_size")
+
+
+def output_gate(spec, layers: Sequence[int]) -> Node:
+    """Kimi K3's MLA output gate: g_proj [H·v_head_dim, hidden]; the attention output is multiplied by
+    sigmoid(g_proj(hidden state)) before o_proj (SGLang python/sglang/srt/models/kimi_k3.py @ 0000e9b,
+    KimiK3MLAAttention: ColumnParallelLinear(hidden_size, num_attention_heads * v_head_dim)). [params]
+    """
+    shape = (spec.num_attention_heads * spec.v_head_dim, spec.hidden_size)
+    gate = layer_tensor(spec, "self_attn.g_proj.weight", shape, Role.LINEAR, layers)
+    return leaf("Output gate", len(layers), [gate], "hidden_size × num_attention_heads·v_head_dim")
 
 
 def lightning_indexer(spec: ModelSpec, layers: Sequence[int]) -> Node:
@@ -410,12 +428,12 @@ def lightning_indexer(spec: ModelSpec, layers: Sequence[int]) -> Node:
         "Lightning indexer",
         len(layers),
         [
-            _layer_tensor(spec, prefix + "wq_b.weight", (n * d, spec.q_lora_rank), Role.LINEAR, layers),
-            _layer_tensor(spec, prefix + "wk.weight", (d, hidden), Role.LINEAR, layers),
+            layer_tensor(spec, prefix + "wq_b.weight", (n * d, spec.q_lora_rank), Role.LINEAR, layers),
+            layer_tensor(spec, prefix + "wk.weight", (d, hidden), Role.LINEAR, layers),
             # "weights_proj in the checkpoint is stored in bf16" (DeepSeek-V3.2's inference/model.py)
-            _layer_tensor(spec, prefix + "weights_proj.weight", (n, hidden), Role.UNQUANTIZED, layers),
-            _layer_tensor(spec, prefix + "k_norm.weight", (d,), Role.NORM, layers),
-            _layer_tensor(spec, prefix + "k_norm.bias", (d,), Role.NORM, layers),
+            layer_tensor(spec, prefix + "weights_proj.weight", (n, hidden), Role.UNQUANTIZED, layers),
+            layer_tensor(spec, prefix + "k_norm.weight", (d,), Role.NORM, layers),
+            layer_tensor(spec, prefix + "k_norm.bias", (d,), Role.NORM, layers),
         ],
         "q_lora_rank × index_n_heads·index_head_dim + hidden_size × index_head_dim"
         " + hidden_size × index_n_heads + 2·index_head_dim",
@@ -439,23 +457,30 @@ def latent_attention(spec: ModelSpec, layers: Sequence[int]) -> Node:
         value_heads(spec, layers),
         attention_output(spec, layers),
     ]
+    if spec.mla.output_gate:
+        parts.insert(-1, output_gate(spec, layers))
     if spec.indexer is not None:
         parts.append(lightning_indexer(spec, layers))
     return group("Latent attention", parts, n)
 
 
-def _mlp_tensors(spec: ModelSpec, layers: Sequence[int], module: str, width: int, experts: int = 0):
-    hidden = spec.hidden_size
+def _mlp_tensors(
+    spec,
+    layers: Sequence[int],
+    module: str,
+    width: int,
+    experts: int = 0,
+    names: tuple[str, str, str] = MLP_NAMES,
+    hidden: int | None = None,
+):
+    """A SwiGLU MLP's three weights: gate and up [width, hidden], down [hidden, width]; `hidden` is the
+    width it reads and writes (the model's hidden_size, or LatentMoE's latent)."""
+    hidden = spec.hidden_size if hidden is None else hidden
+    gate, up, down = names
     return [
-        _layer_tensor(
-            spec, f"{module}.gate_proj.weight", (width, hidden), Role.LINEAR, layers, experts=experts
-        ),
-        _layer_tensor(
-            spec, f"{module}.up_proj.weight", (width, hidden), Role.LINEAR, layers, experts=experts
-        ),
-        _layer_tensor(
-            spec, f"{module}.down_proj.weight", (hidden, width), Role.LINEAR, layers, experts=experts
-        ),
+        layer_tensor(spec, f"{module}.{gate}.weight", (width, hidden), Role.LINEAR, layers, experts=experts),
+        layer_tensor(spec, f"{module}.{up}.weight", (width, hidden), Role.LINEAR, layers, experts=experts),
+        layer_tensor(spec, f"{module}.{down}.weight", (hidden, width), Role.LINEAR, layers, experts=experts),
     ]
 
 
@@ -475,45 +500,56 @@ def dense_mlp(spec: ModelSpec, layers: Sequence[int]) -> Node:
     )
 
 
-def router(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def router(
+    spec: ModelSpec, layers: Sequence[int], module: str = "mlp", bias_role: Role = Role.ROUTER_BIAS
+) -> Node:
     """gate.weight [n_routed_experts, hidden] + gate.e_score_correction_bias [n_routed_experts]
-    (the bias only with topk_method noaux_tc). [params]
+    (the bias only with topk_method noaux_tc; `bias_role` says how the family stores it). [params]
 
     >>> router(k2, [1]).params_per_instance
     2752896
     """
     n = spec.n_routed_experts
-    tensors = [_layer_tensor(spec, "mlp.gate.weight", (n, spec.hidden_size), Role.ROUTER, layers)]
+    tensors = [layer_tensor(spec, f"{module}.gate.weight", (n, spec.hidden_size), Role.ROUTER, layers)]
     formula = "hidden_size × n_routed_experts"
     if spec.router_bias:
-        tensors.append(
-            _layer_tensor(spec, "mlp.gate.e_score_correction_bias", (n,), Role.ROUTER_BIAS, layers)
-        )
+        tensors.append(layer_tensor(spec, f"{module}.gate.e_score_correction_bias", (n,), bias_role, layers))
         formula += " + n_routed_experts"
     return leaf("Router", len(layers), tensors, formula)
 
 
-def routed_experts(spec: ModelSpec, layers: Sequence[int]) -> Node:
-    """n_routed_experts SwiGLU experts of width moe_intermediate_size per MoE layer; per token only
-    num_experts_per_tok of them run. [params per expert]
+def routed_experts(
+    spec: ModelSpec,
+    layers: Sequence[int],
+    module: str = "mlp",
+    names: tuple[str, str, str] = MLP_NAMES,
+    hidden: int | None = None,
+) -> Node:
+    """n_routed_experts SwiGLU experts of width moe_intermediate_size per MoE layer, reading and writing
+    `hidden` (hidden_size; LatentMoE's latent); per token only num_experts_per_tok of them run.
+    [params per expert]
 
     >>> node = routed_experts(k2, range(1, 61))
     >>> node.params_per_instance, node.instances, node.activated  # 8 of 384 experts active
     (44040192, 23040, 21139292160)
     """
     width = spec.moe_intermediate_size
-    per_expert = 3 * spec.hidden_size * width
+    hidden = spec.hidden_size if hidden is None else hidden
+    per_expert = 3 * hidden * width
+    latent = hidden != spec.hidden_size
     return leaf(
         "Routed experts",
         len(layers) * spec.n_routed_experts,
-        _mlp_tensors(spec, layers, "mlp.experts.{expert}", width, experts=spec.n_routed_experts),
-        "3 × hidden_size × moe_intermediate_size",
-        calculation=f"3 × {spec.hidden_size:,} × {width:,}",
+        _mlp_tensors(
+            spec, layers, f"{module}.experts.{{expert}}", width, spec.n_routed_experts, names, hidden
+        ),
+        f"3 × {'routed_expert_hidden_size' if latent else 'hidden_size'} × moe_intermediate_size",
+        calculation=f"3 × {hidden:,} × {width:,}",
         activated=len(layers) * spec.num_experts_per_tok * per_expert,
     )
 
 
-def shared_experts(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def shared_experts(spec: ModelSpec, layers: Sequence[int], module: str = "mlp") -> Node:
     """The always-active shared experts, stored as one SwiGLU MLP n_shared_experts × moe_intermediate_size
     wide (DeepSeek-V2 has 2; Kimi K2 and DeepSeek-V3 have 1). [params]
 
@@ -524,7 +560,7 @@ def shared_experts(spec: ModelSpec, layers: Sequence[int]) -> Node:
     return leaf(
         "Shared expert" if spec.n_shared_experts == 1 else "Shared experts",
         len(layers),
-        _mlp_tensors(spec, layers, "mlp.shared_experts", width),
+        _mlp_tensors(spec, layers, f"{module}.shared_experts", width),
         "3 × hidden_size × n_shared_experts·moe_intermediate_size",
         calculation=f"3 × {spec.hidden_size:,} × {width:,}",
     )
@@ -542,93 +578,24 @@ def mixture_of_experts(spec: ModelSpec, layers: Sequence[int]) -> Node:
     return group("Mixture of experts", parts, len(layers))
 
 
-def transformer_block(spec: ModelSpec, layers: Sequence[int], moe: bool) -> list[Node]:
-    """The parts of one block: attention with its norm, then the MLP (dense or MoE) with its norm."""
-    return [
-        rms_norm(spec, layers, "Attention RMSNorm", "input_layernorm.weight"),
-        latent_attention(spec, layers),
-        rms_norm(spec, layers, "MLP RMSNorm", "post_attention_layernorm.weight"),
-        mixture_of_experts(spec, layers) if moe else dense_mlp(spec, layers),
-    ]
-
-
-def block_groups(spec: ModelSpec, layers: Sequence[int]) -> list[Node]:
-    """The given layers, grouped into one node for the dense blocks and one for the MoE blocks."""
-    groups = []
-    for kind, moe, label in (("dense", False, "dense block"), ("moe", True, "MoE block")):
-        members = tuple(i for i in layers if spec.is_moe_layer(i) == moe)
-        if members:
-            n = len(members)
-            name = f"{n} {label}{'s' if n > 1 else ''} ({layer_span(members)})"
-            groups.append(group(name, transformer_block(spec, members, moe), n, layers=members, kind=kind))
-    return groups
-
-
-def _embedding(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = (), copy=False) -> Node:
+def embedding(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = (), copy=False) -> Node:
+    """The token embedding [vocab_size, hidden_size] (`copy`: a stored copy, the MTP layer's). [params]"""
     shape = (spec.vocab_size, spec.hidden_size)
     tensor = TensorRef(spec.weight_prefix + pattern, shape, Role.EMBEDDING, layers)
     return leaf(name, max(len(layers), 1), [tensor], "vocab_size × hidden_size", copy=copy)
 
 
-def _output_head(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = (), copy=False) -> Node:
+def output_head(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = (), copy=False) -> Node:
+    """The output head [vocab_size, hidden_size] (`copy`: a stored copy, the MTP layer's). [params]"""
     shape = (spec.vocab_size, spec.hidden_size)
     tensor = TensorRef(spec.weight_prefix + pattern, shape, Role.HEAD, layers)
     return leaf(name, max(len(layers), 1), [tensor], "hidden_size × vocab_size", copy=copy)
 
 
-def _final_norm(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = ()) -> Node:
+def final_norm(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = ()) -> Node:
+    """An RMSNorm weight [hidden_size] outside the blocks (the final norm, the MTP output norm). [params]"""
     norm = TensorRef(spec.weight_prefix + pattern, (spec.hidden_size,), Role.NORM, layers)
     return leaf(name, max(len(layers), 1), [norm], "hidden_size")
-
-
-def language_model(spec: ModelSpec) -> Node:
-    """The main model: embedding, every transformer block, final norm and (unless tied) the head.
-
-    >>> language_model(k2).params
-    1026408232448
-    """
-    layers = range(spec.num_hidden_layers)
-    parts = [
-        _embedding(spec, "Token embedding", "model.embed_tokens.weight"),
-        group(f"{spec.num_hidden_layers} transformer blocks", block_groups(spec, layers)),
-        _final_norm(spec, "Final RMSNorm", "model.norm.weight"),
-    ]
-    if not spec.tie_word_embeddings:  # tied: the head reuses the embedding matrix
-        parts.append(_output_head(spec, "Output head", "lm_head.weight"))
-    return group(spec.name.rsplit("/", 1)[-1], parts)
-
-
-def multi_token_prediction(spec: ModelSpec) -> Node | None:
-    """DeepSeek-V3's MTP module (layer 61): its own norms, projection and block, plus the copies of
-    the embedding and head that the checkpoint stores with it. Outside the main total. [params]
-    """
-    layers = spec.mtp_layers
-    if not layers:
-        return None
-    n = len(layers)
-    hidden = spec.hidden_size
-    # DeepSeek's FP8 checkpoints (V3, R1, V3.1, V3.2) keep eh_proj in BF16 with no block scale, and
-    # engines load it as a plain Linear; the layer's attention and experts are FP8 like the main ones.
-    eh_proj = _layer_tensor(spec, "eh_proj.weight", (hidden, 2 * hidden), Role.UNQUANTIZED, layers)
-    parts = [
-        _embedding(spec, "Embedding copy", "model.layers.{layer}.embed_tokens.weight", layers, copy=True),
-        leaf(
-            "Input norms",
-            n,
-            [
-                _layer_tensor(spec, f"{norm}.weight", (hidden,), Role.NORM, layers)
-                for norm in ("enorm", "hnorm")
-            ],
-            "2 × hidden_size",
-        ),
-        leaf("Hidden projection", n, [eh_proj], "2·hidden_size × hidden_size"),
-        *block_groups(spec, layers),
-        _final_norm(spec, "Output norm", "model.layers.{layer}.shared_head.norm.weight", layers),
-        _output_head(
-            spec, "Output head copy", "model.layers.{layer}.shared_head.head.weight", layers, copy=True
-        ),
-    ]
-    return group("Multi-token prediction", parts)
 
 
 # --- the vision side (Kimi K2.5) -------------------------------------------------------------------
@@ -738,13 +705,6 @@ def projector(vision: VisionSpec) -> Node:
     )
 
 
-def vision_model(spec: ModelSpec) -> Node | None:
-    """The vision tower and projector of a multimodal model; None for a language model alone."""
-    if spec.vision is None:
-        return None
-    return group("Vision", [vision_tower(spec.vision), projector(spec.vision)])
-
-
 @dataclass(frozen=True)
 class LayerCount:
     index: int
@@ -762,6 +722,8 @@ class Anatomy:
     model: Node
     mtp: Node | None = None
     vision: Node | None = None
+    #: What a reader of the tree must be told about it, in a sentence each (its family's).
+    notes: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -792,16 +754,7 @@ class Anatomy:
         return sum(c.activated for c in self.mtp.children if not c.copy) if self.mtp else 0
 
 
-def build_anatomy(spec: ModelSpec) -> Anatomy:
-    """The component trees of the model the spec describes."""
-    anatomy = Anatomy(
-        spec=spec, model=language_model(spec), mtp=multi_token_prediction(spec), vision=vision_model(spec)
-    )
-    _check_tensor_sizes(anatomy)
-    return anatomy
-
-
-def _check_tensor_sizes(anatomy: Anatomy) -> None:
+def check_tensor_sizes(anatomy: Anatomy) -> None:
     """Every tensor of the trees within what a tensor can hold: each dimension and the element count at
     most 2^63 − 1 (MAX_SIZE: torch and engines count in int64, safetensors in u64). The spec bounds
     each config size alone; a tensor's dims are products of them (heads × head width), known here."""
@@ -815,3 +768,10 @@ def _check_tensor_sizes(anatomy: Anatomy) -> None:
                         f"{anatomy.spec.name}: the config's sizes make {ref.display_name} [{shape}], "
                         f"{over} over {MAX_SIZE:,} (2^63 − 1), more than a tensor holds"
                     )
+
+
+def build_anatomy(spec) -> Anatomy:
+    """The component trees of the model the spec describes, built by its family (kimicount.families)."""
+    from kimicount.families import build_anatomy as family_anatomy
+
+    return family_anatomy(spec)

@@ -38,6 +38,8 @@ class Index:
 
     weight_map: Mapping[str, str]
     total_size: int | None
+    #: metadata.total_parameters, which transformers writes beside total_size (Kimi Linear's index has it).
+    total_parameters: int | None = None
 
     @property
     def files(self) -> list[str]:
@@ -100,10 +102,13 @@ def _index_from_json(raw: Any, where: str) -> Index:
     metadata = raw.get("metadata", {})
     if not isinstance(metadata, dict):
         raise CheckpointError(f"{where}: metadata {short_json(metadata)} is not an object")
-    total = metadata.get("total_size")
-    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
-        raise CheckpointError(f"{where}: metadata.total_size {short_json(total)} is not a byte count")
-    return Index(weight_map=weight_map, total_size=total)
+    counts = {}
+    for key, what in (("total_size", "a byte count"), ("total_parameters", "a parameter count")):
+        value = metadata.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise CheckpointError(f"{where}: metadata.{key} {short_json(value)} is not {what}")
+        counts[key] = value
+    return Index(weight_map=weight_map, **counts)
 
 
 def check_file_name(name: str, where: str) -> None:
@@ -157,6 +162,11 @@ def paused_gc() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def read_index_file(path: Path) -> Index:
+    """A model.safetensors.index.json on its own (`verify --index`), capped in size as a checkpoint's."""
+    return parse_index(read_capped(path, MAX_INDEX_BYTES, "index", CheckpointError), str(path))
 
 
 def checkpoint_files(folder: Path) -> tuple[list[Path], Index | None]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kimicount.anatomy import Anatomy
+from kimicount.anatomy import Anatomy, Role
 from kimicount.spec import ModelSpec, PackedQuantization
 from kimicount.storage import METADATA_PARTS, modelled, stored_elements
 
@@ -70,6 +70,8 @@ FAMILIES = {
     ("kimi_k25", 61, 7168, 384): "Kimi K2.5",
     ("deepseek_v3", 61, 7168, 256): "DeepSeek-V3",
     ("deepseek_v2", 27, 2048, 64): "DeepSeek-V2-Lite",
+    ("kimi_linear", 27, 2304, 256): "Kimi Linear",
+    ("kimi_k3", 93, 7168, 896): "Kimi K3",
 }
 
 #: The figures quoted for each family, as quoted, with their sources.
@@ -94,6 +96,14 @@ PUBLISHED = {
         Figure("36.6B", ACTIVATED, "quoted later"),
         Figure("11.5B", MTP, "README_WEIGHTS: MTP unique, without embedding and head"),
         Figure("2.4B", MTP_ACTIVATED, "README_WEIGHTS: MTP, incl. embedding and head"),
+    ),
+    "Kimi Linear": (
+        Figure("48B", TOTAL, "Kimi Linear model card: 48B total parameters"),
+        Figure("3B", ACTIVATED, "Kimi Linear model card: 3B activated parameters"),
+    ),
+    "Kimi K3": (
+        Figure("2.8T", TOTAL, "vLLM recipes and the Hub's listing of moonshotai/Kimi-K3"),
+        Figure("104B", ACTIVATED, "secondary copies of the Kimi K3 model card"),
     ),
     "DeepSeek-V2-Lite": (
         Figure("15.7B", TOTAL, "DeepSeek-V2-Lite model card"),
@@ -151,11 +161,24 @@ def conventions(anatomy: Anatomy) -> tuple[Convention, ...]:
 
     >>> from kimicount.anatomy import build_anatomy
     >>> [(c.name, c.value) for c in conventions(build_anatomy(k2))]  # doctest: +NORMALIZE_WHITESPACE
-    [('parameters', 1026408232448), ('stored_elements', 1026470727640), ('activated', 32861500928),
+    [('parameters', 1026408232448), ('parameters_without_embeddings', 1024059422208),
+     ('stored_elements', 1026470727640), ('activated', 32861500928),
      ('activated_without_embedding', 31687095808)]
     """
     spec, model, mtp, vision = anatomy.spec, anatomy.model, anatomy.mtp, anatomy.vision
     found = [Convention("parameters", "every learned tensor of the language model", TOTAL, model.params)]
+    lookups = [
+        node.params for node in model.children if node.tensors and node.tensors[0].role is Role.EMBEDDING
+    ]
+    heads = [node.params for node in model.children if node.tensors and node.tensors[0].role is Role.HEAD]
+    found.append(
+        Convention(
+            "parameters_without_embeddings",
+            "less the token embedding and the output head: the non-embedding count of scaling-law papers",
+            TOTAL,
+            model.params - sum(lookups) - sum(heads),
+        )
+    )
     if vision is not None:
         found.append(
             Convention(
@@ -244,6 +267,7 @@ def reconcile(anatomy: Anatomy) -> Reconciliation:
     >>> for convention, found in r.conventions:
     ...     print(convention.name, [(e.figure.text, e.reading) for e in found])
     parameters [('1T', 'rounded')]
+    parameters_without_embeddings [('1T', 'rounded')]
     stored_elements [('1T', 'rounded')]
     activated [('32B', 'truncated')]
     activated_without_embedding [('32B', 'rounded')]

@@ -168,9 +168,7 @@ def parse_header(raw: bytes, file: str, file_size: int, where: str | None = None
     return parse_checked(raw, where, CheckpointError, check, what="header")
 
 
-def header_from_json(
-    parsed: Any, file: str, where: str, *, file_size: int, header_size: int
-) -> FileHeader:
+def header_from_json(parsed: Any, file: str, where: str, *, file_size: int, header_size: int) -> FileHeader:
     """Validate a parsed header of a file of `file_size` bytes: the tensors tile its data from 0 to
     the end of the file."""
     if not isinstance(parsed, dict):

@@ -5,8 +5,12 @@ back into per-head keys and values before caching ("naive", "flash") pay for eve
 says exactly what each layout stores, in one entry per layout. `e` is the element size of the cache
 dtype in bytes.
 
-    >>> [bytes_per_token_per_layer(k2, layout, 2) * 61 for layout in DEFAULT_LAYOUTS]  # DESIGN.md
+    >>> [bytes_per_token_per_layer(k2.mla, layout, 2) * 61 for layout in DEFAULT_LAYOUTS]  # DESIGN.md
     [2498560, 2998272, 70272]
+
+The formulas read an MLA sub-spec (kimicount.spec.MlaSpec: a model's MLA sizes, whatever its family);
+a report reads the model's cache groups (kimicount.cache_groups): the per-token MLA group in every
+layout, and the per-sequence state of a hybrid model's KDA layers beside it.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from kimicount.cache_groups import CONV, CacheGroup, StateTensor, per_token_group, state_groups
 from kimicount.errors import ConfigError, UsageError, require_positive
 from kimicount.options import parse_dtype
-from kimicount.spec import MAX_SIZE, ModelSpec
+from kimicount.spec import MAX_SIZE, MlaSpec, ModelSpec
 
 
 class Layout(str, Enum):
@@ -35,7 +40,7 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 FP8_SCALE_GROUP = 128
 
 
-def default_dtype(spec: ModelSpec) -> str:
+def default_dtype(spec) -> str:
     """The cache dtype an engine uses by default: the model's own (config `torch_dtype`).
 
     >>> default_dtype(k2)
@@ -65,10 +70,10 @@ class Formula:
 
     text: str
     note: str
-    size: Callable[[ModelSpec, int], tuple[str, int]]
+    size: Callable[[MlaSpec, int], tuple[str, int]]
 
 
-def _keys_and_values(spec: ModelSpec, e: int, value_width: int) -> tuple[str, int]:
+def _keys_and_values(spec: MlaSpec, e: int, value_width: int) -> tuple[str, int]:
     """Per head, a key of qk_nope_head_dim + qk_rope_head_dim and a value `value_width` wide."""
     heads, nope, rope = spec.num_attention_heads, spec.qk_nope_head_dim, spec.qk_rope_head_dim
     return f"{heads} × ({nope} + {rope} + {value_width}) × {e}", heads * (nope + rope + value_width) * e
@@ -80,41 +85,41 @@ def _fp8_with_scales(width: int) -> tuple[str, int]:
     return f"{width} × 1 + {scales} × 4", width + scales * 4
 
 
-def naive_size(spec: ModelSpec, e: int) -> tuple[str, int]:
+def naive_size(spec: MlaSpec, e: int) -> tuple[str, int]:
     """Every head's key (qk_nope_head_dim + qk_rope_head_dim) and value (v_head_dim). [bytes/token/layer]
 
-    >>> naive_size(k2, 2)  # × 61 layers = 2,498,560 B per token (DESIGN.md)
+    >>> naive_size(k2.mla, 2)  # × 61 layers = 2,498,560 B per token (DESIGN.md)
     ('64 × (128 + 64 + 128) × 2', 40960)
     """
     return _keys_and_values(spec, e, spec.v_head_dim)
 
 
-def flash_size(spec: ModelSpec, e: int) -> tuple[str, int]:
+def flash_size(spec: MlaSpec, e: int) -> tuple[str, int]:
     """As naive, but each value padded to the key width first (flash-attention kernels want equal head
     dims): values max(qk_head_dim, v_head_dim) wide. [bytes/token/layer]
 
-    >>> flash_size(k2, 2)  # × 61 layers = 2,998,272 B per token (DESIGN.md)
+    >>> flash_size(k2.mla, 2)  # × 61 layers = 2,998,272 B per token (DESIGN.md)
     ('64 × (128 + 64 + 192) × 2', 49152)
     """
     return _keys_and_values(spec, e, max(spec.qk_head_dim, spec.v_head_dim))
 
 
-def latent_size(spec: ModelSpec, e: int) -> tuple[str, int]:
+def latent_size(spec: MlaSpec, e: int) -> tuple[str, int]:
     """The key–value latent (kv_lora_rank, one per token for all heads) and the shared rotary key
     (qk_rope_head_dim). [bytes/token/layer]
 
-    >>> latent_size(k2, 2)  # × 61 layers = 70,272 B per token (DESIGN.md)
+    >>> latent_size(k2.mla, 2)  # × 61 layers = 70,272 B per token (DESIGN.md)
     ('(512 + 64) × 2', 1152)
     """
     rank, rope = spec.kv_lora_rank, spec.qk_rope_head_dim
     return f"({rank} + {rope}) × {e}", (rank + rope) * e
 
 
-def flashmla_fp8_size(spec: ModelSpec, e: int) -> tuple[str, int]:
+def flashmla_fp8_size(spec: MlaSpec, e: int) -> tuple[str, int]:
     """FlashMLA's FP8 cache: the latent in fp8 with one F32 scale per 128 values, the rotary key in bf16.
     A format of its own: `e` is not used. [bytes/token/layer]
 
-    >>> flashmla_fp8_size(k2, 2)  # DESIGN.md: 656 B per token per layer
+    >>> flashmla_fp8_size(k2.mla, 2)  # DESIGN.md: 656 B per token per layer
     ('512 × 1 + 4 × 4 + 64 × 2', 656)
     """
     latent, latent_bytes = _fp8_with_scales(spec.kv_lora_rank)
@@ -122,11 +127,11 @@ def flashmla_fp8_size(spec: ModelSpec, e: int) -> tuple[str, int]:
     return f"{latent} + {rope} × 2", latent_bytes + rope * 2
 
 
-def indexer_keys_size(spec: ModelSpec, e: int) -> tuple[str, int]:
+def indexer_keys_size(spec: MlaSpec, e: int) -> tuple[str, int]:
     """DeepSeek-V3.2's lightning indexer caches one key of index_head_dim per token, in fp8 with one F32
     scale per 128 values, whatever `e` is; ('', 0) without an indexer. [bytes/token/layer]
 
-    >>> indexer_keys_size(k2, 2)  # Kimi K2 has no indexer; DeepSeek-V3.2: ('128 × 1 + 1 × 4', 132)
+    >>> indexer_keys_size(k2.mla, 2)  # Kimi K2 has no indexer; DeepSeek-V3.2: ('128 × 1 + 1 × 4', 132)
     ('', 0)
     """
     return ("", 0) if spec.indexer is None else _fp8_with_scales(spec.indexer.head_dim)
@@ -164,7 +169,7 @@ INDEXER_KEYS = Formula(
 )
 
 
-def bytes_per_token_per_layer(spec: ModelSpec, layout: Layout, e: int) -> int:
+def bytes_per_token_per_layer(spec: MlaSpec, layout: Layout, e: int) -> int:
     """The attention cache of one layout (without the indexer keys), in bytes per token per layer."""
     return FORMULAS[layout].size(spec, e)[1]
 
@@ -304,12 +309,101 @@ class LayoutCache:
         return budget // (self.bytes_per_token_per_gpu * self.workload.tokens_per_sequence)
 
 
+#: The state dtypes vLLM's --mamba-cache-dtype and --mamba-ssm-cache-dtype take (vllm/config/cache.py
+#: @ 002f10e, line 61: MambaDType = Literal["auto", "float32", "float16", "bfloat16"]), as cache dtypes.
+MAMBA_DTYPES = {"auto": None, "float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def parse_mamba_dtype(name: str, option: str) -> str | None:
+    """A state dtype as the engines spell it (auto, float32, float16, bfloat16; bf16 and the like too),
+    as a cache dtype; None for auto.
+
+    >>> parse_mamba_dtype("float32", "--mamba-ssm-dtype"), parse_mamba_dtype("auto", "--mamba-cache-dtype")
+    ('fp32', None)
+    """
+    if name in MAMBA_DTYPES:
+        return MAMBA_DTYPES[name]
+    if name in DTYPE_BYTES and name != "fp8":
+        return name
+    expected = ", ".join(MAMBA_DTYPES)
+    raise UsageError(f"{option} '{name}': unknown state dtype (expected one of: {expected})")
+
+
+@dataclass(frozen=True)
+class StatePart:
+    """One state tensor of one layer on one rank: its shape, dtype and bytes."""
+
+    tensor: StateTensor
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def bytes(self) -> int:
+        """[bytes/sequence/layer]"""
+        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+
+    @property
+    def calculation(self) -> str:
+        """The shape and element size in numbers: '3 × 12,288 × 2'."""
+        return " × ".join(f"{d:,}" for d in (*self.shape, DTYPE_BYTES[self.dtype]))
+
+
+@dataclass(frozen=True)
+class StateCache:
+    """A per-sequence group's state for a workload: the same bytes for every sequence, whatever its
+    length; each tensor divided over the tensor-parallel ranks as the engines shard it (the KDA heads
+    and the convolution channels go with the attention's heads)."""
+
+    group: CacheGroup
+    conv_dtype: str
+    ssm_dtype: str
+    workload: Workload
+
+    def parts(self, tp: int | None = None) -> tuple[StatePart, ...]:
+        """Each state tensor on one of `tp` ranks (the workload's tp by default)."""
+        tp = self.workload.tp if tp is None else tp
+        return tuple(
+            StatePart(t, t.shape(tp), self.conv_dtype if t.holds == CONV else self.ssm_dtype)
+            for t in self.group.state
+        )
+
+    @property
+    def layers(self) -> int:
+        return len(self.group.layers)
+
+    @property
+    def bytes_per_sequence_per_layer(self) -> int:
+        """The whole state of one layer (on one GPU, tp = 1). [bytes/sequence/layer]"""
+        return sum(part.bytes for part in self.parts(1))
+
+    @property
+    def bytes_per_sequence(self) -> int:
+        """[bytes/sequence] over the group's layers."""
+        return self.bytes_per_sequence_per_layer * self.layers
+
+    @property
+    def bytes_per_sequence_per_gpu(self) -> int:
+        """What one tensor-parallel rank holds per sequence. [bytes/sequence]"""
+        return sum(part.bytes for part in self.parts()) * self.layers
+
+    @property
+    def total_bytes(self) -> int:
+        """bytes_per_sequence × batch. [bytes]"""
+        return self.bytes_per_sequence * self.workload.batch
+
+    @property
+    def bytes_per_gpu(self) -> int:
+        """bytes_per_sequence_per_gpu × batch. [bytes]"""
+        return self.bytes_per_sequence_per_gpu * self.workload.batch
+
+
 @dataclass(frozen=True)
 class KvCacheReport:
     """The KV cache of one model for one workload, in each layout asked for.
 
     `latent` is always computed: every layout is compared with it. `mtp_layers` is the number of
     multi-token-prediction layers counted in `layers` (0 unless asked for and the model has them).
+    `layers` are the per-token (MLA) group's; a hybrid model's per-sequence state is in `states`.
     """
 
     spec: ModelSpec
@@ -321,6 +415,34 @@ class KvCacheReport:
     caches: tuple[LayoutCache, ...]
     latent: LayoutCache
     budget: int | None = None
+    states: tuple[StateCache, ...] = ()
+
+    @property
+    def state_total_bytes(self) -> int:
+        """Every sequence's state, all per-sequence groups: tp = 1. [bytes]"""
+        return sum(state.total_bytes for state in self.states)
+
+    @property
+    def state_bytes_per_sequence(self) -> int:
+        """[bytes/sequence]"""
+        return sum(state.bytes_per_sequence for state in self.states)
+
+    @property
+    def state_bytes_per_sequence_per_gpu(self) -> int:
+        """[bytes/sequence] on one tensor-parallel rank."""
+        return sum(state.bytes_per_sequence_per_gpu for state in self.states)
+
+    def total_with_state(self, cache: LayoutCache) -> int:
+        """A layout's per-token cache of every sequence plus every sequence's state:
+        tokens × bytes per token + sequences × state per sequence. [bytes]"""
+        return cache.total_bytes + self.state_total_bytes
+
+    def break_even_tokens(self, cache: LayoutCache) -> float | None:
+        """The context at which one sequence's per-token cache in this layout equals its state:
+        state per sequence ÷ bytes per token. None without a state. [tokens]"""
+        if not self.states:
+            return None
+        return self.state_bytes_per_sequence / cache.bytes_per_token
 
     @property
     def indexer(self) -> CacheLine | None:
@@ -346,13 +468,13 @@ class KvCacheReport:
         return cache.bytes_per_token_per_gpu / self.latent.bytes_per_token_per_gpu
 
 
-def cache_line(formula: Formula, spec: ModelSpec, e: int, layers: int, ranks: int) -> CacheLine:
+def cache_line(formula: Formula, spec: MlaSpec, e: int, layers: int, ranks: int) -> CacheLine:
     """What `formula` caches for `spec` at element size `e`, over `layers` layers and `ranks` ranks."""
     calculation, size = formula.size(spec, e)
     return CacheLine(size, layers, ranks, formula.text, calculation, formula.note)
 
 
-def layout_cache(spec: ModelSpec, layout: Layout, e: int, layers: int, workload: Workload) -> LayoutCache:
+def layout_cache(spec: MlaSpec, layout: Layout, e: int, layers: int, workload: Workload) -> LayoutCache:
     """One layout of `spec` at element size `e` over `layers` layers, with the indexer keys if any."""
     ranks = workload.tp if splits_across_ranks(layout) else 1
     attention = cache_line(FORMULAS[layout], spec, e, layers, ranks)
@@ -371,12 +493,17 @@ def kv_cache_report(
     tp: int = 1,
     include_mtp: bool = False,
     budget: int | None = None,
+    conv_dtype: str | None = None,
+    ssm_dtype: str | None = None,
 ) -> KvCacheReport:
     """Validate the options and size the cache in each layout (DEFAULT_LAYOUTS when none is named).
 
     `tokens` defaults to the config's max_position_embeddings, `dtype` to its torch_dtype; `budget` is
     the memory per GPU in bytes. Bad values raise UsageError naming the option. The CLI turns its text
-    into these values with `parse_layout` and kimicount.options.
+    into these values with `parse_layout` and kimicount.options. A hybrid model's state is held in
+    `conv_dtype` (its short-convolution windows; default the model's dtype, as vLLM's
+    --mamba-cache-dtype auto) and `ssm_dtype` (its recurrent state; default fp32: vLLM's
+    MambaStateDtypeCalculator.kda_state_dtype always, SGLang's --mamba-ssm-dtype by default).
 
     >>> report = kv_cache_report(k2, tokens=1000, batch=2)
     >>> [(c.layout.value, c.bytes_per_token, c.total_bytes) for c in report.caches]
@@ -392,14 +519,24 @@ def kv_cache_report(
         require_positive(option, value)
     if budget is not None:
         require_positive("--budget", budget)
-    check_tp(spec, tp)
-    check_cache_widths(spec)
+    from kimicount.families import cache_groups
+
+    groups = cache_groups(spec, include_mtp)
+    mla_group = per_token_group(groups)
+    mla = mla_group.mla
+    assert mla is not None  # per_token_group returns MLA groups only
+    check_tp(mla, tp)
+    check_cache_widths(mla)
     dtype = default_dtype(spec) if dtype is None else dtype
     e = element_bytes(dtype)
     chosen = list(layouts) or list(DEFAULT_LAYOUTS)
-    mtp_layers = len(spec.mtp_layers) if include_mtp else 0
-    layers = spec.num_hidden_layers + mtp_layers
+    layers = len(mla_group.layers)
+    mtp_layers = sum(1 for layer in mla_group.layers if layer >= spec.num_hidden_layers)
     workload = Workload(tokens=tokens, batch=batch, block_size=block_size, tp=tp)
+    conv = default_dtype(spec) if conv_dtype is None else conv_dtype
+    states = tuple(StateCache(g, conv, ssm_dtype or "fp32", workload) for g in state_groups(groups))
+    for state in states:
+        state.parts()  # tp must divide each state's split dimension: refused here, naming it
     return KvCacheReport(
         spec=spec,
         dtype=dtype,
@@ -407,9 +544,10 @@ def kv_cache_report(
         layers=layers,
         mtp_layers=mtp_layers,
         include_mtp=include_mtp,
-        caches=tuple(layout_cache(spec, layout, e, layers, workload) for layout in dict.fromkeys(chosen)),
-        latent=layout_cache(spec, Layout.latent, e, layers, workload),
+        caches=tuple(layout_cache(mla, layout, e, layers, workload) for layout in dict.fromkeys(chosen)),
+        latent=layout_cache(mla, Layout.latent, e, layers, workload),
         budget=budget,
+        states=states,
     )
 
 
@@ -435,12 +573,12 @@ def context_sweep(report: KvCacheReport, points: int = 5) -> list[tuple[int, tup
 # dtypes: kimicount.options); its errors name the option, since the text is what the user typed.
 
 
-def check_cache_widths(spec: ModelSpec) -> None:
+def check_cache_widths(spec: MlaSpec) -> None:
     """What one token caches in one layer is a tensor (heads × their widths, or the latent): its element
     count at most MAX_SIZE (2^63 − 1). The spec bounds each config size alone; their products are
     bounded here, where they are made. Flash's is the widest per-head layout, so naive's is bounded too.
 
-    >>> check_cache_widths(replace(k2, num_attention_heads=2**62))
+    >>> check_cache_widths(replace(k2.mla, num_attention_heads=2**62))
     Traceback (most recent call last):
     kimicount.errors.ConfigError: moonshotai/Kimi-K2-Instruct: num_attention_heads × (qk_nope_head_dim + \
 qk_rope_head_dim + max(qk_head_dim, v_head_dim)) is 4611686018427387904 × (128 + 64 + 192) values per token \
@@ -456,11 +594,11 @@ and layer, over 9,223,372,036,854,775,807 (2^63 − 1), more than a tensor holds
             )
 
 
-def check_tp(spec: ModelSpec, tp: int) -> None:
+def check_tp(spec: MlaSpec, tp: int) -> None:
     """Tensor parallelism gives each rank num_attention_heads / tp whole heads; refuse any other tp,
     naming the values that work.
 
-    >>> check_tp(k2, 6)
+    >>> check_tp(k2.mla, 6)
     Traceback (most recent call last):
     kimicount.errors.UsageError: --tp 6: does not divide the 64 attention heads of moonshotai/Kimi-K2-Instruct (num_attention_heads); use 1, 2, 4, 8, 16, 32 or 64
     """

@@ -204,6 +204,29 @@ MODELS: tuple[KnownModel, ...] = (
         aliases=("v2-lite-chat",),
     ),
     KnownModel(
+        "kimi-linear-48b-a3b",
+        "moonshotai/Kimi-Linear-48B-A3B-Instruct",
+        "October 2025 release (Hub revision e1df551, 20 shards)",
+        "values",
+        "values from public copies",
+        "the architecture keys as several public copies print them (a Swift test holding the config.json "
+        "of an MLX conversion, its quantization block left out; Rust and Python test fixtures agree key for "
+        "key); not the raw file",
+        "kimi-linear-48b-a3b.values.json",
+        aliases=("kimi-linear", "kimi-linear-48b", "kimi-linear-instruct"),
+    ),
+    KnownModel(
+        "kimi-k3",
+        "moonshotai/Kimi-K3",
+        "July 2026 release (96 shards)",
+        "re-serialized",
+        "config as a public project stores it",
+        "the Hugging Face config.json as ai-dynamo/aiconfigurator stores it (commit 095f58a; the language "
+        "model under text_config with transformers' defaults written out): the same values, not the raw file",
+        "kimi-k3.json",
+        aliases=("k3",),
+    ),
+    KnownModel(
         "moonlight-16b-a3b",
         "moonshotai/Moonlight-16B-A3B",
         "February 2025 release",

@@ -33,6 +33,9 @@ def render_kv_cache(console: Console, report: KvCacheReport) -> None:
     e = plural(report.element_bytes, "byte")
     show(console, f"Bytes per token per layer (e = {e} per {report.dtype} element), × {_layers(report)}:")
     show_fitted(console, *_formula_table(console, report))
+    if report.states:
+        show(console)
+        _render_state(console, report)
     notes = list(_kv_cache_notes(report))
     if notes:
         show(console)
@@ -93,7 +96,11 @@ def _kv_cache_table(console: Console, report: KvCacheReport) -> tuple[Table, lis
 
 
 def _layers(report: KvCacheReport) -> str:
-    """'61 layers = num_hidden_layers', or with the MTP layers: '62 layers = num_hidden_layers 61 + 1 …'."""
+    """'61 layers = num_hidden_layers', or with the MTP layers: '62 layers = num_hidden_layers 61 + 1 …';
+    a hybrid model's MLA layers: '24 MLA layers (the other 69 keep a state per sequence, below)'."""
+    if report.states:
+        others = sum(state.layers for state in report.states)
+        return f"{report.layers} MLA layers (the other {others} keep a state per sequence, below)"
     if not report.mtp_layers:
         return f"{report.layers} layers = num_hidden_layers"
     return (
@@ -149,6 +156,55 @@ def _kv_cache_notes(report: KvCacheReport) -> Iterator[str]:
             f"holds the whole latent cache ({workload.tp} copies in all)"
             + (", and so are the indexer keys." if report.indexer is not None else ".")
         )
+
+
+def _render_state(console: Console, report: KvCacheReport) -> None:
+    """The per-sequence state of a hybrid model's KDA layers: each tensor's formula and bytes (per GPU
+    under --tp), then the totals beside the per-token cache and the context where the two are equal."""
+    workload = report.workload
+    gpu = f" per GPU of {workload.tp}" if workload.tp > 1 else ""
+    for state in report.states:
+        show(
+            console,
+            f"Per sequence, whatever its length: the {state.group.name} layers' state{gpu} "
+            f"(conv {state.conv_dtype}, recurrent {state.ssm_dtype}; --mamba-cache-dtype, --mamba-ssm-dtype):",
+        )
+        columns = (
+            Column(""),
+            Column("", wraps=True, drop=2, min_width=30),
+            Column(""),
+            Column("", number=True),
+        )
+        rows = [
+            (part.tensor.name, part.tensor.formula + " × e", f"= {part.calculation}", f"= {part.bytes:,} B")
+            for part in state.parts()
+        ]
+        per_layer = sum(part.bytes for part in state.parts())
+        rows.append(
+            (
+                "per sequence",
+                f"per layer × {state.layers} layers",
+                f"= {per_layer:,} × {state.layers}",
+                f"= {state.bytes_per_sequence_per_gpu:,} B",
+            )
+        )
+        show_fitted(console, *fitted(console, columns, rows, header=False))
+    sequences = plural(workload.batch, "sequence")
+    latent = report.latent
+    state_bytes = report.state_bytes_per_sequence
+    show(
+        console,
+        f"For {sequences} of {workload.tokens:,} tokens: tokens × per token + sequences × state = "
+        f"{latent.total_bytes:,} B ({latent.layout.value}) + {report.state_total_bytes:,} B = "
+        f"{report.total_with_state(latent):,} B ({human_bytes(report.total_with_state(latent))}).",
+    )
+    even = report.break_even_tokens(latent)
+    show(
+        console,
+        f"The per-token cache equals the state at {even:,.1f} tokens per sequence "
+        f"({state_bytes:,} B ÷ {latent.bytes_per_token:,} B per token, {latent.layout.value}); "
+        "past that the per-token cache is the larger.",
+    )
 
 
 def _render_budget(console: Console, report: KvCacheReport, budget: int) -> None:

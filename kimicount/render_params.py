@@ -121,6 +121,8 @@ def render_params(
     show_fitted(
         console, *component_table(console, anatomy.model, max_depth=max_depth, detail=detail, shapes=shapes)
     )
+    for note in anatomy.notes:
+        show(console, note)
     show(console)
     _totals(console, anatomy, memory)
     if anatomy.mtp is not None:
@@ -273,5 +275,7 @@ def render_layers(console: Console, anatomy: Anatomy) -> None:
     rows = [(label, f"{params:,}", f"{activated:,}") for label, (params, activated) in runs]
     show(console, f"[bold]{spec.name}[/] ({spec.model_type}): parameters per transformer layer")
     show_fitted(console, *fitted(console, columns, rows))
+    for note in anatomy.notes:
+        show(console, note)
     show(console)
     _totals(console, anatomy, memory_map(spec, anatomy.model))

@@ -10,7 +10,7 @@ from rich.table import Table
 from kimicount.render import Column, fitted, human_bytes, layer_runs, show, show_fitted
 
 if TYPE_CHECKING:  # annotations only: importing verify stays with the command that runs it
-    from kimicount.verify import Counts, VerifyReport
+    from kimicount.verify import Counts, IndexReport, VerifyReport
 
 
 #: Mismatches shown on a terminal; --json has them all.
@@ -159,3 +159,51 @@ def _dtype_table(console: Console, report: VerifyReport) -> tuple[Table, list[Co
         )
     )
     return fitted(console, columns, rows)
+
+
+def render_index(console: Console, report: IndexReport) -> None:
+    """`verify --index`: names expected against listed, the declared totals against the trees', and
+    the first mismatches."""
+    show(
+        console,
+        f"[bold]{report.source}[/] against [bold]{report.model}[/]: {report.entries:,} entries in "
+        f"{report.files} files (the index alone: names and totals, no shapes or dtypes)",
+    )
+    rotary = f", and {report.rotary_buffers:,} rotary buffers" if report.rotary_buffers else ""
+    names_ok = not any(m.kind in ("missing", "unexpected") for m in report.mismatches)
+    rows = [
+        (
+            "Tensor names",
+            f"{report.expected_names:,} expected as stored{rotary}",
+            f"{report.entries:,} listed",
+            _mark(names_ok),
+        ),
+    ]
+    for label, declared, expected in (
+        ("total_size", report.total_size, report.expected_size),
+        ("total_parameters", report.total_parameters, report.expected_parameters),
+    ):
+        if declared is None:
+            rows.append((label, "not declared", "", ""))
+        elif expected is None:
+            rows.append((label, "not modelled (the config's quantization)", f"{declared:,}", ""))
+        elif report.rotary_buffers:
+            rows.append((label, f"{expected:,} + the rotary buffers'", f"{declared:,}", ""))
+        else:
+            rows.append((label, f"{expected:,}", f"{declared:,}", _mark(declared == expected)))
+    columns = (Column(""), Column("Trees", wraps=True), Column("Index", number=True), Column(""))
+    show_fitted(console, *fitted(console, columns, rows))
+    if report.mismatches:
+        show(console)
+        show(
+            console,
+            f"[red]{len(report.mismatches):,} mismatches[/] (first {MISMATCHES_SHOWN}; --json has all):",
+        )
+        columns = (
+            Column("Tensor", wraps=True),
+            Column("Kind"),
+            Column("Expected", wraps=True),
+            Column("Found", wraps=True),
+        )
+        rows = [(m.tensor, m.kind, m.expected, m.found) for m in report.mismatches[:MISMATCHES_SHOWN]]
+        show_fitted(console, *fitted(console, columns, rows))

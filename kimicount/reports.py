@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from kimicount.flow import Flow
     from kimicount.measure import Measurement
     from kimicount.storage import Memory
-    from kimicount.verify import VerifyReport
+    from kimicount.verify import IndexReport, VerifyReport
 
 
 def tensor_json(tensor: TensorRef) -> dict[str, Any]:
@@ -176,10 +176,7 @@ def verify_json(report: VerifyReport) -> dict[str, Any]:
             {"name": c.name, "depth": c.depth, **_counts_json(c.counts)} for c in report.components
         ],
         "layers": [{"index": x.index, "kind": x.kind, **_counts_json(x.counts)} for x in report.layers],
-        "mismatches": [
-            {"tensor": m.tensor, "kind": m.kind, "expected": m.expected, "found": m.found}
-            for m in report.mismatches
-        ],
+        "mismatches": _mismatches_json(report.mismatches),
         "read": {"header_bytes": report.bytes_read, "requests": report.requests},
     }
 
@@ -206,6 +203,45 @@ def kv_cache_json(report: KvCacheReport) -> dict[str, Any]:
         "budget_bytes": report.budget,
         "indexer": None if report.indexer is None else _indexer_json(report, report.indexer),
         "layouts": [_layout_json(report, cache) for cache in report.caches],
+        "state": _state_json(report) if report.states else None,
+    }
+
+
+def _state_json(report: KvCacheReport) -> dict[str, Any]:
+    """A hybrid model's per-sequence state (its KDA layers'): per group and tensor, with its shape per
+    GPU, then the totals beside every layout's per-token cache."""
+    return {
+        "bytes_per_sequence": report.state_bytes_per_sequence,
+        "bytes_per_sequence_per_gpu": report.state_bytes_per_sequence_per_gpu,
+        "total_bytes": report.state_total_bytes,
+        "groups": [
+            {
+                "name": state.group.name,
+                "layers": list(state.group.layers),
+                "bytes_per_sequence_per_layer": state.bytes_per_sequence_per_layer,
+                "bytes_per_sequence": state.bytes_per_sequence,
+                "bytes_per_sequence_per_gpu": state.bytes_per_sequence_per_gpu,
+                "tensors": [
+                    {
+                        "name": part.tensor.name,
+                        "formula": part.tensor.formula,
+                        "shape_per_gpu": list(part.shape),
+                        "dtype": part.dtype,
+                        "bytes_per_gpu": part.bytes,
+                    }
+                    for part in state.parts()
+                ],
+            }
+            for state in report.states
+        ],
+        "layouts": [
+            {
+                "layout": cache.layout.value,
+                "total_bytes_with_state": report.total_with_state(cache),
+                "break_even_tokens": report.break_even_tokens(cache),
+            }
+            for cache in report.caches
+        ],
     }
 
 
@@ -284,3 +320,28 @@ def measure_json(measurement: Measurement) -> dict[str, Any]:
             for r in m.layouts
         ],
     }
+
+
+def index_json(report: IndexReport) -> dict[str, Any]:
+    """`verify --index`: the names and the metadata totals, declared against the trees'."""
+    return {
+        "ok": report.ok,
+        "source": report.source,
+        "model": report.model,
+        "files": report.files,
+        "names": {
+            "expected": report.expected_names,
+            "found": report.entries,
+            "rotary_buffers": report.rotary_buffers,
+        },
+        "total_size": {"declared": report.total_size, "expected": report.expected_size},
+        "total_parameters": {"declared": report.total_parameters, "expected": report.expected_parameters},
+        "mismatches": _mismatches_json(report.mismatches),
+    }
+
+
+def _mismatches_json(mismatches) -> list[dict[str, str]]:
+    """verify's mismatches, as --json lists them (headers and an index alike)."""
+    return [
+        {"tensor": m.tensor, "kind": m.kind, "expected": m.expected, "found": m.found} for m in mismatches
+    ]

@@ -1,8 +1,10 @@
 """The model spec: a frozen, validated view of config.json.
 
-This is the only module that knows Hugging Face config keys. Everything downstream (the anatomy, the
-KV-cache formulas, verification) reads a `ModelSpec`, never the raw dictionary, so a key renamed by a
-new transformers release is handled here once.
+Only the spec modules know Hugging Face config keys: this one (the DeepSeek-V3 family's `ModelSpec`,
+the readers every family shares, `quantization_config`, the MLA sub-spec) and the family modules that
+build their own specs with them (kimicount.families). Everything downstream (the anatomy, the KV-cache
+formulas, verification) reads a spec, never the raw dictionary, so a key renamed by a new transformers
+release is handled here once.
 
     >>> spec = bundled_spec()
     >>> spec.name, spec.num_hidden_layers, spec.qk_head_dim
@@ -19,12 +21,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kimicount.errors import ConfigError
 from kimicount.reading import parse_json, read_capped, short_json, shorten
 
-#: model_type values whose architecture kimicount models (MLA attention + DeepSeek MoE).
+#: model_type values of the DeepSeek-V3 family (MLA attention + DeepSeek MoE).
 SUPPORTED_MODEL_TYPES = ("kimi_k2", "deepseek_v3", "deepseek_v32", "deepseek_v2")
 #: Multimodal wrappers: the language model under `text_config`, a vision tower under `vision_config`.
 MULTIMODAL_MODEL_TYPES = ("kimi_k25",)
@@ -172,8 +174,43 @@ class Indexer:
 
 
 @dataclass(frozen=True)
+class MlaSpec:
+    """The sizes of one multi-head latent attention, whichever family's layers use it: what the KV-cache
+    layouts, the MLA flops and the MLA measurements read (never a family's own config keys).
+
+    >>> k2.mla.qk_head_dim, k2.mla.kv_lora_rank, k2.mla.rotary
+    (192, 512, True)
+    """
+
+    num_attention_heads: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    indexer: Indexer | None = None
+    #: False when the shared key part is cached and used without rotary position (Kimi Linear's
+    #: mla_use_nope): the same qk_rope_head_dim rows, not rotated.
+    rotary: bool = True
+    #: A sigmoid gate on the attention output, from the hidden state (Kimi K3's mla_use_output_gate).
+    output_gate: bool = False
+    #: The model it belongs to, for errors.
+    name: str = field(default="", compare=False)
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head query/key width: content part plus rotary part (192 for Kimi K2)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
 class ModelSpec:
-    """Every size kimicount needs, validated. Field names are the config keys they come from."""
+    """Every size kimicount needs, validated. Field names are the config keys they come from.
+
+    The spec of the DeepSeek-V3 family (kimicount.families.deepseek_v3); other families have their own."""
+
+    #: The family module that built it (kimicount.families).
+    FAMILY: ClassVar[str] = "deepseek_v3"
 
     name: str
     model_type: str
@@ -207,7 +244,21 @@ class ModelSpec:
     @property
     def qk_head_dim(self) -> int:
         """Per-head query/key width: content part plus rotary part (192 for Kimi K2)."""
-        return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.mla.qk_head_dim
+
+    @property
+    def mla(self) -> MlaSpec:
+        """Every layer's attention: one MLA of these sizes."""
+        return MlaSpec(
+            num_attention_heads=self.num_attention_heads,
+            q_lora_rank=self.q_lora_rank,
+            kv_lora_rank=self.kv_lora_rank,
+            qk_nope_head_dim=self.qk_nope_head_dim,
+            qk_rope_head_dim=self.qk_rope_head_dim,
+            v_head_dim=self.v_head_dim,
+            indexer=self.indexer,
+            name=self.name,
+        )
 
     def is_moe_layer(self, layer: int) -> bool:
         """DeepSeek's rule: MoE from `first_k_dense_replace` on, every `moe_layer_freq`-th layer."""
@@ -275,11 +326,19 @@ class _Reader:
         return value
 
 
-def spec_from_config(config: Any, *, name: str, where: str) -> ModelSpec:
-    """Validate a parsed config.json and return its spec.
+def spec_from_config(config: Any, *, name: str, where: str) -> Any:
+    """Validate a parsed config.json and return its spec, built by the family its model_type names
+    (kimicount.families): a ModelSpec for the DeepSeek-V3 family, a KimiLinearSpec for Kimi Linear/K3.
 
     `name` is what reports call the model; `where` names the file in error messages.
     """
+    from kimicount.families import spec_from_config as family_spec
+
+    return family_spec(config, name=name, where=where)
+
+
+def deepseek_spec(config: Any, *, name: str, where: str) -> ModelSpec:
+    """The DeepSeek-V3 family's spec of a parsed config.json (the family registry calls it)."""
     if not isinstance(config, dict):
         raise ConfigError(f"{where}: expected a JSON object at the top level, found {type(config).__name__}")
     read = _Reader(config, where)
@@ -402,6 +461,9 @@ def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | Other
         raise read.fail("quantization_config", f"expected an object, found {short_json(raw)}")
     sub = _Reader(raw, f"{read.where} quantization_config")
     method = sub.string("quant_method")
+    if method == "compressed-tensors" and raw.get("format") in _FP4_FORMATS:
+        # Parameters and caches are counted all the same; how FP4 weights are stored is not modelled.
+        return OtherQuantization(f"compressed-tensors {raw['format']}")
     if method == "compressed-tensors":
         return _packed_quantization(sub)
     if method != "fp8":
@@ -420,6 +482,8 @@ def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | Other
 
 #: Integer widths compressed-tensors packs into int32.
 _PACKED_BITS = (2, 4, 8)
+#: compressed-tensors' FP4 formats (Kimi K3's routed experts are mxfp4-pack-quantized).
+_FP4_FORMATS = ("mxfp4-pack-quantized", "nvfp4-pack-quantized")
 
 
 def _packed_quantization(read: _Reader) -> PackedQuantization:
@@ -553,10 +617,15 @@ def spec_from_path(path: Path) -> ModelSpec:
     return spec_from_config(config, name=name, where=str(path))
 
 
+#: What the family modules share: the typed config reader whose errors name the file and key, and the
+#: one parser of `quantization_config` every family calls.
+ConfigReader = _Reader
+quantization_of = _quantization
+torch_dtype_of = _torch_dtype
+
+
 def bundled_spec() -> ModelSpec:
     """moonshotai/Kimi-K2-Instruct, from the config.json shipped with kimicount."""
     # read beside this file: importlib.resources would cost more start-up than the whole count
     text = (Path(__file__).parent / "data" / _BUNDLED_CONFIG).read_text(encoding="utf-8")
-    return spec_from_config(
-        json.loads(text), name=BUNDLED_MODEL, where=f"bundled {BUNDLED_MODEL} config.json"
-    )
+    return deepseek_spec(json.loads(text), name=BUNDLED_MODEL, where=f"bundled {BUNDLED_MODEL} config.json")

@@ -63,7 +63,7 @@ def plain_dtypes(spec: ModelSpec, role: Role) -> tuple[str, ...]:
     ('BF16',)
     """
     base = model_dtype(spec)
-    if role is Role.ROUTER_BIAS:
+    if role in (Role.ROUTER_BIAS, Role.F32):
         return ("F32",)
     if role is Role.NORM:
         if base == "F32":

@@ -19,7 +19,7 @@ from itertools import chain, repeat
 from typing import NamedTuple
 
 from kimicount.anatomy import Anatomy, Node, Role, TensorRef
-from kimicount.checkpoint import INDEX_FILE, Checkpoint, paused_gc
+from kimicount.checkpoint import INDEX_FILE, Checkpoint, Index, paused_gc
 from kimicount.headers import Kind, TensorInfo, kind_of, kind_parts
 from kimicount.spec import ModelSpec
 from kimicount.storage import (
@@ -92,7 +92,7 @@ class ComponentCheck:
 @dataclass(frozen=True)
 class LayerCheck:
     index: int
-    kind: str  # dense | moe | mtp
+    kind: str  # the block group's kind (dense | moe for the DeepSeek-V3 family, kda-moe, ...) | mtp
     counts: Counts
 
 
@@ -278,7 +278,7 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
         components = _components(anatomy)
         groups = expected_groups(anatomy, components)
         findings = _Findings()
-        parts = _PartCounts(spec, components)
+        parts = _PartCounts(anatomy, components)
         whole = []  # the groups verified whole (FP8 scales included)
         for group in groups:
             check = _check_packable if group.packable else _check_stored
@@ -611,8 +611,9 @@ class _PartCounts:
     weights fast. A tensor counts once in every component above its owners, so the tensors MLA splits
     between two components count once in the group that holds both."""
 
-    def __init__(self, spec: ModelSpec, components: list[_Component]):
-        self.spec = spec
+    def __init__(self, anatomy: Anatomy, components: list[_Component]):
+        # each main layer's kind, as its block group names it (dense, moe, kda-moe, ...); the rest are MTP
+        self.kinds = {row.index: row.kind for row in anatomy.layers()}
         self.components = components
         self.counts: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
 
@@ -660,6 +661,101 @@ class _PartCounts:
         return tuple(LayerCheck(i, self._kind(i), Counts(*rows[i])) for i in sorted(rows))
 
     def _kind(self, layer: int) -> str:
-        if layer >= self.spec.num_hidden_layers:
-            return "mtp"
-        return "moe" if self.spec.is_moe_layer(layer) else "dense"
+        return self.kinds.get(layer, "mtp")
+
+
+# --- an index alone ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexReport:
+    """A model.safetensors.index.json checked alone against the trees: its tensor names (every name the
+    trees expect, as the config's storage keeps it, and no other but rotary buffers) and its metadata
+    totals (total_size against the trees' bytes as stored, total_parameters against their elements)."""
+
+    source: str
+    model: str
+    entries: int
+    files: int
+    expected_names: int
+    rotary_buffers: int
+    total_size: int | None
+    expected_size: int | None  # None: the config's quantization is not modelled
+    total_parameters: int | None
+    expected_parameters: int
+    mismatches: tuple[Mismatch, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+
+def verify_index(anatomy: Anatomy, index: Index, source: str) -> IndexReport:
+    """Check an index's names and totals against the trees, reading nothing else.
+
+    A packable Linear (pack-quantized configs) may be listed as itself or as its packed triple; an FP8
+    weight must come with its block scale. Rotary buffers (`*.rotary_emb.inv_freq`) are allowed and
+    counted apart: their bytes are in total_size but no config determines them, so total_size is
+    compared exactly only when there are none."""
+    from kimicount.storage import memory_map, modelled, stored_elements
+
+    spec = anatomy.spec
+    listed = index.weight_map
+    mismatches: list[Mismatch] = []
+    claimed: set[str] = set()
+    expected = 0
+    for group in expected_groups(anatomy, _components(anatomy)):
+        for name in group.names:
+            if group.packable and name not in listed:
+                triple = [f"{name[:-7]}.{suffix}" for suffix in PACKED_SUFFIXES]
+                if all(t in listed for t in triple):
+                    claimed.update(triple)
+                    expected += len(triple)
+                    continue
+            wanted = [name] + ([name + FP8_SCALE_SUFFIX] if group.fp8_scale is not None else [])
+            expected += len(wanted)
+            for tensor in wanted:
+                if tensor in listed:
+                    claimed.add(tensor)
+                else:
+                    mismatches.append(Mismatch(tensor, "missing", f"listed in {INDEX_FILE}", "absent"))
+    rest = [name for name in listed if name not in claimed]
+    rotary = [name for name in rest if name.endswith(ROTARY_SUFFIX)]
+    mismatches += [
+        Mismatch(name, "unexpected", "no such tensor in the model", f"listed in {listed[name]}")
+        for name in sorted(set(rest) - set(rotary))
+    ]
+    roots = [root for root in (anatomy.model, anatomy.mtp, anatomy.vision) if root is not None]
+    memory = memory_map(spec, *roots)
+    expected_size = None if memory is None else sum(memory[id(root)].stored for root in roots)
+    quantized = spec.quantization is not None and modelled(spec)
+    parameters = sum(stored_elements(spec, root) if quantized else root.params for root in roots)
+    declared = index.total_size
+    if declared is not None and expected_size is not None and not rotary and declared != expected_size:
+        mismatches.append(
+            Mismatch(
+                INDEX_FILE, "total_size", f"{expected_size:,} (the trees' bytes as stored)", f"{declared:,}"
+            )
+        )
+    if index.total_parameters is not None and not rotary and index.total_parameters != parameters:
+        mismatches.append(
+            Mismatch(
+                INDEX_FILE,
+                "total_parameters",
+                f"{parameters:,} (the trees' elements)",
+                f"{index.total_parameters:,}",
+            )
+        )
+    return IndexReport(
+        source=source,
+        model=spec.name,
+        entries=len(listed),
+        files=len(index.files),
+        expected_names=expected,
+        rotary_buffers=len(rotary),
+        total_size=index.total_size,
+        expected_size=expected_size,
+        total_parameters=index.total_parameters,
+        expected_parameters=parameters,
+        mismatches=tuple(mismatches),
+    )

@@ -51,6 +51,7 @@ def test_deepseek_v3_conventions():
     scales = 62 * (672 + 2_304 + 280 + 1_024 + 7_168) + 3 * 3 * 8_064 + 59 * 257 * 3 * 896
     assert values == {
         "parameters": 671_026_419_200,
+        "parameters_without_embeddings": 671_026_419_200 - 2 * 129_280 * 7_168,  # 669.17B
         "parameters_with_mtp": 671_026_419_200 + own,
         "parameters_with_mtp_copies": 684_489_845_504,
         "stored_elements": 684_489_845_504 + scales,
@@ -69,6 +70,7 @@ def test_deepseek_v3_conventions():
     # without the embedding 36.63B rounds to 37B and to 36.6B. 682.6B, 11.6B and 2.54B give nothing.
     assert _explains(report) == {
         "parameters": {"671B"},
+        "parameters_without_embeddings": set(),
         "parameters_with_mtp": set(),
         "parameters_with_mtp_copies": {"684.5B"},
         "stored_elements": {"685B", "684.5B"},
@@ -100,6 +102,7 @@ def test_kimi_k2_conventions():
     assert listing["totals"]["elements"] == 1_026_470_731_056 and rotary == 61 * 56
     assert _values(report) == {
         "parameters": 1_026_408_232_448,
+        "parameters_without_embeddings": 1_026_408_232_448 - 2 * 163_840 * 7_168,  # embedding and head
         # every tensor of the real checkpoint, FP8 scales included, but the rotary buffers, which no
         # config determines
         "stored_elements": 1_026_470_731_056 - rotary,
@@ -110,6 +113,7 @@ def test_kimi_k2_conventions():
     # 1.04T is no convention: every tensor of the checkpoint is 1.0265T, and K2 has no MTP layer.
     assert _explains(report) == {
         "parameters": {"1T"},
+        "parameters_without_embeddings": {"1T"},
         "stored_elements": {"1T"},
         "activated": {"32B↓"},
         "activated_without_embedding": {"32B"},
@@ -126,6 +130,7 @@ def test_kimi_k25_conventions():
     shapes = experts * 3 * 2  # a weight_shape [2] per packed Linear
     assert values == {
         "parameters": 1_026_408_232_448,
+        "parameters_without_embeddings": 1_026_408_232_448 - 2 * 163_840 * 7_168,
         "parameters_with_vision": 1_026_408_232_448 + vision,
         "stored_elements": 170_738_182_128,  # the header element count of the K2.5 layout (test_k25_int4)
         "weights_and_scales": 1_026_408_232_448 + vision + scales + shapes,
@@ -146,11 +151,13 @@ def test_deepseek_v2_lite_conventions():
     activated = 15_706_484_224 - unselected
     assert _values(report) == {
         "parameters": 15_706_484_224,  # transformers' meta-device count (README)
+        "parameters_without_embeddings": 15_706_484_224 - 2 * 102_400 * 2_048,  # 15.29B: neither figure
         "activated": activated,
         "activated_without_embedding": activated - 102_400 * 2_048,
     }
     assert _explains(report) == {
         "parameters": {"15.7B", "16B"},
+        "parameters_without_embeddings": set(),
         "activated": {"2.6B↓"},
         "activated_without_embedding": {"2.4B↓"},
     }

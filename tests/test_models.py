@@ -195,8 +195,12 @@ def test_models_lists_every_bundled_model():
         "deepseek-v3.2-exp",
         "deepseek-v2-lite",
         "deepseek-v2-lite-chat",
+        "kimi-linear-48b-a3b",
+        "kimi-k3",
         "moonlight-16b-a3b",
     }
+    # the real Kimi Linear index's total_parameters (fixtures/kimi-linear-48b-a3b)
+    assert rows["kimi-linear-48b-a3b"]["total"] == 49_122_681_728
     assert (rows["kimi-k2-instruct"]["total"], rows["kimi-k2-instruct"]["activated"]) == (
         K2_TOTAL,
         K2_ACTIVATED,

@@ -290,11 +290,16 @@ def load_model(
     timeout: str | None,
     *,
     live: bool,
+    command: str,
 ) -> ModelSpec:
     """The spec the model options name (a positional ORG/NAME or --repo, --config, or the bundled
-    Kimi K2), with the progress line while a Hub config is fetched (`live`: a person is watching)."""
+    Kimi K2), with the progress line while a Hub config is fetched (`live`: a person is watching).
+    A model whose family `command` does not serve yet is refused in one line (exit 2)."""
+    from kimicount.families import require_command
     from kimicount.source import load_spec
 
     repo = repo_id(model, repo)
     with progress(live, repo, token, timeout) as activity:
-        return load_spec(config, repo, revision, activity.hub)
+        spec = load_spec(config, repo, revision, activity.hub)
+    require_command(spec, command)
+    return spec

@@ -56,7 +56,7 @@ def explore_command(
 
     repo = repo_id(model, repo)
     with progress(not as_json, repo, token, timeout) as activity:
-        pages = load_explorer(config, repo, revision, modeling, activity.hub)
+        pages = load_explorer(config, repo, revision, modeling, activity.hub, "explore")
     text = render_html(pages)
     name = slug(pages.model.rsplit("/", 1)[-1]) or "model"
     path = output if output is not None else Path(f"{name}-explorer.html")

@@ -60,7 +60,7 @@ def flops_command(
     from kimicount.anatomy import build_anatomy
     from kimicount.flow import flops_report
 
-    spec = load_model(model, config, repo, revision, token, timeout, live=not as_json)
+    spec = load_model(model, config, repo, revision, token, timeout, live=not as_json, command="flops")
     anatomy = build_anatomy(spec)
     report = flops_report(anatomy.spec, anatomy.model, tokens=prompt, context=positions)
     if as_json:

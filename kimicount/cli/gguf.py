@@ -121,7 +121,7 @@ def gguf(
 
             spec = spec_from_metadata(read_gguf(file))
         else:
-            spec = load_model(None, config, repo, revision, token, timeout, live=not as_json)
+            spec = load_model(None, config, repo, revision, token, timeout, live=not as_json, command="gguf")
         report = check_listing(estimate_uniform(spec, quant), spec, estimate=ESTIMATE.format(quant=quant))
     from kimicount.gguf.render import gguf_json, render_gguf
 

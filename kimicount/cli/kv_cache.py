@@ -87,6 +87,25 @@ def kv_cache(
             "--include-mtp", help="Count the multi-token-prediction layers' caches too (DeepSeek-V3)."
         ),
     ] = False,
+    mamba_cache_dtype: Annotated[
+        str,
+        typer.Option(
+            "--mamba-cache-dtype",
+            metavar="[auto|float32|float16|bfloat16]",
+            help="Hybrid models (Kimi Linear, K3): the dtype of the KDA layers' convolution windows, as vLLM's "
+            "flag of that name (auto: the model's dtype).",
+        ),
+    ] = "auto",
+    mamba_ssm_dtype: Annotated[
+        str,
+        typer.Option(
+            "--mamba-ssm-dtype",
+            "--mamba-ssm-cache-dtype",
+            metavar="[auto|float32|float16|bfloat16]",
+            help="Hybrid models: the dtype of the KDA layers' recurrent state, as SGLang's --mamba-ssm-dtype "
+            "(auto: float32; vLLM keeps KDA's state in float32 whatever its --mamba-ssm-cache-dtype).",
+        ),
+    ] = "auto",
     budget: Annotated[
         str | None,
         typer.Option(
@@ -117,10 +136,12 @@ def kv_cache(
     Multi-head latent attention caches one small latent per token for all heads; engines that expand
     it into per-head keys and values pay for every head (35.6× the latent for Kimi K2).
     """
-    from kimicount.kvcache import context_sweep, kv_cache_report, parse_layout
+    from kimicount.kvcache import context_sweep, kv_cache_report, parse_layout, parse_mamba_dtype
     from kimicount.options import parse_size
 
-    spec = load_model(model, config, repo, revision, token, timeout, live=not as_json)
+    conv_dtype = parse_mamba_dtype(mamba_cache_dtype, "--mamba-cache-dtype")  # a typo costs no model load
+    ssm_dtype = parse_mamba_dtype(mamba_ssm_dtype, "--mamba-ssm-dtype")
+    spec = load_model(model, config, repo, revision, token, timeout, live=not as_json, command="kv-cache")
     report = kv_cache_report(
         spec,
         tokens=count_or_none(tokens, "--tokens"),
@@ -131,7 +152,11 @@ def kv_cache(
         tp=parse_count(tp, "--tp"),
         include_mtp=include_mtp,
         budget=None if budget is None else parse_size(budget),
+        conv_dtype=conv_dtype,
+        ssm_dtype=ssm_dtype,
     )
+    if not report.states:
+        ignored(ctx, f"for {spec.name} (no layer keeps a state)", "mamba_cache_dtype", "mamba_ssm_dtype")
     if plot is not None:
         from kimicount.chart import write_svg
 

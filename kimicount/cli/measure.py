@@ -81,7 +81,7 @@ def measure_command(
     """
     from kimicount.measure import measure
 
-    spec = load_model(model, config, repo, revision, token, timeout, live=not as_json)
+    spec = load_model(model, config, repo, revision, token, timeout, live=not as_json, command="measure")
     result = measure(
         spec,
         device=device.value,

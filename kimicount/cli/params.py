@@ -77,7 +77,11 @@ def params(
     max_depth = parse_depth(depth)  # option text is read first: a typo costs no imports
     from kimicount.anatomy import build_anatomy
 
-    spec = load_model(model, config, repo, revision, token, timeout, live=not as_json)
+    spec = load_model(model, config, repo, revision, token, timeout, live=not as_json, command="params")
+    if detail is Detail.shapes:  # the shapes are the flops model's
+        from kimicount.families import require_command
+
+        require_command(spec, "flops")
     anatomy = build_anatomy(spec)
     if by is Breakdown.memory:
         from kimicount.storage import require_modelled

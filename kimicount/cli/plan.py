@@ -516,7 +516,7 @@ def plan_command(
         if chosen is not None and config is None and Path(chosen).exists():  # a local folder
             config, chosen = Path(chosen), None
         run_local_plan(
-            load_model(None, config, chosen, revision, token, timeout, live=not as_json)
+            load_model(None, config, chosen, revision, token, timeout, live=not as_json, command="plan")
             if gguf is None
             else None,
             gpus=gpus,
@@ -633,7 +633,7 @@ def plan_command(
 
     if serve is not None:
         _warn_unmodelled(serve)
-    spec = load_model(None, config, chosen, revision, token, timeout, live=not as_json)
+    spec = load_model(None, config, chosen, revision, token, timeout, live=not as_json, command="plan")
     anatomy = build_anatomy(spec)
     require_modelled(anatomy.spec)
     gpu_words = [

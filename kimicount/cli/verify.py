@@ -57,6 +57,16 @@ def verify(
             show_default=False,
         ),
     ] = None,
+    index: Annotated[
+        Path | None,
+        typer.Option(
+            "--index",
+            metavar="FILE",
+            help="A model.safetensors.index.json alone: its tensor names and metadata totals against the "
+            "tree of the model named (--config, or its name), reading nothing else.",
+            show_default=False,
+        ),
+    ] = None,
     depth: Annotated[
         str, typer.Option("--depth", metavar="N", help="Component rows down to depth N (all: every one).")
     ] = "3",
@@ -68,13 +78,18 @@ def verify(
     like rotary buffers, counted apart. Exit 0 when everything matches, 1 on any mismatch.
     """
     max_depth = parse_depth(depth)
+    if index is not None:
+        _verify_index(ctx, index, model, config, repo, revision, token, timeout, path, as_json)
+        return
     from kimicount.anatomy import build_anatomy
+    from kimicount.families import require_command
     from kimicount.source import load_checkpoint
     from kimicount.verify import verify as verify_checkpoint
 
     repo = repo_id(model, repo)
     with progress(not as_json, repo, token, timeout, local_files=True) as activity:
         spec, checkpoint = load_checkpoint(path, repo, revision, config, activity.on_file, activity.hub)
+        require_command(spec, "verify")
         report = verify_checkpoint(build_anatomy(spec), checkpoint)
     # The headers' hundreds of thousands of objects were made with the collector off (checkpoint.paused_gc,
     # while they are read and while they are checked), so they all sit in its youngest generation: the
@@ -89,3 +104,27 @@ def verify(
         render_verify(console, report, max_depth=max_depth)
 
     end_check(ctx, report.ok, as_json, lambda: verify_json(report), render)
+
+
+def _verify_index(ctx, index, model, config, repo, revision, token, timeout, path, as_json) -> None:
+    """`verify --index FILE`: the index against the tree of the model the options name."""
+    from kimicount.anatomy import build_anatomy
+    from kimicount.checkpoint import read_index_file
+    from kimicount.cli.common import load_model
+    from kimicount.errors import UsageError
+    from kimicount.verify import verify_index
+
+    if path is not None:
+        raise UsageError(
+            "--index checks an index alone: name the model with --config or its name, not --path"
+        )
+    spec = load_model(model, config, repo, revision, token, timeout, live=not as_json, command="verify")
+    report = verify_index(build_anatomy(spec), read_index_file(index), str(index))
+    from kimicount.reports import index_json
+
+    def render(console) -> None:
+        from kimicount.render_verify import render_index
+
+        render_index(console, report)
+
+    end_check(ctx, report.ok, as_json, lambda: index_json(report), render)

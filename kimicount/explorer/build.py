@@ -197,9 +197,14 @@ def load_explorer(
     revision: str | None,
     modeling: Path | None,
     hub_options: HubOptions | None,
+    command: str = "show",
 ) -> Pages:
-    """The pages of the model the CLI's options name, with their evidence."""
+    """The pages of the model the CLI's options name, with their evidence (`command`, show or explore,
+    refuses a model whose family it does not serve yet)."""
+    from kimicount.families import require_command
+
     spec, source = load_model_and_config(config, repo, revision, hub_options)
+    require_command(spec, command)
     return explorer_pages(
         spec, source, repo=repo, revision=revision, modeling=modeling, hub_options=hub_options
     )
