@@ -439,7 +439,10 @@ def latent_attention(spec: ModelSpec, layers: Sequence[int]) -> Node:
         value_heads(spec, layers),
         attention_output(spec, layers),
     ]
-    if spec.indexer is not None:
+    with_indexer = sum(map(spec.has_indexer, layers))
+    if with_indexer not in (0, n):  # block_groups keeps the layers with and without one apart
+        raise ValueError(f"layers {list(layers)}: only {with_indexer} of {n} have a lightning indexer")
+    if with_indexer:
         parts.append(lightning_indexer(spec, layers))
     return group("Latent attention", parts, n)
 
@@ -553,15 +556,27 @@ def transformer_block(spec: ModelSpec, layers: Sequence[int], moe: bool) -> list
 
 
 def block_groups(spec: ModelSpec, layers: Sequence[int]) -> list[Node]:
-    """The given layers, grouped into one node for the dense blocks and one for the MoE blocks."""
+    """The given layers, grouped into one node for the dense blocks and one for the MoE blocks; and where
+    only some layers have their own lightning indexer (GLM-5.2), the blocks sharing one apart."""
     groups = []
     for kind, moe, label in (("dense", False, "dense block"), ("moe", True, "MoE block")):
         members = tuple(i for i in layers if spec.is_moe_layer(i) == moe)
-        if members:
-            n = len(members)
-            name = f"{n} {label}{'s' if n > 1 else ''} ({layer_span(members)})"
-            groups.append(group(name, transformer_block(spec, members, moe), n, layers=members, kind=kind))
+        for own, part in _by_indexer(spec, members):
+            n = len(part)
+            blocks = f"{label}{'s' if n > 1 else ''}" + ("" if own else " sharing an indexer")
+            name = f"{n} {blocks} ({layer_span(part)})"
+            groups.append(group(name, transformer_block(spec, part, moe), n, layers=part, kind=kind))
     return groups
+
+
+def _by_indexer(spec: ModelSpec, layers: tuple[int, ...]) -> list[tuple[bool, tuple[int, ...]]]:
+    """The layers with an indexer of their own, then those that share one (GLM-5.2's "shared" layers
+    reuse the top-k of the last full layer and carry no indexer weights); one part when all are alike."""
+    if spec.indexer is None or spec.indexer.layers is None:
+        return [(True, layers)] if layers else []
+    own = tuple(i for i in layers if spec.has_indexer(i))
+    shared = tuple(i for i in layers if not spec.has_indexer(i))
+    return [(True, own)] * bool(own) + [(False, shared)] * bool(shared)
 
 
 def _embedding(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = (), copy=False) -> Node:
@@ -610,8 +625,15 @@ def multi_token_prediction(spec: ModelSpec) -> Node | None:
     # DeepSeek's FP8 checkpoints (V3, R1, V3.1, V3.2) keep eh_proj in BF16 with no block scale, and
     # engines load it as a plain Linear; the layer's attention and experts are FP8 like the main ones.
     eh_proj = _layer_tensor(spec, "eh_proj.weight", (hidden, 2 * hidden), Role.UNQUANTIZED, layers)
+    copies = mtp_stores_copies(spec)
+    embedding = _embedding(
+        spec, "Embedding copy", "model.layers.{layer}.embed_tokens.weight", layers, copy=True
+    )
+    head = _output_head(
+        spec, "Output head copy", "model.layers.{layer}.shared_head.head.weight", layers, copy=True
+    )
     parts = [
-        _embedding(spec, "Embedding copy", "model.layers.{layer}.embed_tokens.weight", layers, copy=True),
+        *[embedding] * copies,
         leaf(
             "Input norms",
             n,
@@ -624,11 +646,25 @@ def multi_token_prediction(spec: ModelSpec) -> Node | None:
         leaf("Hidden projection", n, [eh_proj], "2·hidden_size × hidden_size"),
         *block_groups(spec, layers),
         _final_norm(spec, "Output norm", "model.layers.{layer}.shared_head.norm.weight", layers),
-        _output_head(
-            spec, "Output head copy", "model.layers.{layer}.shared_head.head.weight", layers, copy=True
-        ),
+        *[head] * copies,
     ]
     return group("Multi-token prediction", parts)
+
+
+#: Model types whose MTP layer stores no copy of the embedding and head, using the main model's: GLM-5's
+#: checkpoints have no model.layers.78.embed_tokens or shared_head.head (the GLM-5.1 BF16 GGUF, whose
+#: converter writes nextn.embed_tokens and nextn.shared_head_head when they are there, has neither).
+_MTP_SHARES_EMBEDDING_AND_HEAD = ("glm_moe_dsa",)
+
+
+def mtp_stores_copies(spec: ModelSpec) -> bool:
+    """Whether the checkpoint's MTP layer holds its own copies of the embedding and the output head
+    (DeepSeek-V3, R1, V3.1, V3.2 do; GLM-5 does not).
+
+    >>> mtp_stores_copies(k2)
+    True
+    """
+    return spec.model_type not in _MTP_SHARES_EMBEDDING_AND_HEAD
 
 
 # --- the vision side (Kimi K2.5) -------------------------------------------------------------------

@@ -70,6 +70,7 @@ FAMILIES = {
     ("kimi_k25", 61, 7168, 384): "Kimi K2.5",
     ("deepseek_v3", 61, 7168, 256): "DeepSeek-V3",
     ("deepseek_v2", 27, 2048, 64): "DeepSeek-V2-Lite",
+    ("glm_moe_dsa", 78, 6144, 256): "GLM-5",
 }
 
 #: The figures quoted for each family, as quoted, with their sources.
@@ -94,6 +95,10 @@ PUBLISHED = {
         Figure("36.6B", ACTIVATED, "quoted later"),
         Figure("11.5B", MTP, "README_WEIGHTS: MTP unique, without embedding and head"),
         Figure("2.4B", MTP_ACTIVATED, "README_WEIGHTS: MTP, incl. embedding and head"),
+    ),
+    "GLM-5": (
+        Figure("744B", TOTAL, "GLM-5 model card and technical report"),
+        Figure("40B", ACTIVATED, "GLM-5 model card and technical report"),
     ),
     "DeepSeek-V2-Lite": (
         Figure("15.7B", TOTAL, "DeepSeek-V2-Lite model card"),
@@ -165,22 +170,26 @@ def conventions(anatomy: Anatomy) -> tuple[Convention, ...]:
                 model.params + vision.params,
             )
         )
+    copies = mtp is not None and any(child.copy for child in mtp.children)
     if mtp is not None:
-        found += [
+        found.append(
             Convention(
                 "parameters_with_mtp",
                 "+ the multi-token-prediction layer's own parameters",
                 TOTAL,
                 model.params + anatomy.mtp_unique,
-            ),
+            )
+        )
+    if copies:
+        found.append(
             Convention(
                 "parameters_with_mtp_copies",
                 "+ the MTP layer with its stored copies of the embedding and head: every learned "
                 "tensor of the checkpoint",
                 TOTAL,
                 model.params + mtp.params,
-            ),
-        ]
+            )
+        )
     roots = [root for root in (model, mtp, vision) if root is not None]
     if spec.quantization is not None and modelled(spec):
         found.append(
@@ -229,6 +238,14 @@ def conventions(anatomy: Anatomy) -> tuple[Convention, ...]:
             Convention(
                 "mtp_activated_with_copies",
                 "what the MTP layer runs per token, its embedding and head copies included",
+                MTP_ACTIVATED,
+                mtp.activated,
+            )
+            if copies
+            else Convention(
+                "mtp_activated",
+                "what the MTP layer runs per token (it reads the main model's embedding and head, "
+                "storing no copies)",
                 MTP_ACTIVATED,
                 mtp.activated,
             ),

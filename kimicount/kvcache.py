@@ -352,12 +352,41 @@ def cache_line(formula: Formula, spec: ModelSpec, e: int, layers: int, ranks: in
     return CacheLine(size, layers, ranks, formula.text, calculation, formula.note)
 
 
-def layout_cache(spec: ModelSpec, layout: Layout, e: int, layers: int, workload: Workload) -> LayoutCache:
-    """One layout of `spec` at element size `e` over `layers` layers, with the indexer keys if any."""
+def layout_cache(
+    spec: ModelSpec,
+    layout: Layout,
+    e: int,
+    layers: int,
+    workload: Workload,
+    indexer_layers: int | None = None,
+) -> LayoutCache:
+    """One layout of `spec` at element size `e` over `layers` layers, with the indexer keys if any:
+    on `indexer_layers` of them, by default those of the model's first `layers` layers (main, then MTP)
+    that have an indexer of their own."""
     ranks = workload.tp if splits_across_ranks(layout) else 1
     attention = cache_line(FORMULAS[layout], spec, e, layers, ranks)
-    indexer = None if spec.indexer is None else cache_line(INDEXER_KEYS, spec, e, layers, 1)
+    if indexer_layers is None:
+        indexer_layers = layers_with_indexer(spec, layers)
+    indexer = None if spec.indexer is None else cache_line(INDEXER_KEYS, spec, e, indexer_layers, 1)
     return LayoutCache(layout, workload, attention, indexer)
+
+
+def layers_with_indexer(spec: ModelSpec, layers: int) -> int:
+    """How many of the first `layers` layers (main layers, then MTP) cache indexer keys: every layer of
+    DeepSeek-V3.2, GLM-5 and 5.1; GLM-5.2's "full" layers and its MTP layer, as vLLM (deepseek_v2.py:
+    a "shared" layer builds no Indexer, so no DeepseekV32IndexerCache) and llama.cpp (PR #26474) and
+    ik_llama.cpp (PR #2093) allocate it. SGLang's NSATokenToKVPool (mem_cache/memory_pool.py) keeps one
+    indexer buffer per layer, shared ones too (its NPU pool compacts them, PR #38250). [layers]
+
+    >>> layers_with_indexer(k2, 61)  # no indexer
+    0
+    """
+    if spec.indexer is None:
+        return 0
+    if spec.indexer.layers is None:
+        return layers
+    main = min(layers, spec.num_hidden_layers)
+    return sum(1 for layer in spec.indexer.layers if layer < main) + layers - main
 
 
 def kv_cache_report(

@@ -81,8 +81,9 @@ def _kv_cache_table(console: Console, report: KvCacheReport) -> tuple[Table, lis
             ]
         )
     if report.indexer is not None:
+        some = report.indexer.layers != report.layers
         dim = [
-            "[dim]of which indexer keys[/]",
+            f"[dim]of which indexer keys{f' ({report.indexer.layers} layers)' if some else ''}[/]",
             f"[dim]{report.indexer.bytes_per_token_per_layer:,} B[/]",
             f"[dim]{report.indexer.bytes_per_token:,} B[/]",
             f"[dim]{report.indexer_total_bytes:,} B[/]",
@@ -132,6 +133,15 @@ def _kv_cache_notes(report: KvCacheReport) -> Iterator[str]:
         yield (
             f"Not counted: {plural(mtp, 'multi-token-prediction layer')} (num_nextn_predict_layers); "
             "--include-mtp adds its cache."
+        )
+    indexer = report.indexer
+    if indexer is not None and indexer.layers != report.layers:
+        shared = report.layers - indexer.layers
+        yield (
+            f'Indexer keys on {indexer.layers} of the {report.layers} layers (indexer_types "full"; an MTP '
+            f"layer has its own): the other {shared} reuse a full layer's top-k and cache none, as vLLM and "
+            "llama.cpp allocate it (SGLang's CUDA pool keeps a buffer for every layer). Per token per layer "
+            "counts the layers that have them."
         )
     if workload.block_size > 1:
         pages = workload.tokens_per_sequence // workload.block_size
