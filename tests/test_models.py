@@ -156,7 +156,14 @@ def test_raw_configs_are_the_real_files():
     assert known_model("kimi-k2.5").config() == json.loads(
         (FIXTURES / "kimi-k2.5" / "config.json").read_text()
     )
-    assert {m.name for m in MODELS if m.kind == "raw"} == {"kimi-k2-instruct", "kimi-k2.5", "deepseek-v3.2"}
+    # and the 2026 ones, copies of the shared reference data (fixtures/CONFIGS-2026.md)
+    glm = ("glm-5", "glm-5-fp8", "glm-5.1", "glm-5.2")
+    nvfp4 = ("kimi-k2.6-nvfp4", "kimi-k2.7-code-nvfp4")
+    for name in glm + nvfp4:
+        assert known_model(name).config() == json.loads((FIXTURES / name / "config.json").read_text()), name
+    assert {m.name for m in MODELS if m.kind == "raw"} == {
+        "kimi-k2-instruct", "kimi-k2.5", "deepseek-v3.2", *glm, *nvfp4
+    }  # fmt: skip
 
 
 def _changed(a: dict, b: dict) -> set[str]:
@@ -188,6 +195,10 @@ def test_models_lists_every_bundled_model():
         "kimi-k2-instruct-0905",
         "kimi-k2-thinking",
         "kimi-k2.5",
+        "kimi-k2.6",
+        "kimi-k2.6-nvfp4",
+        "kimi-k2.7-code",
+        "kimi-k2.7-code-nvfp4",
         "deepseek-v3",
         "deepseek-r1",
         "deepseek-v3.1",
@@ -195,6 +206,10 @@ def test_models_lists_every_bundled_model():
         "deepseek-v3.2-exp",
         "deepseek-v2-lite",
         "deepseek-v2-lite-chat",
+        "glm-5",
+        "glm-5-fp8",
+        "glm-5.1",
+        "glm-5.2",
         "moonlight-16b-a3b",
     }
     assert (rows["kimi-k2-instruct"]["total"], rows["kimi-k2-instruct"]["activated"]) == (
@@ -203,6 +218,13 @@ def test_models_lists_every_bundled_model():
     )
     assert (rows["deepseek-r1"]["total"], rows["deepseek-r1"]["activated"]) == (V3_TOTAL, V3_ACTIVATED)
     assert rows["moonlight-16b-a3b"]["total"] == MOONLIGHT_TOTAL
+    # GLM-5's main model: the elements of blk.0–77, token_embd, output_norm and output in the real
+    # GLM-5.1 BF16 GGUF listing (fixtures/gguf/glm-5.1.bf16.map); K2.6 and K2.7-Code have K2.5's counts
+    for name in ("glm-5", "glm-5-fp8", "glm-5.1"):
+        assert rows[name]["total"] == 743_911_218_432, name
+    for name in ("kimi-k2.6", "kimi-k2.6-nvfp4", "kimi-k2.7-code", "kimi-k2.7-code-nvfp4"):
+        assert (rows[name]["total"], rows[name]["activated"]) == (K2_TOTAL, K2_ACTIVATED), name
+    assert rows["kimi-k2.6-nvfp4"]["repo"] == "nvidia/Kimi-K2.6-NVFP4"
     assert (
         rows["deepseek-v3"]["repo"] == "deepseek-ai/DeepSeek-V3" and rows["deepseek-v3"]["revision"] is None
     )
