@@ -292,11 +292,11 @@ def _glm_dsa_config(listing: GGUFListing, config: dict[str, object], where: str)
     extra: dict[str, object] = {"num_hidden_layers": layers, "num_nextn_predict_layers": nextn}
     for key, hf in _INDEXER_KEYS.items():
         extra[hf] = _integer(metadata, f"{GLM_DSA}.{key}", where)
-    extra["indexer_types"] = _indexer_types(listing, layers)
+    extra["indexer_types"] = _indexer_types(listing, layers, where)
     return extra
 
 
-def _indexer_types(listing: GGUFListing, layers: int) -> list[str] | None:
+def _indexer_types(listing: GGUFListing, layers: int, where: str) -> list[str] | None:
     """Which main layers have an indexer, as llama.cpp decides it: by the tensors (llama-model.cpp loads
     a layer's indexer when present, PR #24770; a GGUF of GLM-5.2 without the shared layers' indexers
     has none there, and then no indexer cache either, ik_llama.cpp PR #2093). None: all of them, or
@@ -305,6 +305,11 @@ def _indexer_types(listing: GGUFListing, layers: int) -> list[str] | None:
     main = present.intersection(range(layers))
     if not main or len(main) == layers:
         return None
+    if 0 not in main:  # a layer without one reuses an earlier layer's top-k
+        raise CheckpointError(
+            f"{where}: tensor 'blk.0.indexer.attn_k.weight': missing, but {len(main)} later layers have "
+            "an indexer (the first layer must have its own: the others reuse an earlier one's)"
+        )
     return ["full" if layer in main else "shared" for layer in range(layers)]
 
 
