@@ -251,3 +251,14 @@ def test_verify_reads_a_short_name_as_its_repo(httpserver, tmp_path):
     result = run_kimicount("verify", "k2-thinking", env=env)
     assert result.returncode == 2
     assert result.stderr.startswith("kimicount: error: moonshotai/Kimi-K2-Thinking@main: ")
+
+
+def test_k26_and_k27_code_have_k25s_architecture():
+    # what the derived INT4 entries stand on: NVIDIA's NVFP4 configs of both, read as kimicount reads
+    # every count, are K2.5's but for the quantization
+    from dataclasses import replace
+
+    k25 = replace(known_model("kimi-k2.5").spec(), name="", quantization=None)
+    for nvfp4, int4 in (("kimi-k2.6-nvfp4", "kimi-k2.6"), ("kimi-k2.7-code-nvfp4", "kimi-k2.7-code")):
+        assert replace(known_model(nvfp4).spec(), name="", quantization=None) == k25, nvfp4
+        assert known_model(int4).config() == known_model("kimi-k2.5").config()
