@@ -180,7 +180,7 @@ def conventions(anatomy: Anatomy) -> tuple[Convention, ...]:
                 model.params + anatomy.mtp_unique,
             )
         )
-    if copies:
+    if mtp is not None and copies:
         found.append(
             Convention(
                 "parameters_with_mtp_copies",

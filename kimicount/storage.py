@@ -159,8 +159,8 @@ def fp4_layout(spec: ModelSpec, weight_shape: tuple[int, ...]) -> dict[str, tupl
     quantization = spec.quantization
     assert isinstance(quantization, Fp4Quantization)
     out_features, in_features = weight_shape
-    pairs = (out_features, -(-in_features // 2))
-    scales = (out_features, -(-in_features // quantization.group_size))
+    pairs: tuple[int, ...] = (out_features, -(-in_features // 2))
+    scales: tuple[int, ...] = (out_features, -(-in_features // quantization.group_size))
     if quantization.producer == "modelopt":
         return {
             "weight": (pairs, "U8"),
@@ -168,7 +168,10 @@ def fp4_layout(spec: ModelSpec, weight_shape: tuple[int, ...]) -> dict[str, tupl
             "weight_scale_2": ((), "F32"),
             "input_scale": ((), "F32"),
         }
-    layout = {"weight_packed": (pairs, "U8"), "weight_scale": (scales, quantization.scale_dtype)}
+    layout: dict[str, tuple[tuple[int, ...], str]] = {
+        "weight_packed": (pairs, "U8"),
+        "weight_scale": (scales, quantization.scale_dtype),
+    }
     if quantization.global_scale:
         layout["weight_global_scale"] = ((1,), "F32")
     if quantization.input_scale:
