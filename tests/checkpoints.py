@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from .helpers import KIMI_K2, real_kimi_k2_tensors
@@ -397,17 +398,17 @@ def packed_int4(shape: tuple[int, int]) -> dict[str, tuple[tuple[int, ...], str]
     }
 
 
-def kimi_k25_listing() -> Listing:
+def kimi_k25_listing(experts: Callable[[tuple[int, int]], Listing] | None = None) -> Listing:
     """Kimi K2.5's tensors, derived from the real Kimi-K2-Instruct listing (the same language model):
-    under `language_model.`, without FP8 scales or rotary buffers, routed experts packed in INT4 and
-    every other weight in BF16, plus the vision tower and projector."""
+    under `language_model.`, without FP8 scales or rotary buffers, routed experts packed in INT4 (or as
+    `experts` stores each Linear) and every other weight in BF16, plus the vision tower and projector."""
     listing: Listing = {}
     for name, (shape, dtype) in real_kimi_k2_tensors().items():
         if name.endswith((".weight_scale_inv", ".inv_freq")):
             continue
         if ".mlp.experts." in name:
             base = name.removesuffix(".weight")
-            for suffix, entry in packed_int4(shape).items():
+            for suffix, entry in (experts or packed_int4)(shape).items():
                 listing[f"language_model.{base}.{suffix}"] = entry
         else:
             listing[f"language_model.{name}"] = (shape, "BF16" if dtype == "F8_E4M3" else dtype)
@@ -431,17 +432,7 @@ def kimi_nvfp4_listing() -> Listing:
     """Kimi K2.6-NVFP4's tensors: K2.5's (above) with the routed experts of layers 1–60 in ModelOpt's
     NVFP4 instead of INT4 (the release's exclude_modules keep layer 0, attention, shared experts and
     lm_head in BF16)."""
-    listing: Listing = {}
-    for name, (shape, dtype) in real_kimi_k2_tensors().items():
-        if name.endswith((".weight_scale_inv", ".inv_freq")):
-            continue
-        if ".mlp.experts." in name:
-            base = name.removesuffix(".weight")
-            for suffix, entry in modelopt_nvfp4(shape).items():
-                listing[f"language_model.{base}.{suffix}"] = entry
-        else:
-            listing[f"language_model.{name}"] = (shape, "BF16" if dtype == "F8_E4M3" else dtype)
-    return {**listing, **K25_VISION}
+    return kimi_k25_listing(modelopt_nvfp4)
 
 
 def kimi_k25_layout(folder: Path, listing: Listing | None = None, config: Path | None = None) -> Path:
