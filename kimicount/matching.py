@@ -139,7 +139,8 @@ class Wildcards:
 
 def excluded(wildcards: Wildcards, modules: Iterable[str], where: str) -> list[bool]:
     """For each module name, whether ModelOpt's `exclude_modules` exclude it; the expressions under one
-    MATCH_SECONDS deadline (a pattern of many `*`s backtracks), past which a ConfigError names `where`."""
+    MATCH_SECONDS deadline (a pattern of many `*`s backtracks), past which a ConfigError names `where`
+    (the file and the key)."""
     modules = list(modules)
     try:
         with _deadline(MATCH_SECONDS):
@@ -147,7 +148,7 @@ def excluded(wildcards: Wildcards, modules: Iterable[str], where: str) -> list[b
     except _TooSlow:
         patterns = ", ".join(json.dumps(e.pattern) for e in wildcards.expressions)
         raise ConfigError(
-            f"{where}: key 'exclude_modules': the wildcards (as {patterns}) take more than "
+            f"{where}: the wildcards (as {patterns}) take more than "
             f"{MATCH_SECONDS:g} s to match the module names: a pattern that backtracks without end"
         ) from None
 

@@ -83,9 +83,9 @@ def _kv_cache_table(console: Console, report: KvCacheReport) -> tuple[Table, lis
             ]
         )
     if report.indexer is not None:
+        label = f"+ indexer keys ({report.indexer.layers} layers)" if partial else "of which indexer keys"
         dim = [
-            f"[dim]{'+ indexer keys' if partial else 'of which indexer keys'}"
-            f"{f' ({report.indexer.layers} layers)' if partial else ''}[/]",
+            f"[dim]{label}[/]",
             f"[dim]{report.indexer.bytes_per_token_per_layer:,} B[/]",
             f"[dim]{report.indexer.bytes_per_token:,} B[/]",
             f"[dim]{report.indexer_total_bytes:,} B[/]",

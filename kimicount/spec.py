@@ -480,7 +480,7 @@ def _quantization(
     sub = _Reader(raw, f"{read.where} quantization_config")
     method = sub.string("quant_method")
     if method == "compressed-tensors":
-        if sub.config.get("format") in FP4_FORMATS:
+        if isinstance(fmt := sub.config.get("format"), str) and fmt in FP4_FORMATS:
             return _compressed_fp4(sub)
         return _packed_quantization(sub)
     if method == "modelopt":
@@ -566,7 +566,7 @@ def _compressed_fp4(read: _Reader) -> Fp4Quantization:
     scale_dtype = "F8_E4M3"
     if scheme == "mxfp4":
         given = weights.config.get("scale_dtype")
-        if given not in _MX_SCALE_DTYPES:
+        if not (given is None or isinstance(given, str)) or given not in _MX_SCALE_DTYPES:
             raise weights.fail(
                 "scale_dtype", f"{short_json(given)}: expected torch.uint8 or torch.float8_e8m0fnu"
             )
@@ -612,7 +612,7 @@ def _modelopt_quantization(read: _Reader) -> Fp4Quantization | OtherQuantization
         input_scale=True,
         targets=("Linear",),
         ignore=_strings(read, key),
-        where=read.where,
+        where=f"{read.where}: key '{key}'",
     )
 
 

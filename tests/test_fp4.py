@@ -230,6 +230,8 @@ def test_fp8_and_int4_stay_as_they_were():
             ["scale_dtype"],
         ),
         (lambda q: q.update(ignore=["re:(unclosed"]), ["ignore", "re:(unclosed"]),
+        (lambda q: q["config_groups"]["group_0"]["weights"].update(scale_dtype=["u8"]), ["scale_dtype"]),
+        (lambda q: q.update(format=["mxfp4-pack-quantized"]), ["format", "expected a string"]),
     ],
 )
 def test_bad_mxfp4_configs_are_one_line(tmp_path, change, needles):
@@ -253,3 +255,25 @@ def test_bad_modelopt_configs(tmp_path):
     fails_cleanly(
         invoke("verify", "--config", str(path), "--path", str(tmp_path)), "modelopt FP8", "not modelled"
     )
+
+
+def test_a_wildcard_that_backtracks_without_end_is_cut_short(tmp_path):
+    # 20 stars in a row before a character no name has: .*.*….*!, every way to share a name among them
+    import time
+
+    from .helpers import run_kimicount
+
+    config = json.loads((K26 / "config.json").read_text())
+    config["quantization_config"]["ignore"] = ["*" * 20 + "!"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    start = time.monotonic()
+    result = run_kimicount("params", "--config", str(path), timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert (
+        "quantization_config: key 'ignore'" in line
+        and "take more than 5 s" in line
+        and "Traceback" not in line
+    )
+    assert time.monotonic() - start < 30
