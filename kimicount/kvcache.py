@@ -373,10 +373,11 @@ def layout_cache(
 
 def layers_with_indexer(spec: ModelSpec, layers: int) -> int:
     """How many of the first `layers` layers (main layers, then MTP) cache indexer keys: every layer of
-    DeepSeek-V3.2, GLM-5 and 5.1; GLM-5.2's "full" layers and its MTP layer, as vLLM (deepseek_v2.py:
-    a "shared" layer builds no Indexer, so no DeepseekV32IndexerCache) and llama.cpp (PR #26474) and
-    ik_llama.cpp (PR #2093) allocate it. SGLang's NSATokenToKVPool (mem_cache/memory_pool.py) keeps one
-    indexer buffer per layer, shared ones too (its NPU pool compacts them, PR #38250). [layers]
+    DeepSeek-V3.2, GLM-5 and 5.1; GLM-5.2's "full" layers and its MTP layer, as vLLM (deepseek_v2.py at
+    002d607: a skip_topk layer builds no Indexer, so no DeepseekV32IndexerCache of 128 + 4 bytes) and
+    llama.cpp (PR #26474) and ik_llama.cpp (PR #2093) allocate it. SGLang's NSATokenToKVPool
+    (mem_cache/memory_pool.py: index_k_with_scale_buffer `for _ in range(layer_num)`) keeps one indexer
+    buffer per layer, shared ones too (its NPU pool compacts them, PR #38250). [layers]
 
     >>> layers_with_indexer(k2, 61)  # no indexer
     0

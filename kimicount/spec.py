@@ -275,8 +275,9 @@ class ModelSpec:
 
     def has_indexer(self, layer: int) -> bool:
         """Whether this layer has a lightning indexer of its own (weights and cache): every layer of
-        DeepSeek-V3.2, GLM-5 and 5.1; GLM-5.2's "full" ones and its MTP layer (vLLM's deepseek_v2.py
-        DeepseekV2MLAAttention builds a full indexer for every layer >= num_hidden_layers).
+        DeepSeek-V3.2, GLM-5 and 5.1; GLM-5.2's "full" ones and its MTP layer (vLLM's deepseek_v2.py at
+        002d607, DeepseekV2MLAAttention.__init__'s IndexCache block, builds a full indexer for every
+        layer >= num_hidden_layers and none for a skip_topk layer).
 
         >>> k2.has_indexer(0)  # Kimi K2 has no indexer
         False
