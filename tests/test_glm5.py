@@ -170,7 +170,7 @@ def test_glm5_caches_in_every_layout():
 
 def test_vllm_glm5_fp8_on_8_h200_kv_pool():
     # vLLM issue #44545: GLM-5-FP8, 8 × H200, --kv-cache-dtype fp8: "434,048 tokens(24.85 GiB)".
-    # vLLM (v1/core/kv_cache_utils.py, get_kv_cache_config_from_groups) holds all 78 layers' specs in
+    # vLLM (v1/core/kv_cache_utils.py at 001cabc, get_kv_cache_config_from_groups) holds all 78 layers' specs in
     # one group (UniformTypeKVCacheSpecs: the 656-byte fp8_ds_mla record and the 132-byte indexer key,
     # 64-token blocks) and takes available_memory // (64 × 78 × 788) blocks: 434,048 tokens are 6,782
     # blocks, so the pool was at least 6,782 × 3,933,696 B, under 6,783 × that; both print as 24.85 GiB.
@@ -178,7 +178,7 @@ def test_vllm_glm5_fp8_on_8_h200_kv_pool():
     assert page == 3_933_696 and 434_048 == 6_782 * 64
     pool = 6_782 * page
     assert f"{pool / GIB:.2f}" == f"{(6_783 * page - 1) / GIB:.2f}" == "24.85"
-    args = ("plan", "glm-5-fp8", "--gpus", "8xH200", "--kv-dtype", "fp8")
+    args = ("plan", "glm-5-fp8", "--gpus", "8xH200", "--kv-cache-dtype", "fp8")
     kv = json_of(*args, "--kv-memory", str(pool))["kv_cache"]
     assert (kv["layout"], kv["bytes_per_token_per_gpu"]) == ("flashmla-fp8", 61_464)
     assert (kv["pages_per_gpu"], kv["tokens_per_gpu"]) == (6_782, 434_048)
