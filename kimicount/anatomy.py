@@ -459,7 +459,10 @@ def latent_attention(spec: ModelSpec, layers: Sequence[int]) -> Node:
     ]
     if spec.mla.output_gate:
         parts.insert(-1, output_gate(spec, layers))
-    if spec.indexer is not None:
+    with_indexer = 0 if spec.indexer is None else sum(map(spec.has_indexer, layers))
+    if with_indexer not in (0, n):  # block_groups keeps the layers with and without one apart
+        raise ValueError(f"layers {list(layers)}: only {with_indexer} of {n} have a lightning indexer")
+    if with_indexer:
         parts.append(lightning_indexer(spec, layers))
     return group("Latent attention", parts, n)
 

@@ -72,6 +72,7 @@ FAMILIES = {
     ("deepseek_v2", 27, 2048, 64): "DeepSeek-V2-Lite",
     ("kimi_linear", 27, 2304, 256): "Kimi Linear",
     ("kimi_k3", 93, 7168, 896): "Kimi K3",
+    ("glm_moe_dsa", 78, 6144, 256): "GLM-5",
 }
 
 #: The figures quoted for each family, as quoted, with their sources.
@@ -104,6 +105,10 @@ PUBLISHED = {
     "Kimi K3": (
         Figure("2.8T", TOTAL, "vLLM recipes and the Hub's listing of moonshotai/Kimi-K3"),
         Figure("104B", ACTIVATED, "secondary copies of the Kimi K3 model card"),
+    ),
+    "GLM-5": (
+        Figure("744B", TOTAL, "GLM-5 model card and technical report"),
+        Figure("40B", ACTIVATED, "GLM-5 model card and technical report"),
     ),
     "DeepSeek-V2-Lite": (
         Figure("15.7B", TOTAL, "DeepSeek-V2-Lite model card"),
@@ -188,22 +193,26 @@ def conventions(anatomy: Anatomy) -> tuple[Convention, ...]:
                 model.params + vision.params,
             )
         )
+    copies = mtp is not None and any(child.copy for child in mtp.children)
     if mtp is not None:
-        found += [
+        found.append(
             Convention(
                 "parameters_with_mtp",
                 "+ the multi-token-prediction layer's own parameters",
                 TOTAL,
                 model.params + anatomy.mtp_unique,
-            ),
+            )
+        )
+    if mtp is not None and copies:
+        found.append(
             Convention(
                 "parameters_with_mtp_copies",
                 "+ the MTP layer with its stored copies of the embedding and head: every learned "
                 "tensor of the checkpoint",
                 TOTAL,
                 model.params + mtp.params,
-            ),
-        ]
+            )
+        )
     roots = [root for root in (model, mtp, vision) if root is not None]
     if spec.quantization is not None and modelled(spec):
         found.append(
@@ -252,6 +261,14 @@ def conventions(anatomy: Anatomy) -> tuple[Convention, ...]:
             Convention(
                 "mtp_activated_with_copies",
                 "what the MTP layer runs per token, its embedding and head copies included",
+                MTP_ACTIVATED,
+                mtp.activated,
+            )
+            if copies
+            else Convention(
+                "mtp_activated",
+                "what the MTP layer runs per token (it reads the main model's embedding and head, "
+                "storing no copies)",
                 MTP_ACTIVATED,
                 mtp.activated,
             ),

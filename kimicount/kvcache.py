@@ -474,12 +474,42 @@ def cache_line(formula: Formula, spec: MlaSpec, e: int, layers: int, ranks: int)
     return CacheLine(size, layers, ranks, formula.text, calculation, formula.note)
 
 
-def layout_cache(spec: MlaSpec, layout: Layout, e: int, layers: int, workload: Workload) -> LayoutCache:
-    """One layout of `spec` at element size `e` over `layers` layers, with the indexer keys if any."""
+def layout_cache(
+    spec: MlaSpec,
+    layout: Layout,
+    e: int,
+    layers: int,
+    workload: Workload,
+    indexer_layers: int | None = None,
+) -> LayoutCache:
+    """One layout of `spec` at element size `e` over `layers` layers, with the indexer keys if any:
+    on `indexer_layers` of them (every one by default; GLM-5.2's shared layers have none, see
+    layers_with_indexer)."""
     ranks = workload.tp if splits_across_ranks(layout) else 1
     attention = cache_line(FORMULAS[layout], spec, e, layers, ranks)
-    indexer = None if spec.indexer is None else cache_line(INDEXER_KEYS, spec, e, layers, 1)
+    if indexer_layers is None:
+        indexer_layers = layers
+    indexer = None if spec.indexer is None else cache_line(INDEXER_KEYS, spec, e, indexer_layers, 1)
     return LayoutCache(layout, workload, attention, indexer)
+
+
+def layers_with_indexer(spec: ModelSpec, layers: int) -> int:
+    """How many of the first `layers` layers (main layers, then MTP) cache indexer keys: every layer of
+    DeepSeek-V3.2, GLM-5 and 5.1; GLM-5.2's "full" layers and its MTP layer, as vLLM (deepseek_v2.py at
+    002d607: a skip_topk layer builds no Indexer, so no DeepseekV32IndexerCache of 128 + 4 bytes) and
+    llama.cpp (PR #26474) and ik_llama.cpp (PR #2093) allocate it. SGLang's NSATokenToKVPool
+    (mem_cache/memory_pool.py: index_k_with_scale_buffer `for _ in range(layer_num)`) keeps one indexer
+    buffer per layer, shared ones too (its NPU pool compacts them, PR #38250). [layers]
+
+    >>> layers_with_indexer(k2, 61)  # no indexer
+    0
+    """
+    if spec.indexer is None:
+        return 0
+    if spec.indexer.layers is None:
+        return layers
+    main = min(layers, spec.num_hidden_layers)
+    return sum(1 for layer in spec.indexer.layers if layer < main) + layers - main
 
 
 def kv_cache_report(
@@ -532,6 +562,7 @@ def kv_cache_report(
     chosen = list(layouts) or list(DEFAULT_LAYOUTS)
     layers = len(mla_group.layers)
     mtp_layers = sum(1 for layer in mla_group.layers if layer >= spec.num_hidden_layers)
+    indexed = layers_with_indexer(spec, layers)
     workload = Workload(tokens=tokens, batch=batch, block_size=block_size, tp=tp)
     conv = default_dtype(spec) if conv_dtype is None else conv_dtype
     states = tuple(StateCache(g, conv, ssm_dtype or "fp32", workload) for g in state_groups(groups))
@@ -544,8 +575,10 @@ def kv_cache_report(
         layers=layers,
         mtp_layers=mtp_layers,
         include_mtp=include_mtp,
-        caches=tuple(layout_cache(mla, layout, e, layers, workload) for layout in dict.fromkeys(chosen)),
-        latent=layout_cache(mla, Layout.latent, e, layers, workload),
+        caches=tuple(
+            layout_cache(mla, layout, e, layers, workload, indexed) for layout in dict.fromkeys(chosen)
+        ),
+        latent=layout_cache(mla, Layout.latent, e, layers, workload, indexed),
         budget=budget,
         states=states,
     )

@@ -1,5 +1,6 @@
 """compressed-tensors' module matching: which Linears a config's `targets` and `ignore` name, by module
-name or by `re:` regular expression, and a deadline on the expressions.
+name or by `re:` regular expression, and a deadline on the expressions; and NVIDIA ModelOpt's
+`exclude_modules` wildcards (Wildcards).
 
 The patterns come from config files nobody here wrote, and Python's `re` has no time limit: a pattern
 that backtracks without end (`re:((\\w|\\.)+)+!` tries every way to cut a name into runs, 2^33 of them
@@ -101,6 +102,55 @@ def _one_of(compiled: tuple[re.Pattern[str], ...]) -> re.Pattern[str] | None:
 
 
 _DEFAULT_FLAGS = re.compile("").flags
+
+
+@dataclass(frozen=True)
+class Wildcards:
+    """NVIDIA ModelOpt's `exclude_modules`: module names where `*` stands for any run of characters,
+    matched against the whole name (ModelOpt's is_layer_excluded: `re.escape(pattern)` with `\\*` made
+    `.*`, re.fullmatch). Names without a `*` are compared whole and names ending in their only `*` as
+    prefixes, in C (Kimi K2.6-NVFP4's 124 patterns are all of those); the others as expressions.
+
+    >>> excluded = Wildcards.of(["lm_head", "model.layers.0*", "model.*.self_attn*"])
+    >>> excluded.each(["lm_head", "model.layers.0.mlp.up_proj", "model.layers.3.self_attn.o_proj", "model.layers.3.mlp.up_proj"])
+    [True, True, True, False]
+    """
+
+    names: frozenset[str]
+    prefixes: tuple[str, ...]
+    expressions: tuple[re.Pattern[str], ...]
+
+    @classmethod
+    def of(cls, patterns: Iterable[str]) -> Wildcards:
+        patterns = tuple(patterns)
+        names = frozenset(p for p in patterns if "*" not in p)
+        prefixes = tuple(p[:-1] for p in patterns if p.endswith("*") and "*" not in p[:-1])
+        others = [p for p in patterns if "*" in p and not (p.endswith("*") and "*" not in p[:-1])]
+        expressions = tuple(re.compile(re.escape(p).replace(r"\*", ".*") + r"\Z", re.DOTALL) for p in others)
+        return cls(names, prefixes, expressions)
+
+    def each(self, modules: Iterable[str]) -> list[bool]:
+        names, prefixes, expressions = self.names, self.prefixes, self.expressions
+        return [
+            module in names or module.startswith(prefixes) or any(e.match(module) for e in expressions)
+            for module in modules
+        ]
+
+
+def excluded(wildcards: Wildcards, modules: Iterable[str], where: str) -> list[bool]:
+    """For each module name, whether ModelOpt's `exclude_modules` exclude it; the expressions under one
+    MATCH_SECONDS deadline (a pattern of many `*`s backtracks), past which a ConfigError names `where`
+    (the file and the key)."""
+    modules = list(modules)
+    try:
+        with _deadline(MATCH_SECONDS):
+            return wildcards.each(modules)
+    except _TooSlow:
+        patterns = ", ".join(json.dumps(e.pattern) for e in wildcards.expressions)
+        raise ConfigError(
+            f"{where}: the wildcards (as {patterns}) take more than "
+            f"{MATCH_SECONDS:g} s to match the module names: a pattern that backtracks without end"
+        ) from None
 
 
 def packed(

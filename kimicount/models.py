@@ -134,6 +134,52 @@ MODELS: tuple[KnownModel, ...] = (
         aliases=("k2.5",),
     ),
     KnownModel(
+        "kimi-k2.6",
+        "moonshotai/Kimi-K2.6",
+        "2026 release (INT4)",
+        "derived",
+        "K2.5's raw config.json",
+        "Kimi-K2.5's raw config.json, with its INT4 quantization (compressed-tensors, groups of 32): K2.6 has "
+        "K2.5's architecture (NVIDIA's K2.6-NVFP4 config has K2.5's text_config and vision_config values in "
+        "every key that changes a count) and Moonshot releases it in INT4 as it did K2.5",
+        "kimi-k2.5.json",
+        aliases=("k2.6",),
+    ),
+    KnownModel(
+        "kimi-k2.6-nvfp4",
+        "nvidia/Kimi-K2.6-NVFP4",
+        "2026 release (ModelOpt NVFP4)",
+        "raw",
+        "raw config.json (aiconfigurator copy)",
+        "the raw config.json as ai-dynamo/aiconfigurator stores it (commit 095f58a): K2.5's architecture, "
+        "ModelOpt NVFP4 (groups of 16) on the routed experts of layers 1–60 only",
+        "kimi-k2.6-nvfp4.json",
+        aliases=("k2.6-nvfp4",),
+    ),
+    KnownModel(
+        "kimi-k2.7-code",
+        "moonshotai/Kimi-K2.7-Code",
+        "2026 release (INT4)",
+        "derived",
+        "K2.5's raw config.json",
+        "Kimi-K2.5's raw config.json, with its INT4 quantization (compressed-tensors, groups of 32): "
+        "K2.7-Code has K2.5's architecture (NVIDIA's K2.7-Code-NVFP4 config has K2.5's values in every key "
+        "that changes a count) and Moonshot releases it in INT4 as it did K2.5",
+        "kimi-k2.5.json",
+        aliases=("k2.7-code",),
+    ),
+    KnownModel(
+        "kimi-k2.7-code-nvfp4",
+        "nvidia/Kimi-K2.7-Code-NVFP4",
+        "2026 release (ModelOpt NVFP4)",
+        "raw",
+        "raw config.json (aiconfigurator copy)",
+        "the raw config.json as ai-dynamo/aiconfigurator stores it (commit 095f58a): K2.5's architecture, "
+        "ModelOpt NVFP4 (groups of 16) on the routed experts of layers 1–60 only",
+        "kimi-k2.7-code-nvfp4.json",
+        aliases=("k2.7-code-nvfp4",),
+    ),
+    KnownModel(
         "deepseek-v3",
         "deepseek-ai/DeepSeek-V3",
         "December 2024 release",
@@ -225,6 +271,44 @@ MODELS: tuple[KnownModel, ...] = (
         "model under text_config with transformers' defaults written out): the same values, not the raw file",
         "kimi-k3.json",
         aliases=("k3",),
+    ),
+    KnownModel(
+        "glm-5",
+        "zai-org/GLM-5",
+        "2026 release (BF16)",
+        "raw",
+        "raw config.json (aiconfigurator copy)",
+        "the raw config.json as ai-dynamo/aiconfigurator stores it (commit 095f58a)",
+        "glm-5.json",
+    ),
+    KnownModel(
+        "glm-5-fp8",
+        "zai-org/GLM-5-FP8",
+        "2026 release (FP8)",
+        "raw",
+        "raw config.json (aiconfigurator copy)",
+        "the raw config.json as ai-dynamo/aiconfigurator stores it (commit 095f58a): GLM-5 with DeepSeek's "
+        "FP8 (128 × 128 blocks)",
+        "glm-5-fp8.json",
+    ),
+    KnownModel(
+        "glm-5.1",
+        "zai-org/GLM-5.1",
+        "2026 release (BF16)",
+        "raw",
+        "raw config.json (aiconfigurator copy)",
+        "the raw config.json as ai-dynamo/aiconfigurator stores it (commit 095f58a)",
+        "glm-5.1.json",
+    ),
+    KnownModel(
+        "glm-5.2",
+        "zai-org/GLM-5.2",
+        "2026 release (BF16)",
+        "raw",
+        "raw config.json (aiconfigurator copy)",
+        "the raw config.json as ai-dynamo/aiconfigurator stores it (commit 095f58a): indexer_types, 21 layers "
+        "with their own indexer and 57 sharing one",
+        "glm-5.2.json",
     ),
     KnownModel(
         "moonlight-16b-a3b",

@@ -50,6 +50,7 @@ from kimicount.kvcache import (
     bytes_per_token_per_layer,
     default_dtype,
     element_bytes,
+    layers_with_indexer,
     layout_cache,
 )
 from kimicount.placement import Parallel, Placement, expert_width_per_gpu, parallel_layout, place
@@ -476,7 +477,8 @@ def plan_memory(
     for index, layers in enumerate(placement.stages):
         kv_layers = placement.kv_layers(index)
         pool = options.kv_memory if options.kv_memory is not None else usable - loaded[index] - kept
-        cache = layout_cache(spec, layout, element_bytes(dtype, "--kv-dtype"), kv_layers, workload)
+        e = element_bytes(dtype, "--kv-dtype")
+        cache = layout_cache(spec, layout, e, kv_layers, workload, layers_with_indexer(spec, kv_layers))
         stages.append(StageMemory(index, layers, kv_layers, weights[index], kept, pool, cache))
     return PlanReport(
         anatomy,

@@ -65,6 +65,8 @@ def _kv_cache_table(console: Console, report: KvCacheReport) -> tuple[Table, lis
             Column("× latent per GPU", number=True),
         ]
     rows = []
+    # GLM-5.2: the indexer keys are on some layers only, so a layout's row gives its own bytes per layer
+    partial = report.indexer is not None and report.indexer.layers != report.layers
     for cache in report.caches:
         extra = []
         if workload.block_size > 1:
@@ -75,7 +77,7 @@ def _kv_cache_table(console: Console, report: KvCacheReport) -> tuple[Table, lis
         rows.append(
             [
                 f"[{LAYOUT_COLOURS[cache.layout]}]{cache.layout.value}[/]",
-                f"{cache.bytes_per_token_per_layer:,} B",
+                f"{(cache.attention if partial else cache).bytes_per_token_per_layer:,} B",
                 f"{cache.bytes_per_token:,} B",
                 f"{cache.total_bytes:,} B",
                 human_bytes(cache.total_bytes),
@@ -84,8 +86,9 @@ def _kv_cache_table(console: Console, report: KvCacheReport) -> tuple[Table, lis
             ]
         )
     if report.indexer is not None:
+        label = f"+ indexer keys ({report.indexer.layers} layers)" if partial else "of which indexer keys"
         dim = [
-            "[dim]of which indexer keys[/]",
+            f"[dim]{label}[/]",
             f"[dim]{report.indexer.bytes_per_token_per_layer:,} B[/]",
             f"[dim]{report.indexer.bytes_per_token:,} B[/]",
             f"[dim]{report.indexer_total_bytes:,} B[/]",
@@ -139,6 +142,15 @@ def _kv_cache_notes(report: KvCacheReport) -> Iterator[str]:
         yield (
             f"Not counted: {plural(mtp, 'multi-token-prediction layer')} (num_nextn_predict_layers); "
             "--include-mtp adds its cache."
+        )
+    indexer = report.indexer
+    if indexer is not None and indexer.layers != report.layers:
+        shared = report.layers - indexer.layers
+        yield (
+            f'Indexer keys on {indexer.layers} of the {report.layers} layers (indexer_types "full"; an MTP '
+            f"layer has its own): the other {shared} reuse a full layer's top-k and cache none, as vLLM and "
+            "llama.cpp allocate it (SGLang's CUDA pool keeps a buffer for every layer). A layout's bytes per "
+            "token per layer are its own; its per-token figures add the indexer keys."
         )
     if workload.block_size > 1:
         pages = workload.tokens_per_sequence // workload.block_size

@@ -108,6 +108,7 @@ def _summary_table(console: Console, report: VerifyReport) -> tuple[Table, list[
     for label, tally in (
         ("FP8 block scales (not parameters)", report.fp8_scales),
         ("INT4 scales and shapes (not parameters)", report.int4_metadata),
+        ("FP4 scales (not parameters)", report.fp4_scales),
         ("Rotary buffers (not parameters)", report.rotary_buffers),
     ):
         if tally.tensors or label.startswith(("FP8", "Rotary")):

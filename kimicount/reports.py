@@ -168,6 +168,7 @@ def verify_json(report: VerifyReport) -> dict[str, Any]:
             **_tally_json(report.vision),
         },
         "int4_metadata": _tally_json(report.int4_metadata),
+        "fp4_scales": _tally_json(report.fp4_scales),
         "packed_linears": None if report.packed_linears is None else asdict(report.packed_linears),
         "unknown": _tally_json(report.unknown),
         "by_dtype": {dtype: _tally_json(tally) for dtype, tally in report.by_dtype.items()},
@@ -247,6 +248,7 @@ def _state_json(report: KvCacheReport) -> dict[str, Any]:
 
 def _indexer_json(report: KvCacheReport, indexer: CacheLine) -> dict[str, Any]:
     return {
+        "layers": indexer.layers,  # GLM-5.2: its "full" layers only
         "bytes_per_token_per_layer": indexer.bytes_per_token_per_layer,
         "bytes_per_token": indexer.bytes_per_token,
         "total_bytes": report.indexer_total_bytes,

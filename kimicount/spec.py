@@ -26,8 +26,9 @@ from typing import Any, ClassVar
 from kimicount.errors import ConfigError
 from kimicount.reading import parse_json, read_capped, short_json, shorten
 
-#: model_type values of the DeepSeek-V3 family (MLA attention + DeepSeek MoE).
-SUPPORTED_MODEL_TYPES = ("kimi_k2", "deepseek_v3", "deepseek_v32", "deepseek_v2")
+#: model_type values of the DeepSeek-V3 family (MLA attention + DeepSeek MoE; GLM-5's glm_moe_dsa is
+#: DeepSeek-V3.2's layout with other dimensions).
+SUPPORTED_MODEL_TYPES = ("kimi_k2", "deepseek_v3", "deepseek_v32", "deepseek_v2", "glm_moe_dsa")
 #: Multimodal wrappers: the language model under `text_config`, a vision tower under `vision_config`.
 MULTIMODAL_MODEL_TYPES = ("kimi_k25",)
 #: Where a multimodal checkpoint keeps the language model's tensors.
@@ -146,6 +147,61 @@ class PackedQuantization:
 
 
 @dataclass(frozen=True)
+class Fp4Quantization:
+    """4-bit floating-point Linears (E2M1, two to a U8 byte along the input) with one scale per
+    `group_size` inputs, as NVIDIA ModelOpt (`quant_method: modelopt`, `quant_algo: NVFP4`) or
+    compressed-tensors (`nvfp4-pack-quantized`, `mxfp4-pack-quantized`) store them:
+
+    - `scheme` "nvfp4": groups of 16 with an F8_E4M3 scale each, and one F32 global scale per tensor;
+      "mxfp4": groups of 32 with a U8 E8M0 (power-of-two) scale each, no global scale.
+    - `producer` "modelopt" keeps the name `X.weight` for the U8 pairs, with `X.weight_scale`,
+      `X.weight_scale_2` (global) and `X.input_scale`; "compressed-tensors" writes `X.weight_packed`,
+      `X.weight_scale`, `X.weight_global_scale` and `X.input_global_scale` (kimicount.storage.fp4_layout).
+    - `input_scale`: the activations are quantized with a static scale, stored per Linear (W4A4).
+    - `targets` and `ignore`: which Linears are stored so, as compressed-tensors patterns (class names,
+      module names, `re:` expressions); for ModelOpt every Linear but those its `exclude_modules`
+      wildcards name (`ignore` then holds the wildcards).
+    """
+
+    scheme: str  # nvfp4 | mxfp4
+    producer: str  # modelopt | compressed-tensors
+    group_size: int
+    scale_dtype: str  # F8_E4M3 (nvfp4) | U8 (mxfp4: E8M0 exponents)
+    input_scale: bool
+    targets: tuple[str, ...]
+    ignore: tuple[str, ...] = field(repr=False)
+    #: The config the patterns come from, for errors.
+    where: str = field(default="quantization_config", compare=False, repr=False)
+
+    @property
+    def global_scale(self) -> bool:
+        """NVFP4's second-level scale: one F32 per tensor over its F8_E4M3 group scales."""
+        return self.scheme == "nvfp4"
+
+    def quantizes_each(self, modules: Iterable[str]) -> list[bool]:
+        """For each Linear module name, whether the config stores it in FP4 (kimicount.matching).
+
+        >>> q = Fp4Quantization("nvfp4", "modelopt", 16, "F8_E4M3", True, ("Linear",), ("lm_head",))
+        >>> q.quantizes_each(["model.layers.1.mlp.experts.0.up_proj", "lm_head"])
+        [True, False]
+        """
+        from kimicount.matching import excluded, packed
+
+        if self.producer == "modelopt":
+            return [not skip for skip in excluded(self._patterns, modules, self.where)]
+        ignore, targets = self._patterns
+        return packed(ignore, targets, "Linear" in self.targets, modules, self.where)
+
+    @cached_property
+    def _patterns(self):
+        from kimicount.matching import Patterns, Wildcards
+
+        if self.producer == "modelopt":
+            return Wildcards.of(self.ignore)
+        return Patterns.of(self.ignore), Patterns.of(t for t in self.targets if t != "Linear")
+
+
+@dataclass(frozen=True)
 class VisionSpec:
     """Kimi K2.5's vision side: a MoonViT tower and the patch-merger projector into the language model."""
 
@@ -167,10 +223,15 @@ class VisionSpec:
 
 @dataclass(frozen=True)
 class Indexer:
-    """DeepSeek-V3.2's lightning indexer: a small extra attention per layer that picks the keys to attend."""
+    """DeepSeek-V3.2's lightning indexer: a small extra attention per layer that picks the keys to attend.
+
+    `layers`: the main layers that have one (GLM-5.2's `indexer_types` "full"); None: every layer. A
+    "shared" layer reuses the top-k of the last full one before it and has no indexer weights and no
+    indexer cache; multi-token-prediction layers always have their own (see ModelSpec.has_indexer)."""
 
     n_heads: int
     head_dim: int
+    layers: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -235,7 +296,7 @@ class ModelSpec:
     num_nextn_predict_layers: int
     max_position_embeddings: int
     torch_dtype: str
-    quantization: Fp8Quantization | PackedQuantization | OtherQuantization | None = None
+    quantization: Fp8Quantization | PackedQuantization | Fp4Quantization | OtherQuantization | None = None
     indexer: Indexer | None = None
     #: Prepended to every checkpoint tensor name (multimodal checkpoints nest the language model).
     weight_prefix: str = ""
@@ -263,6 +324,20 @@ class ModelSpec:
     def is_moe_layer(self, layer: int) -> bool:
         """DeepSeek's rule: MoE from `first_k_dense_replace` on, every `moe_layer_freq`-th layer."""
         return layer >= self.first_k_dense_replace and layer % self.moe_layer_freq == 0
+
+    def has_indexer(self, layer: int) -> bool:
+        """Whether this layer has a lightning indexer of its own (weights and cache): every layer of
+        DeepSeek-V3.2, GLM-5 and 5.1; GLM-5.2's "full" ones and its MTP layer (vLLM's deepseek_v2.py at
+        002d607, DeepseekV2MLAAttention.__init__'s IndexCache block, builds a full indexer for every
+        layer >= num_hidden_layers and none for a skip_topk layer).
+
+        >>> k2.has_indexer(0)  # Kimi K2 has no indexer
+        False
+        """
+        indexer = self.indexer
+        if indexer is None:
+            return False
+        return indexer.layers is None or layer >= self.num_hidden_layers or layer in indexer.layers
 
     @property
     def mtp_layers(self) -> tuple[int, ...]:
@@ -424,6 +499,8 @@ def _language_spec(read: _Reader, name: str) -> ModelSpec:
             f"({qk_nope_head_dim} + {qk_rope_head_dim})",
         )
 
+    moe_layer_freq = read.integer("moe_layer_freq", default=1)
+    _check_mlp_layer_types(read, num_hidden_layers, first_k_dense_replace, moe_layer_freq)
     return ModelSpec(
         name=name,
         model_type=model_type,
@@ -442,18 +519,20 @@ def _language_spec(read: _Reader, name: str) -> ModelSpec:
         n_shared_experts=read.integer("n_shared_experts", minimum=0),
         num_experts_per_tok=num_experts_per_tok,
         first_k_dense_replace=first_k_dense_replace,
-        moe_layer_freq=read.integer("moe_layer_freq", default=1),
+        moe_layer_freq=moe_layer_freq,
         router_bias=topk_method == _NOAUX,
         tie_word_embeddings=read.boolean("tie_word_embeddings", False),
         num_nextn_predict_layers=num_nextn_predict_layers,
         max_position_embeddings=read.integer("max_position_embeddings"),
         torch_dtype=_torch_dtype(read),
         quantization=_quantization(read),
-        indexer=_indexer(read, model_type),
+        indexer=_indexer(read, model_type, num_hidden_layers),
     )
 
 
-def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | OtherQuantization | None:
+def _quantization(
+    read: _Reader,
+) -> Fp8Quantization | PackedQuantization | Fp4Quantization | OtherQuantization | None:
     raw = read.config.get("quantization_config")
     if raw is None:
         return None
@@ -461,11 +540,12 @@ def _quantization(read: _Reader) -> Fp8Quantization | PackedQuantization | Other
         raise read.fail("quantization_config", f"expected an object, found {short_json(raw)}")
     sub = _Reader(raw, f"{read.where} quantization_config")
     method = sub.string("quant_method")
-    if method == "compressed-tensors" and raw.get("format") in _FP4_FORMATS:
-        # Parameters and caches are counted all the same; how FP4 weights are stored is not modelled.
-        return OtherQuantization(f"compressed-tensors {raw['format']}")
     if method == "compressed-tensors":
+        if isinstance(fmt := sub.config.get("format"), str) and fmt in FP4_FORMATS:
+            return _compressed_fp4(sub)
         return _packed_quantization(sub)
+    if method == "modelopt":
+        return _modelopt_quantization(sub)
     if method != "fp8":
         # Counting parameters and sizing caches do not depend on it; sizing weights and verifying do.
         return OtherQuantization(method)
@@ -491,16 +571,9 @@ def _packed_quantization(read: _Reader) -> PackedQuantization:
     channel-wise, in the pack-quantized format."""
     fmt = read.string("format")
     if fmt != "pack-quantized":
-        raise read.fail(
-            "format", f"unsupported compressed-tensors format '{fmt}' (supported: pack-quantized)"
-        )
-    groups = read.config.get("config_groups")
-    if not isinstance(groups, dict) or len(groups) != 1:
-        raise read.fail("config_groups", "expected exactly one config group")
-    ((group_name, group),) = groups.items()
-    if not isinstance(group, dict) or not isinstance(group.get("weights"), dict):
-        raise read.fail("config_groups", f"group '{group_name}' has no 'weights' object")
-    weights = _Reader(group["weights"], f"{read.where} config_groups.{group_name}.weights")
+        supported = ", ".join(("pack-quantized", *FP4_FORMATS))
+        raise read.fail("format", f"unsupported compressed-tensors format '{fmt}' (supported: {supported})")
+    group_name, group, weights = _config_group(read)
     num_bits = weights.integer("num_bits")
     if num_bits not in _PACKED_BITS:
         raise weights.fail("num_bits", f"{num_bits} cannot be packed into int32 (supported: 2, 4, 8)")
@@ -517,6 +590,108 @@ def _packed_quantization(read: _Reader) -> PackedQuantization:
         ignore=_patterns(read, "ignore"),
         where=read.where,
     )
+
+
+def _config_group(read: _Reader) -> tuple[str, dict[str, Any], _Reader]:
+    """compressed-tensors' one config group: its name, the group and a reader of its `weights`."""
+    groups = read.config.get("config_groups")
+    if not isinstance(groups, dict) or len(groups) != 1:
+        raise read.fail("config_groups", "expected exactly one config group")
+    ((group_name, group),) = groups.items()
+    if not isinstance(group, dict) or not isinstance(group.get("weights"), dict):
+        raise read.fail("config_groups", f"group '{group_name}' has no 'weights' object")
+    return group_name, group, _Reader(group["weights"], f"{read.where} config_groups.{group_name}.weights")
+
+
+# --- FP4: compressed-tensors' nvfp4/mxfp4-pack-quantized and NVIDIA ModelOpt's NVFP4 ---------------------
+
+#: compressed-tensors' FP4 formats (CompressionFormat): scheme and the group size its compressor takes
+#: (compressors/mxfp4 can_compress: group_size 32; NVFP4 is groups of 16).
+FP4_FORMATS = {"nvfp4-pack-quantized": ("nvfp4", 16), "mxfp4-pack-quantized": ("mxfp4", 32)}
+#: MXFP4's E8M0 scale dtypes (weights.scale_dtype; compressed-tensors' default is torch.uint8).
+_MX_SCALE_DTYPES = {None: "U8", "torch.uint8": "U8", "torch.float8_e8m0fnu": "F8_E8M0"}
+
+
+def _compressed_fp4(read: _Reader) -> Fp4Quantization:
+    """compressed-tensors' FP4 config: one group of 4-bit float weights in groups of 16 (NVFP4, with a
+    global scale) or 32 (MXFP4); a static input scale when `input_activations` is not dynamic (vLLM's
+    CompressedTensorsW4A4Nvfp4 reads input_global_scale; compressors/mxfp4 compression_param_names adds
+    it only then)."""
+    fmt = read.string("format")
+    scheme, size = FP4_FORMATS[fmt]
+    group_name, group, weights = _config_group(read)
+    if weights.integer("num_bits") != 4 or weights.string("type", "float") != "float":
+        raise weights.fail("type", f"{fmt} stores 4-bit float weights (num_bits 4, type float)")
+    if not weights.boolean("symmetric", True):
+        raise weights.fail("symmetric", "only symmetric FP4 weights are supported (no zero points)")
+    if (group_size := weights.integer("group_size")) != size:
+        raise weights.fail("group_size", f"{group_size}, but {fmt} has groups of {size}")
+    scale_dtype = "F8_E4M3"
+    if scheme == "mxfp4":
+        given = weights.config.get("scale_dtype")
+        if not (given is None or isinstance(given, str)) or given not in _MX_SCALE_DTYPES:
+            raise weights.fail(
+                "scale_dtype", f"{short_json(given)}: expected torch.uint8 or torch.float8_e8m0fnu"
+            )
+        scale_dtype = _MX_SCALE_DTYPES[given]
+    activations = group.get("input_activations")
+    if activations is not None and not isinstance(activations, dict):
+        raise read.fail(
+            f"config_groups.{group_name}.input_activations",
+            f"expected an object or null, found {short_json(activations)}",
+        )
+    static_input = activations is not None and not _Reader(activations, read.where).boolean("dynamic", False)
+    return Fp4Quantization(
+        scheme=scheme,
+        producer="compressed-tensors",
+        group_size=group_size,
+        scale_dtype=scale_dtype,
+        input_scale=static_input,
+        targets=_patterns(_Reader(group, f"{read.where} config_groups.{group_name}"), "targets"),
+        ignore=_patterns(read, "ignore"),
+        where=read.where,
+    )
+
+
+def _modelopt_quantization(read: _Reader) -> Fp4Quantization | OtherQuantization:
+    """NVIDIA ModelOpt's config, as a config.json `quantization_config` (`quant_algo`, `ignore`,
+    `config_groups`) or as hf_quant_config.json's `quantization` object (`quant_algo`, `group_size`,
+    `exclude_modules`), the two forms vLLM's modelopt.py ModelOptQuantConfigBase.from_config reads. Only
+    NVFP4 is modelled: every Linear not excluded, in groups of 16 with an F8_E4M3 scale, a global F32
+    scale and the static input scale vLLM's ModelOptNvFp4LinearMethod.create_weights loads."""
+    inner = read.config.get("quantization")
+    if isinstance(inner, dict):
+        read = _Reader(inner, f"{read.where} quantization")
+    algo = read.string("quant_algo")
+    if algo != "NVFP4":
+        return OtherQuantization(f"modelopt {algo}")
+    group_size = read.integer("group_size", default=0) or _modelopt_group_size(read)
+    key = "exclude_modules" if "exclude_modules" in read.config else "ignore"
+    return Fp4Quantization(
+        scheme="nvfp4",
+        producer="modelopt",
+        group_size=group_size,
+        scale_dtype="F8_E4M3",
+        input_scale=True,
+        targets=("Linear",),
+        ignore=_strings(read, key),
+        where=f"{read.where}: key '{key}'",
+    )
+
+
+def _modelopt_group_size(read: _Reader) -> int:
+    """config.json's form keeps the group size in its one config group's weights (16 by default)."""
+    if not isinstance(read.config.get("config_groups"), dict):
+        return 16
+    _, _, weights = _config_group(read)
+    return weights.integer("group_size", default=16)
+
+
+def _strings(read: _Reader, key: str) -> tuple[str, ...]:
+    value = read.config.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise read.fail(key, f"expected a list of strings, found {short_json(value)}")
+    return tuple(value)
 
 
 def _patterns(read: _Reader, key: str) -> tuple[str, ...]:
@@ -583,15 +758,69 @@ def _torch_dtype(read: _Reader) -> str:
     return dtype
 
 
-def _indexer(read: _Reader, model_type: str) -> Indexer | None:
-    # DeepSeek-V3.2 is the only family member with a lightning indexer; its config names the sizes.
+def _indexer(read: _Reader, model_type: str, num_hidden_layers: int) -> Indexer | None:
+    # DeepSeek-V3.2 and GLM-5 have a lightning indexer; their configs name the sizes.
     if model_type != "deepseek_v32" and "index_n_heads" not in read.config:
         return None
     if read.config.get("q_lora_rank") is None:
         raise read.fail(
             "q_lora_rank", "null is not supported with a lightning indexer (its wq_b reads the query latent)"
         )
-    return Indexer(n_heads=read.integer("index_n_heads"), head_dim=read.integer("index_head_dim"))
+    return Indexer(
+        n_heads=read.integer("index_n_heads"),
+        head_dim=read.integer("index_head_dim"),
+        layers=_full_indexer_layers(read, num_hidden_layers),
+    )
+
+
+# --- GLM-5 (glm_moe_dsa): the per-layer lists of GLM-5.2's config ------------------------------------
+
+#: indexer_types values (transformers' GlmMoeDsaConfig): "full" computes its own top-k, "shared" reuses
+#: the last full layer's. The released GLM-5.2 checkpoint has indexer weights on the full layers only.
+_INDEXER_TYPES = ("full", "shared")
+
+
+def _full_indexer_layers(read: _Reader, num_hidden_layers: int) -> frozenset[int] | None:
+    """The main layers whose `indexer_types` entry is "full"; None when the key is absent or null
+    (every layer has its indexer: DeepSeek-V3.2, GLM-5, GLM-5.1). One entry per main layer, the first
+    "full" (a shared layer reuses the top-k of a full layer before it)."""
+    types = _layer_list(read, "indexer_types", num_hidden_layers, _INDEXER_TYPES)
+    if types is None:
+        return None
+    if types[0] != "full":
+        raise read.fail("indexer_types", "layer 0 is 'shared', but a shared layer reuses an earlier full one")
+    full = frozenset(i for i, kind in enumerate(types) if kind == "full")
+    return None if len(full) == num_hidden_layers else full
+
+
+def _check_mlp_layer_types(read: _Reader, layers: int, first_dense: int, freq: int) -> None:
+    """GLM-5.2's `mlp_layer_types` ("dense" / "sparse", one per main layer) must say what
+    first_k_dense_replace and moe_layer_freq say: kimicount counts from those."""
+    types = _layer_list(read, "mlp_layer_types", layers, ("dense", "sparse"))
+    for layer, kind in enumerate(types or ()):
+        moe = layer >= first_dense and layer % freq == 0
+        if (kind == "sparse") != moe:
+            expected = "sparse" if moe else "dense"
+            raise read.fail(
+                "mlp_layer_types",
+                f"layer {layer} is '{kind}', but first_k_dense_replace {first_dense} and moe_layer_freq "
+                f"{freq} make it '{expected}'",
+            )
+
+
+def _layer_list(read: _Reader, key: str, layers: int, values: tuple[str, ...]) -> list[str] | None:
+    """A per-layer list of names, one of `values` each, num_hidden_layers long; None when absent."""
+    value = read.config.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise read.fail(key, f"expected a list of strings, one per layer, found {short_json(value)}")
+    if len(value) != layers:
+        raise read.fail(key, f"{len(value):,} entries, expected one per layer (num_hidden_layers {layers:,})")
+    for layer, kind in enumerate(value):
+        if kind not in values:
+            raise read.fail(key, f"layer {layer}: {short_json(kind)}, expected one of {', '.join(values)}")
+    return value
 
 
 #: A config.json is a few KB (Kimi K2.5's: 4.9 KB); a larger one than this is refused before it is read.
@@ -610,7 +839,7 @@ def spec_from_path(path: Path) -> ModelSpec:
             path = path / "config.json"
     except OSError as error:  # a name too long for the file system
         raise ConfigError(f"{shorten(str(path))}: cannot read: {error.strerror or error}") from None
-    config = load_config_file(path)
+    config = with_hf_quant_config(load_config_file(path), path.parent / HF_QUANT_CONFIG)
     # A model is named after its folder (…/Kimi-K2-Instruct/config.json), or a config file after itself.
     folder = path.resolve().parent.name
     name = folder if path.name == "config.json" and folder else path.stem
@@ -622,6 +851,32 @@ def spec_from_path(path: Path) -> ModelSpec:
 ConfigReader = _Reader
 quantization_of = _quantization
 torch_dtype_of = _torch_dtype
+
+
+#: ModelOpt's own quantization file beside config.json (vLLM's ModelOptQuantConfigBase.get_config_filenames).
+HF_QUANT_CONFIG = "hf_quant_config.json"
+
+
+def with_hf_quant_config(config: Any, quant_path: Path) -> Any:
+    """The config with hf_quant_config.json's quantization when config.json declares none: vLLM reads
+    that file only then (its get_quant_config takes the config's quantization_config first). A
+    multimodal config (text_config) gets it at the top, where its spec looks too."""
+    if not isinstance(config, dict) or "quantization_config" in config:
+        return config
+    text = config.get("text_config")
+    if isinstance(text, dict) and "quantization_config" in text:
+        return config
+    try:
+        if not quant_path.is_file():
+            return config
+    except OSError:
+        return config
+    quant = load_config_file(quant_path)
+    if not isinstance(quant, dict):
+        raise ConfigError(
+            f"{quant_path}: expected a JSON object at the top level, found {type(quant).__name__}"
+        )
+    return {**config, "quantization_config": {"quant_method": "modelopt", **quant}}
 
 
 def bundled_spec() -> ModelSpec:

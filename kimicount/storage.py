@@ -8,6 +8,13 @@
   model dtype and `weight_shape` I32 [2], and no `.weight`. Which Linears a real checkpoint packs is
   decided by its tensor names (verification); the config's `targets` and `ignore` say what was meant,
   and are what `params` sizes from.
+- FP4 (kimicount.spec.Fp4Quantization: NVIDIA ModelOpt NVFP4, the Kimi K2.6 / K2.7-Code releases; and
+  compressed-tensors `nvfp4-pack-quantized` / `mxfp4-pack-quantized`, Kimi K3's experts): a Linear the
+  config quantizes holds its E2M1 values two to a U8 byte, [out, ceil(in / 2)], one scale per group of
+  inputs, [out, ceil(in / group_size)] (F8_E4M3 for NVFP4, a U8 E8M0 exponent for MXFP4), and per tensor
+  NVFP4's F32 global scale and a static F32 input scale when the activations are quantized too; the
+  names are each producer's (fp4_layout). The config decides which Linears (ModelOpt's exclude_modules
+  wildcards, compressed-tensors' targets and ignore).
 - Everything else in the model dtype (`torch_dtype`); the router's `e_score_correction_bias` in F32;
   norms may be F32, and DeepSeek-V3.2 keeps every norm so.
 - The multi-token-prediction layer (DeepSeek-V3, R1, V3.1, V3.2: layer 61): its attention and experts
@@ -29,7 +36,14 @@ from itertools import repeat
 from kimicount.anatomy import Node, Role, RowPart, TensorRef
 from kimicount.errors import ConfigError
 from kimicount.headers import DTYPE_BITS
-from kimicount.spec import MODEL_DTYPES, Fp8Quantization, ModelSpec, OtherQuantization, PackedQuantization
+from kimicount.spec import (
+    MODEL_DTYPES,
+    Fp4Quantization,
+    Fp8Quantization,
+    ModelSpec,
+    OtherQuantization,
+    PackedQuantization,
+)
 
 #: safetensors dtype -> bytes per element (the whole-byte dtypes of the format)
 DTYPE_BYTES = {dtype: bits // 8 for dtype, bits in DTYPE_BITS.items() if bits % 8 == 0}
@@ -116,6 +130,67 @@ def packed_layout(spec: ModelSpec, weight_shape: tuple[int, ...]) -> dict[str, t
     }
 
 
+# --- FP4 -----------------------------------------------------------------------------------------------
+
+
+def fp4_quantizable(spec: ModelSpec, role: Role) -> bool:
+    """A Linear an FP4 config may store in FP4 (whether it does, its targets and exclusions say)."""
+    return role in _LINEAR_MODULES and isinstance(spec.quantization, Fp4Quantization)
+
+
+def fp4_layout(spec: ModelSpec, weight_shape: tuple[int, ...]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The tensors that store an FP4 Linear [out, in]: suffix -> (shape, dtype), the weight first.
+
+    NVIDIA ModelOpt (vLLM's modelopt.py ModelOptNvFp4LinearMethod.create_weights, commit c9a5990: weight
+    uint8 [out, in // 2], "2 fp4 data is packed in one uint8 in the input dimension"; weight_scale
+    float8_e4m3fn [out, in // group_size]; weight_scale_2 and input_scale float32, one per Linear, stored
+    as 0-d tensors): Kimi K2.6-NVFP4's routed expert up_proj [2048, 7168]:
+
+    >>> from kimicount.models import known_model
+    >>> fp4_layout(known_model("kimi-k2.6-nvfp4").spec(), (2048, 7168))  # doctest: +NORMALIZE_WHITESPACE
+    {'weight': ((2048, 3584), 'U8'), 'weight_scale': ((2048, 448), 'F8_E4M3'), 'weight_scale_2': ((), 'F32'),
+     'input_scale': ((), 'F32')}
+
+    compressed-tensors (compressors/mxfp4 and nvfp4 compression_param_names; vLLM's
+    CompressedTensorsW4A4Nvfp4.create_weights): weight_packed U8 [out, in // 2], weight_scale [out,
+    in // group_size] (F8_E4M3, or MXFP4's U8 exponents), NVFP4's weight_global_scale F32 [1], and
+    input_global_scale F32 [1] when the input activations have a static scale.
+    """
+    quantization = spec.quantization
+    assert isinstance(quantization, Fp4Quantization)
+    out_features, in_features = weight_shape
+    pairs: tuple[int, ...] = (out_features, -(-in_features // 2))
+    scales: tuple[int, ...] = (out_features, -(-in_features // quantization.group_size))
+    if quantization.producer == "modelopt":
+        return {
+            "weight": (pairs, "U8"),
+            "weight_scale": (scales, quantization.scale_dtype),
+            "weight_scale_2": ((), "F32"),
+            "input_scale": ((), "F32"),
+        }
+    layout: dict[str, tuple[tuple[int, ...], str]] = {
+        "weight_packed": (pairs, "U8"),
+        "weight_scale": (scales, quantization.scale_dtype),
+    }
+    if quantization.global_scale:
+        layout["weight_global_scale"] = ((1,), "F32")
+    if quantization.input_scale:
+        layout["input_global_scale"] = ((1,), "F32")
+    return layout
+
+
+def config_fp4(spec: ModelSpec, tensor_names: Iterable[str]) -> list[bool]:
+    """For each Linear weight name, whether the FP4 config stores it in FP4. ModelOpt's wildcards name
+    modules as the checkpoint does (`language_model.model.layers.0*` on Kimi K2.6); compressed-tensors'
+    patterns the language model's own modules, as for INT4 (config_packed)."""
+    quantization = spec.quantization
+    assert isinstance(quantization, Fp4Quantization)
+    names: Iterable[str] = tensor_names
+    if quantization.producer != "modelopt":
+        names = map(str.removeprefix, names, repeat(spec.weight_prefix))
+    return quantization.quantizes_each(map(str.removesuffix, names, repeat(".weight")))
+
+
 def config_packed(spec: ModelSpec, tensor_names: Iterable[str]) -> int:
     """How many of these Linear weights the config's targets and ignore list mean to be packed. Module
     names are the language model's own (without the multimodal checkpoint's `language_model.` prefix)."""
@@ -170,6 +245,8 @@ def stored_parts(spec: ModelSpec, ref: TensorRef) -> tuple[StoredPart, ...]:
     """
     copies = ref.copies
     plain = plain_dtypes(spec, ref.role)[0]
+    if fp4_quantizable(spec, ref.role):
+        return _fp4_parts(spec, ref, plain)
     if fp8_quantized(spec, ref.role):
         scale_rows, scale_cols = fp8_scale_shape(spec, ref.shape)
         block = spec.quantization.block[0]
@@ -192,6 +269,21 @@ def stored_parts(spec: ModelSpec, ref: TensorRef) -> tuple[StoredPart, ...]:
         StoredPart("scale", ref.owned_rows * groups * packed, scale_dtype),
         StoredPart("shape", shape_elements * packed if owns_row_0 else 0, shape_dtype),
     )
+    return tuple(part for part in parts if part.elements)
+
+
+def _fp4_parts(spec: ModelSpec, ref: TensorRef, plain: str) -> tuple[StoredPart, ...]:
+    """An FP4-quantizable reference: the copies the config keeps as themselves, then for those it
+    quantizes the U8 pairs and scale groups of the rows it owns, and the per-tensor scalars with row 0."""
+    fp4 = sum(config_fp4(spec, ref.names()))
+    owns_row_0 = ref.rows is None or ref.rows.owns(0)
+    parts = [StoredPart("weight", ref.elements * (ref.copies - fp4), plain)]
+    for index, (shape, dtype) in enumerate(fp4_layout(spec, ref.shape).values()):
+        if len(shape) == 2:
+            elements = ref.owned_rows * shape[1] * fp4
+        else:
+            elements = math.prod(shape) * fp4 if owns_row_0 else 0
+        parts.append(StoredPart("weight" if index == 0 else "scale", elements, dtype))
     return tuple(part for part in parts if part.elements)
 
 
@@ -295,7 +387,8 @@ def require_modelled(spec: ModelSpec) -> None:
     if not modelled(spec):
         raise ConfigError(
             f"{spec.name}: quantization '{spec.quantization.method}' is not modelled, so how its checkpoints "
-            "store tensors is unknown (supported: fp8, compressed-tensors pack-quantized)"
+            "store tensors is unknown (supported: fp8, compressed-tensors pack-quantized, "
+            "nvfp4-pack-quantized and mxfp4-pack-quantized, modelopt NVFP4)"
         )
 
 
@@ -338,6 +431,13 @@ def quantization_summary(spec: ModelSpec) -> str:
         return (
             f"the Linears the config targets in INT{quantization.num_bits} packed into I32, one {base} scale "
             f"per {group}; the rest in {base}"
+        )
+    if isinstance(quantization, Fp4Quantization):
+        scale = "an F8_E4M3" if quantization.scale_dtype == "F8_E4M3" else "a U8 E8M0"
+        extra = " and an F32 global scale per tensor" if quantization.global_scale else ""
+        return (
+            f"the Linears the config quantizes in {quantization.scheme.upper()} (E2M1 pairs in U8, {scale} "
+            f"scale per {quantization.group_size} inputs{extra}); the rest in {base}"
         )
     if isinstance(quantization, OtherQuantization):
         return f"quantization '{quantization.method}', which kimicount does not model"

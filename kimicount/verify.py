@@ -1,7 +1,7 @@
 """Verification: join a checkpoint's headers with the component trees, tensor by tensor.
 
-Every tensor the trees expect is looked up: its name, shape and dtype, and the FP8 block scale or the
-packed INT4 form that stores it (kimicount.storage says how each is stored). Every other tensor of the
+Every tensor the trees expect is looked up: its name, shape and dtype, and the FP8 block scale, the
+packed INT4 form or the FP4 pairs and scales that store it (kimicount.storage says how each is stored). Every other tensor of the
 checkpoint is classified: an FP8 scale (it must belong to a quantized weight), a rotary buffer, or
 unknown. The index is checked against the headers. The result holds every mismatch and the counts,
 expected against found, per component and per layer.
@@ -25,7 +25,10 @@ from kimicount.spec import ModelSpec
 from kimicount.storage import (
     FP8_SCALE_SUFFIX,
     PACKED_SUFFIXES,
+    config_fp4,
     config_packed,
+    fp4_layout,
+    fp4_quantizable,
     fp8_quantized,
     fp8_scale_shape,
     packable,
@@ -42,7 +45,7 @@ MODULES = ("model", "mtp", "vision")
 @dataclass(frozen=True)
 class Mismatch:
     tensor: str
-    kind: str  # missing | unexpected | shape | dtype | scale | packed | storage | index | duplicate | total_size
+    kind: str  # missing | unexpected | shape | dtype | scale | packed | fp4 | storage | index | duplicate | total_size
     expected: str
     found: str
 
@@ -134,6 +137,7 @@ class VerifyReport:
     requests: int
     files: int
     packed_linears: PackedLinears | None = None
+    fp4_scales: Tally = field(default_factory=Tally)  # FP4 group, global and input scales
 
     @property
     def ok(self) -> bool:
@@ -179,6 +183,7 @@ class ExpectedGroup:
     dtypes: tuple[str, ...]  # when stored as itself
     fp8_scale: tuple[int, int] | None  # the block scale each tensor has, in FP8 checkpoints
     packable: bool  # a Linear a pack-quantized checkpoint may store packed
+    fp4: bool = False  # a Linear an FP4 checkpoint stores in FP4 when its config says so
 
     @property
     def elements(self) -> int:
@@ -232,6 +237,7 @@ def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[Expe
                 dtypes=plain_dtypes(spec, ref.role),
                 fp8_scale=fp8_scale_shape(spec, ref.shape) if fp8_quantized(spec, ref.role) else None,
                 packable=packable(spec, ref.role) and module != "vision",
+                fp4=fp4_quantizable(spec, ref.role) and module != "vision",
             )
         )
     return groups
@@ -261,6 +267,7 @@ class _Findings:
     weights: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))  # stored as themselves
     packed: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))  # logical size, packed bytes
     int4_metadata: Tally = field(default_factory=Tally)
+    fp4_scales: Tally = field(default_factory=Tally)
     claimed: list[list[str]] = field(default_factory=list)  # packed-form names checked with their Linear
     present: int = 0  # names that groups verified whole found in the checkpoint (scales, packed forms too)
     linears: Counter = field(default_factory=Counter)
@@ -281,7 +288,7 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
         parts = _PartCounts(anatomy, components)
         whole = []  # the groups verified whole (FP8 scales included)
         for group in groups:
-            check = _check_packable if group.packable else _check_stored
+            check = _check_fp4 if group.fp4 else _check_packable if group.packable else _check_stored
             verified = check(spec, group, checkpoint, findings)
             whole.append(verified is None)
             if verified is None:
@@ -321,6 +328,7 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
         requests=checkpoint.requests,
         files=len(checkpoint.files),
         packed_linears=PackedLinears(**linears) if any(g.packable for g in groups) else None,
+        fp4_scales=findings.fp4_scales,
     )
 
 
@@ -496,6 +504,61 @@ def _check_unusual(spec, group, name, packed, found, findings: _Findings) -> boo
     return _check_each_stored(
         spec, replace(group, names=(name,), layer_counts=((None, 1),), fp8_scale=None), found, findings
     )[0]
+
+
+def _check_fp4(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint, findings: _Findings):
+    """Linears of an FP4 checkpoint: those the config quantizes as its FP4 tensors (kimicount.storage
+    fp4_layout: the U8 pairs, the group scales, NVFP4's global scale, the input scale), the others as
+    themselves. As sets of kinds when every tensor is as expected; otherwise Linear by Linear, naming
+    each mismatch. Returns None when every Linear is verified, else which are."""
+    kinds = checkpoint.kinds
+    quantized = config_fp4(spec, group.names)
+    fp4 = [name for name, q in zip(group.names, quantized) if q]
+    plain = [name for name, q in zip(group.names, quantized) if not q]
+    stems = [name[: -len(".weight")] for name in fp4]
+    parts = [
+        (_suffixed(stems, f".{suffix}"), kind_of(dtype, shape))
+        for suffix, (shape, dtype) in fp4_layout(spec, group.shape).items()
+    ]
+    findings.claimed += [names for names, _ in parts]
+    found = Counter(map(kinds.get, plain))
+    if found.keys() <= group.kinds and all(
+        set(map(kinds.get, names)) <= {kind} and None not in map(kinds.get, names) for names, kind in parts
+    ):
+        count = len(fp4)
+        (_, weight), *scales = parts
+        findings.weights[group.module] += _tally(found)
+        findings.packed[group.module] += Tally(count, count * group.elements, _times(count, weight).bytes)
+        findings.fp4_scales += sum((_times(count, kind) for _, kind in scales), Tally())
+        findings.present += len(plain) + len(parts) * count
+        return None
+    return _check_each_fp4(spec, group, quantized, checkpoint.tensors, findings)
+
+
+def _check_each_fp4(spec, group: ExpectedGroup, quantized: list[bool], found, findings: _Findings):
+    """`_check_fp4` Linear by Linear. Returns which names are verified."""
+    layout = fp4_layout(spec, group.shape)
+    verified = []
+    for name, fp4 in zip(group.names, quantized):
+        if not fp4:
+            single = replace(group, names=(name,), layer_counts=((None, 1),), fp8_scale=None)
+            verified.append(_check_each_stored(spec, single, found, findings)[0])
+            continue
+        stem = name[: -len(".weight")]
+        ok = True
+        for index, (suffix, (shape, dtype)) in enumerate(layout.items()):
+            tensor = found.get(f"{stem}.{suffix}")
+            expected = f"{list(shape)} {dtype}"
+            if tensor is None or tensor.shape != shape or tensor.dtype != dtype:
+                what = "absent" if tensor is None else _describe(tensor)
+                findings.mismatches.append(Mismatch(f"{stem}.{suffix}", "fp4", expected, what))
+                ok = False
+            elif index == 0:
+                findings.packed[group.module] += Tally(1, group.elements, tensor.nbytes)
+            else:
+                findings.fp4_scales += Tally.of([tensor])
+        verified.append(ok)
+    return verified
 
 
 def _classify_the_rest(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from .helpers import KIMI_K2, real_kimi_k2_tensors
@@ -397,26 +398,46 @@ def packed_int4(shape: tuple[int, int]) -> dict[str, tuple[tuple[int, ...], str]
     }
 
 
-def kimi_k25_listing() -> Listing:
+def kimi_k25_listing(experts: Callable[[tuple[int, int]], Listing] | None = None) -> Listing:
     """Kimi K2.5's tensors, derived from the real Kimi-K2-Instruct listing (the same language model):
-    under `language_model.`, without FP8 scales or rotary buffers, routed experts packed in INT4 and
-    every other weight in BF16, plus the vision tower and projector."""
+    under `language_model.`, without FP8 scales or rotary buffers, routed experts packed in INT4 (or as
+    `experts` stores each Linear) and every other weight in BF16, plus the vision tower and projector."""
     listing: Listing = {}
     for name, (shape, dtype) in real_kimi_k2_tensors().items():
         if name.endswith((".weight_scale_inv", ".inv_freq")):
             continue
         if ".mlp.experts." in name:
             base = name.removesuffix(".weight")
-            for suffix, entry in packed_int4(shape).items():
+            for suffix, entry in (experts or packed_int4)(shape).items():
                 listing[f"language_model.{base}.{suffix}"] = entry
         else:
             listing[f"language_model.{name}"] = (shape, "BF16" if dtype == "F8_E4M3" else dtype)
     return {**listing, **K25_VISION}
 
 
-def kimi_k25_layout(folder: Path, listing: Listing | None = None) -> Path:
+def modelopt_nvfp4(shape: tuple[int, int]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """NVIDIA ModelOpt NVFP4: a Linear [out, in] as its four tensors, as a real NVFP4 checkpoint's
+    headers list them (`weight` U8 [out, in/2], `weight_scale` F8_E4M3 [out, in/16], `weight_scale_2`
+    and `input_scale` F32 [])."""
+    out_features, in_features = shape
+    return {
+        "weight": ((out_features, in_features // 2), "U8"),
+        "weight_scale": ((out_features, in_features // 16), "F8_E4M3"),
+        "weight_scale_2": ((), "F32"),
+        "input_scale": ((), "F32"),
+    }
+
+
+def kimi_nvfp4_listing() -> Listing:
+    """Kimi K2.6-NVFP4's tensors: K2.5's (above) with the routed experts of layers 1–60 in ModelOpt's
+    NVFP4 instead of INT4 (the release's exclude_modules keep layer 0, attention, shared experts and
+    lm_head in BF16)."""
+    return kimi_k25_listing(modelopt_nvfp4)
+
+
+def kimi_k25_layout(folder: Path, listing: Listing | None = None, config: Path | None = None) -> Path:
     """A full-size, header-only Kimi K2.5 checkpoint: one shard per language-model layer, the vision
-    side in a last shard, an index and the real config.json."""
+    side in a last shard, an index and the real config.json (or every .json of the folder `config`)."""
     folder.mkdir(parents=True, exist_ok=True)
     shards: dict[str, Listing] = {}
     for name, entry in sorted((listing if listing is not None else kimi_k25_listing()).items()):
@@ -425,7 +446,8 @@ def kimi_k25_layout(folder: Path, listing: Listing | None = None) -> Path:
         shards.setdefault(f"model-{shard:05d}-of-00062.safetensors", {})[name] = entry
     total = sum(write_header_only(folder / file, tensors) for file, tensors in sorted(shards.items()))
     write_index(folder, shards, total)
-    (folder / "config.json").write_bytes((KIMI_K2.parent / "kimi-k2.5" / "config.json").read_bytes())
+    for json_file in (config or KIMI_K2.parent / "kimi-k2.5").glob("*.json"):
+        (folder / json_file.name).write_bytes(json_file.read_bytes())
     return folder
 
 

@@ -1,6 +1,6 @@
 """Full-size, header-only GGUF files for tests, written with gguf-py's own GGUFWriter from the real
-tensor listings in fixtures/gguf/ (every tensor of Kimi-K2-Thinking and DeepSeek-V3.1-Terminus
-as llama.cpp converted them): the header is GGUFWriter's, the data a sparse hole (truncate) as long as
+tensor listings in fixtures/gguf/ (every tensor of Kimi-K2-Thinking, DeepSeek-V3.1-Terminus and
+GLM-5.1 as llama.cpp and ik_llama.cpp converted them): the header is GGUFWriter's, the data a sparse hole (truncate) as long as
 the tensors at the types a test chooses, so a 784 GiB file costs a few kB of disk.
 
 The metadata written is what llama.cpp's convert_hf_to_gguf.py DeepseekV2Model.set_gguf_parameters
@@ -24,7 +24,7 @@ from gguf import GGMLQuantizationType as T
 GGUF_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "gguf"
 
 _LINE = re.compile(r"^[^:]*:[0-9a-f]{64}:(?P<name>[^:]+):shape=\((?P<shape>[0-9, ]+)\):dtype=(?P<dtype>\w+):"
-                   r"elements=(?P<elements>[0-9]+):bytes=(?P<bytes>[0-9]+)$")  # fmt: skip
+                   r"elements=(?P<elements>[0-9]+):bytes=(?P<bytes>[0-9]+)(?::imatrix=[0-9a-f]{64})?$")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class MapTensor:
 
 
 def read_map(name: str) -> list[MapTensor]:
-    """Every tensor of a listing (kimi-k2-thinking, deepseek-v3.1-terminus), in its order."""
+    """Every tensor of a listing (kimi-k2-thinking, deepseek-v3.1-terminus, glm-5.1), in its order."""
     tensors = []
     for line in (GGUF_DATA / f"{name}.bf16.map").read_text().splitlines():
         m = _LINE.match(line)
@@ -83,6 +83,47 @@ def deepseek2_metadata(model: str) -> dict[str, tuple[object, GGUFValueType]]:
     }
 
 
+#: The glm-dsa.* metadata convert_hf_to_gguf.py's GlmMoeDsaModel writes (DeepseekV2Model's keys under
+#: the glm-dsa prefix, block_count with the MTP layer, nextn_predict_layers, the indexer keys), from
+#: GLM-5.1's config.json by hand: hidden_size 6144, intermediate_size 12288, moe_intermediate_size 2048,
+#: num_hidden_layers 78 + num_nextn_predict_layers 1, first_k_dense_replace 3, n_routed_experts 256,
+#: num_experts_per_tok 8, n_shared_experts 1, num_attention_heads 64, q_lora_rank 2048, kv_lora_rank
+#: 512, qk_nope_head_dim 192, qk_rope_head_dim 64, v_head_dim 256, vocab_size 154880,
+#: max_position_embeddings 202752, index_n_heads 32, index_head_dim 128, index_topk 2048.
+def glm_dsa_metadata() -> dict[str, tuple[object, GGUFValueType]]:
+    u32 = GGUFValueType.UINT32
+    values = {
+        "block_count": 79,
+        "context_length": 202752,
+        "embedding_length": 6144,
+        "feed_forward_length": 12288,
+        "attention.head_count": 64,
+        "attention.head_count_kv": 1,
+        "leading_dense_block_count": 3,
+        "vocab_size": 154880,
+        "attention.q_lora_rank": 2048,
+        "attention.kv_lora_rank": 512,
+        "attention.key_length": 576,
+        "attention.value_length": 512,
+        "attention.key_length_mla": 256,
+        "attention.value_length_mla": 256,
+        "expert_feed_forward_length": 2048,
+        "expert_count": 256,
+        "expert_shared_count": 1,
+        "expert_used_count": 8,
+        "expert_gating_func": 2,
+        "rope.dimension_count": 64,
+        "nextn_predict_layers": 1,
+        "attention.indexer.head_count": 32,
+        "attention.indexer.key_length": 128,
+        "attention.indexer.top_k": 2048,
+    }
+    return {
+        "general.name": ("GLM-5.1", GGUFValueType.STRING),
+        **{f"glm-dsa.{key}": (value, u32) for key, value in values.items()},
+    }
+
+
 def pad(n: int, alignment: int = 32) -> int:
     return -(-n // alignment) * alignment
 
@@ -102,11 +143,12 @@ def write_gguf(
     *,
     split_max_tensors: int = 0,
     tokens: int = 0,
+    arch: str = "deepseek2",
 ) -> list[Path]:
     """Write the header of a GGUF holding `tensors` at type_of(tensor) with GGUFWriter, then make each
     file as long as its data (a sparse hole). `split_max_tensors` splits it as gguf-split does; `tokens`
     writes a tokenizer.ggml.tokens array of that many strings. Returns the files written."""
-    writer = GGUFWriter(path, "deepseek2", split_max_tensors=split_max_tensors)
+    writer = GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
     for key, (value, vtype) in metadata.items():
         writer.add_key_value(key, value, vtype)
     if tokens:

@@ -183,6 +183,15 @@ def test_k3_matches_the_released_checkpoint():
     assert a_log.shape == (128,)  # "ships F32[128]"
 
 
+def test_k3_weights_as_stored_are_the_released_checkpoints_bytes():
+    """kimicount's own storage model (MXFP4 experts, F32 where K3 keeps it) gives the released shards'
+    1,560,860,324,864 B: 1,559,965,606,912 in the language model + 894,717,952 in the vision side
+    (BF16, 447,358,976 parameters × 2)."""
+    result = invoke("params", "kimi-k3", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["memory"]["stored_bytes"] + 447_358_976 * 2 == 1_560_860_324_864
+
+
 def test_k3_headline_figures():
     report = json.loads(invoke("params", "kimi-k3", "--json").stdout)
     explains = {c["name"]: {e["figure"] for e in c["explains"]} for c in report["conventions"]}

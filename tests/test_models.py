@@ -156,7 +156,14 @@ def test_raw_configs_are_the_real_files():
     assert known_model("kimi-k2.5").config() == json.loads(
         (FIXTURES / "kimi-k2.5" / "config.json").read_text()
     )
-    assert {m.name for m in MODELS if m.kind == "raw"} == {"kimi-k2-instruct", "kimi-k2.5", "deepseek-v3.2"}
+    # and the 2026 ones, copies of the shared reference data (fixtures/CONFIGS-2026.md)
+    glm = ("glm-5", "glm-5-fp8", "glm-5.1", "glm-5.2")
+    nvfp4 = ("kimi-k2.6-nvfp4", "kimi-k2.7-code-nvfp4")
+    for name in glm + nvfp4:
+        assert known_model(name).config() == json.loads((FIXTURES / name / "config.json").read_text()), name
+    assert {m.name for m in MODELS if m.kind == "raw"} == {
+        "kimi-k2-instruct", "kimi-k2.5", "deepseek-v3.2", *glm, *nvfp4
+    }  # fmt: skip
 
 
 def _changed(a: dict, b: dict) -> set[str]:
@@ -188,6 +195,10 @@ def test_models_lists_every_bundled_model():
         "kimi-k2-instruct-0905",
         "kimi-k2-thinking",
         "kimi-k2.5",
+        "kimi-k2.6",
+        "kimi-k2.6-nvfp4",
+        "kimi-k2.7-code",
+        "kimi-k2.7-code-nvfp4",
         "deepseek-v3",
         "deepseek-r1",
         "deepseek-v3.1",
@@ -197,6 +208,10 @@ def test_models_lists_every_bundled_model():
         "deepseek-v2-lite-chat",
         "kimi-linear-48b-a3b",
         "kimi-k3",
+        "glm-5",
+        "glm-5-fp8",
+        "glm-5.1",
+        "glm-5.2",
         "moonlight-16b-a3b",
     }
     # the real Kimi Linear index's total_parameters (fixtures/kimi-linear-48b-a3b)
@@ -207,6 +222,13 @@ def test_models_lists_every_bundled_model():
     )
     assert (rows["deepseek-r1"]["total"], rows["deepseek-r1"]["activated"]) == (V3_TOTAL, V3_ACTIVATED)
     assert rows["moonlight-16b-a3b"]["total"] == MOONLIGHT_TOTAL
+    # GLM-5's main model: the elements of blk.0–77, token_embd, output_norm and output in the real
+    # GLM-5.1 BF16 GGUF listing (fixtures/gguf/glm-5.1.bf16.map); K2.6 and K2.7-Code have K2.5's counts
+    for name in ("glm-5", "glm-5-fp8", "glm-5.1"):
+        assert rows[name]["total"] == 743_911_218_432, name
+    for name in ("kimi-k2.6", "kimi-k2.6-nvfp4", "kimi-k2.7-code", "kimi-k2.7-code-nvfp4"):
+        assert (rows[name]["total"], rows[name]["activated"]) == (K2_TOTAL, K2_ACTIVATED), name
+    assert rows["kimi-k2.6-nvfp4"]["repo"] == "nvidia/Kimi-K2.6-NVFP4"
     assert (
         rows["deepseek-v3"]["repo"] == "deepseek-ai/DeepSeek-V3" and rows["deepseek-v3"]["revision"] is None
     )
@@ -233,3 +255,14 @@ def test_verify_reads_a_short_name_as_its_repo(httpserver, tmp_path):
     result = run_kimicount("verify", "k2-thinking", env=env)
     assert result.returncode == 2
     assert result.stderr.startswith("kimicount: error: moonshotai/Kimi-K2-Thinking@main: ")
+
+
+def test_k26_and_k27_code_have_k25s_architecture():
+    # what the derived INT4 entries stand on: NVIDIA's NVFP4 configs of both, read as kimicount reads
+    # every count, are K2.5's but for the quantization
+    from dataclasses import replace
+
+    k25 = replace(known_model("kimi-k2.5").spec(), name="", quantization=None)
+    for nvfp4, int4 in (("kimi-k2.6-nvfp4", "kimi-k2.6"), ("kimi-k2.7-code-nvfp4", "kimi-k2.7-code")):
+        assert replace(known_model(nvfp4).spec(), name="", quantization=None) == k25, nvfp4
+        assert known_model(int4).config() == known_model("kimi-k2.5").config()

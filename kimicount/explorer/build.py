@@ -6,6 +6,7 @@ Without a modeling file the pages say how to get one; config.json's lines are ci
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,13 @@ def load_model_and_config(
     config: Path | None, repo: str | None, revision: str | None, hub_options: HubOptions | None
 ) -> tuple[ModelSpec, ConfigSource]:
     """The spec, as kimicount.source.load_spec reads it, and the config.json it came from."""
+    from kimicount.models import known_model
     from kimicount.source import load_spec
 
+    known = None if config is None or os.path.lexists(config) else known_model(str(config))
+    if known is not None:  # a bundled model by name (`--config glm-5`): its config, no file
+        spec = load_spec(config, repo, revision, hub_options)
+        return spec, ConfigSource(json.dumps(known.config(), indent=2), None, None)
     if repo is not None and config is None:
         hub = hub_module()
         path = hub.download_config(repo, revision, hub_options)

@@ -52,9 +52,14 @@ FAMILIES = (
     Family(
         "deepseek_v3",
         "the DeepSeek-V3 layout: MLA + DeepSeek MoE",
-        ("kimi_k2", "deepseek_v3", "deepseek_v32", "deepseek_v2"),
+        ("kimi_k2", "deepseek_v3", "deepseek_v32", "deepseek_v2", "glm_moe_dsa"),
         ("kimi_k25",),
-        ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV2ForCausalLM"),
+        (
+            "DeepseekV3ForCausalLM",
+            "DeepseekV32ForCausalLM",
+            "DeepseekV2ForCausalLM",
+            "GlmMoeDsaForCausalLM",
+        ),
         "kimicount.families.deepseek_v3",
         ALL_COMMANDS,
     ),
@@ -86,7 +91,7 @@ def family_for_config(config: Mapping[str, Any], where: str) -> Family:
     >>> family_for_config({"model_type": "llama"}, "config.json")
     Traceback (most recent call last):
     kimicount.errors.ConfigError: config.json: key 'model_type': unsupported model type 'llama' (supported: \
-kimi_k2, deepseek_v3, deepseek_v32, deepseek_v2, kimi_linear, kimi_k25, kimi_k3)
+kimi_k2, deepseek_v3, deepseek_v32, deepseek_v2, glm_moe_dsa, kimi_linear, kimi_k25, kimi_k3)
     """
     from kimicount.reading import short_json
 

@@ -1,4 +1,5 @@
-"""The DeepSeek-V3 family: DeepSeek-V2-Lite, V3, V3.1, V3.2, R1, Kimi K2 / K2.5, Moonlight.
+"""The DeepSeek-V3 family: DeepSeek-V2-Lite, V3, V3.1, V3.2, R1, Kimi K2 / K2.5 / K2.6 / K2.7, Moonlight,
+GLM-5 / 5.1 / 5.2.
 
 Every layer is one MLA block; the first `first_k_dense_replace` have a dense MLP, the rest (every
 `moe_layer_freq`-th) a DeepSeek MoE; DeepSeek-V3's multi-token-prediction layers follow the main ones;
@@ -50,15 +51,27 @@ def transformer_block(spec: ModelSpec, layers: Sequence[int], moe: bool) -> list
 
 
 def block_groups(spec: ModelSpec, layers: Sequence[int]) -> list[Node]:
-    """The given layers, grouped into one node for the dense blocks and one for the MoE blocks."""
+    """The given layers, grouped into one node for the dense blocks and one for the MoE blocks; and where
+    only some layers have their own lightning indexer (GLM-5.2), the blocks sharing one apart."""
     groups = []
     for kind, moe, label in (("dense", False, "dense block"), ("moe", True, "MoE block")):
         members = tuple(i for i in layers if spec.is_moe_layer(i) == moe)
-        if members:
-            n = len(members)
-            name = f"{n} {label}{'s' if n > 1 else ''} ({layer_span(members)})"
-            groups.append(group(name, transformer_block(spec, members, moe), n, layers=members, kind=kind))
+        for own, part in _by_indexer(spec, members):
+            n = len(part)
+            blocks = f"{label}{'s' if n > 1 else ''}" + ("" if own else " sharing an indexer")
+            name = f"{n} {blocks} ({layer_span(part)})"
+            groups.append(group(name, transformer_block(spec, part, moe), n, layers=part, kind=kind))
     return groups
+
+
+def _by_indexer(spec: ModelSpec, layers: tuple[int, ...]) -> list[tuple[bool, tuple[int, ...]]]:
+    """The layers with an indexer of their own, then those that share one (GLM-5.2's "shared" layers
+    reuse the top-k of the last full layer and carry no indexer weights); one part when all are alike."""
+    if spec.indexer is None or spec.indexer.layers is None:
+        return [(True, layers)] if layers else []
+    own = tuple(i for i in layers if spec.has_indexer(i))
+    shared = tuple(i for i in layers if not spec.has_indexer(i))
+    return [(True, own)] * bool(own) + [(False, shared)] * bool(shared)
 
 
 def language_model(spec: ModelSpec) -> Node:
@@ -90,8 +103,15 @@ def multi_token_prediction(spec: ModelSpec) -> Node | None:
     # DeepSeek's FP8 checkpoints (V3, R1, V3.1, V3.2) keep eh_proj in BF16 with no block scale, and
     # engines load it as a plain Linear; the layer's attention and experts are FP8 like the main ones.
     eh_proj = layer_tensor(spec, "eh_proj.weight", (hidden, 2 * hidden), Role.UNQUANTIZED, layers)
+    copies = mtp_stores_copies(spec)
+    embedding_copy = embedding(
+        spec, "Embedding copy", "model.layers.{layer}.embed_tokens.weight", layers, copy=True
+    )
+    head_copy = output_head(
+        spec, "Output head copy", "model.layers.{layer}.shared_head.head.weight", layers, copy=True
+    )
     parts = [
-        embedding(spec, "Embedding copy", "model.layers.{layer}.embed_tokens.weight", layers, copy=True),
+        *[embedding_copy] * copies,
         leaf(
             "Input norms",
             n,
@@ -104,11 +124,25 @@ def multi_token_prediction(spec: ModelSpec) -> Node | None:
         leaf("Hidden projection", n, [eh_proj], "2·hidden_size × hidden_size"),
         *block_groups(spec, layers),
         final_norm(spec, "Output norm", "model.layers.{layer}.shared_head.norm.weight", layers),
-        output_head(
-            spec, "Output head copy", "model.layers.{layer}.shared_head.head.weight", layers, copy=True
-        ),
+        *[head_copy] * copies,
     ]
     return group("Multi-token prediction", parts)
+
+
+#: Model types whose MTP layer stores no copy of the embedding and head, using the main model's: GLM-5's
+#: checkpoints have no model.layers.78.embed_tokens or shared_head.head (the GLM-5.1 BF16 GGUF, whose
+#: converter writes nextn.embed_tokens and nextn.shared_head_head when they are there, has neither).
+_MTP_SHARES_EMBEDDING_AND_HEAD = ("glm_moe_dsa",)
+
+
+def mtp_stores_copies(spec: ModelSpec) -> bool:
+    """Whether the checkpoint's MTP layer holds its own copies of the embedding and the output head
+    (DeepSeek-V3, R1, V3.1, V3.2 do; GLM-5 does not).
+
+    >>> mtp_stores_copies(k2)
+    True
+    """
+    return spec.model_type not in _MTP_SHARES_EMBEDDING_AND_HEAD
 
 
 def vision_model(spec: ModelSpec) -> Node | None:

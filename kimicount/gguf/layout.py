@@ -1,4 +1,5 @@
-"""llama.cpp's tensor layout of arch `deepseek2` (Kimi K2, DeepSeek-V3/R1, V2), on the component tree.
+"""llama.cpp's tensor layout of arch `deepseek2` (Kimi K2, DeepSeek-V3/R1, V2) and `glm-dsa` (GLM-5,
+5.1, 5.2), on the component tree.
 
 The names and shapes are those llama.cpp's convert_hf_to_gguf.py writes (DeepseekV2Model, whose
 modify_tensors stacks each layer's experts into one 3-D tensor and, for MLA, splits kv_b_proj per head
@@ -8,6 +9,13 @@ into attn_k_b = k_b.transpose(1, 2), torch [H, kv_lora_rank, qk_nope], and attn_
 "blk.{bid}.ffn_gate_exps", FFN_EXP_PROBS_B "blk.{bid}.exp_probs_b", ...). A GGUF shape lists ne0 (the
 row length) first: a Linear weight [out, in] is (in, out), the stacked experts (in, out, E). Files
 converted before MLA support (llama.cpp PR #12801) keep attn_kv_b whole.
+
+`glm-dsa` is the same layout (convert_hf_to_gguf.py's GlmMoeDsaModel is a DeepseekV2Model with
+model_arch GLM_DSA) plus the DSA indexer of every layer that has one (gguf-py MODEL_TENSOR.INDEXER_*:
+blk.N.indexer.attn_q_b, attn_k, proj, k_norm) and the MTP layer, which it keeps (block_count =
+num_hidden_layers + num_nextn_predict_layers; MODEL_TENSOR.NEXTN_*: blk.N.nextn.eh_proj, enorm, hnorm,
+shared_head_norm). Its metadata keys are deepseek2's under the `glm-dsa.` prefix, with
+nextn_predict_layers and attention.indexer.head_count / key_length / top_k.
 
 Nothing here is written twice: the expected tensors are read off the anatomy's own tensor references
 (kimicount.anatomy), each Hugging Face name translated to its GGUF tensor, so the component tree that
@@ -22,13 +30,35 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kimicount.anatomy import Node, TensorRef, build_anatomy
+from kimicount.anatomy import Anatomy, Node, TensorRef, build_anatomy, group
 from kimicount.errors import CheckpointError, ConfigError
 from kimicount.gguf.reader import GGUFArray, GGUFListing, GGUFTensor
 from kimicount.spec import ModelSpec, spec_from_config
 from kimicount.verify import Mismatch
 
 ARCH = "deepseek2"
+GLM_DSA = "glm-dsa"
+#: The architectures read (general.architecture), each with the config model_type its metadata becomes.
+ARCHS = {ARCH: "deepseek_v3", GLM_DSA: "glm_moe_dsa"}
+
+
+def gguf_arch(spec: ModelSpec) -> str:
+    """The architecture convert_hf_to_gguf.py converts the model to: glm-dsa for GLM-5, else deepseek2.
+
+    >>> gguf_arch(k2)
+    'deepseek2'
+    """
+    return GLM_DSA if spec.model_type == "glm_moe_dsa" else ARCH
+
+
+def gguf_tree(anatomy: Anatomy) -> Node:
+    """The components a GGUF of the model holds: the language model, and for glm-dsa its MTP layers
+    too (GlmMoeDsaModel keeps them; deepseek2 conversions drop DeepSeek-V3's layer 61)."""
+    model, mtp = anatomy.model, anatomy.mtp
+    if mtp is None or gguf_arch(anatomy.spec) != GLM_DSA:
+        return model
+    return group(model.name, [*model.children, mtp])
+
 
 #: Hugging Face module name (after model.layers.N.) → llama.cpp tensor (after blk.N.), as
 #: gguf-py tensor_mapping.py maps them for DeepSeek-V2/V3 (and Kimi K2, which convert_hf_to_gguf.py
@@ -55,6 +85,18 @@ _LAYER_NAMES = {
     "mlp.experts.{expert}.gate_proj.weight": "ffn_gate_exps.weight",
     "mlp.experts.{expert}.up_proj.weight": "ffn_up_exps.weight",
     "mlp.experts.{expert}.down_proj.weight": "ffn_down_exps.weight",
+    # glm-dsa (gguf-py tensor_mapping.py: INDEXER_* "# DSA", NEXTN_*)
+    "self_attn.indexer.wq_b.weight": "indexer.attn_q_b.weight",
+    "self_attn.indexer.wk.weight": "indexer.attn_k.weight",
+    "self_attn.indexer.weights_proj.weight": "indexer.proj.weight",
+    "self_attn.indexer.k_norm.weight": "indexer.k_norm.weight",
+    "self_attn.indexer.k_norm.bias": "indexer.k_norm.bias",
+    "eh_proj.weight": "nextn.eh_proj.weight",
+    "enorm.weight": "nextn.enorm.weight",
+    "hnorm.weight": "nextn.hnorm.weight",
+    "shared_head.norm.weight": "nextn.shared_head_norm.weight",
+    "embed_tokens.weight": "nextn.embed_tokens.weight",
+    "shared_head.head.weight": "nextn.shared_head_head.weight",
 }
 _TOP_NAMES = {
     "model.embed_tokens.weight": "token_embd.weight",
@@ -87,7 +129,7 @@ def _gguf_tensors(
     if pattern in _TOP_NAMES:
         return [(_TOP_NAMES[pattern], tuple(reversed(ref.shape)), ref.elements)]
     if not pattern.startswith(_LAYER) or pattern[len(_LAYER) :] not in _LAYER_NAMES:
-        raise ValueError(f"no GGUF name for {ref.pattern}")  # a model part llama.cpp's deepseek2 lacks
+        raise ValueError(f"no GGUF name for {ref.pattern}")  # a model part llama.cpp's layout lacks
     module = pattern[len(_LAYER) :]
     name = "blk.{layer}." + _LAYER_NAMES[module]
     if ref.experts:  # every expert of the layer in one tensor (in, out, E)
@@ -135,15 +177,24 @@ _REQUIRED_KEYS = {
 }
 
 
-#: Every config.json key the spec is built from, by the GGUF key it comes from (for error messages).
-_METADATA_KEYS = {
-    **{f"{ARCH}.{key}": hf for key, hf in _REQUIRED_KEYS.items()},
-    f"{ARCH}.attention.q_lora_rank": "q_lora_rank",
-    f"{ARCH}.attention.key_length(_mla)": "qk_nope_head_dim",
-    f"{ARCH}.attention.value_length(_mla)": "v_head_dim",
-    f"{ARCH}.vocab_size": "vocab_size",
-    f"{ARCH}.context_length": "max_position_embeddings",
+#: glm-dsa's keys besides (GlmMoeDsaModel.set_gguf_parameters; gguf-py Keys.Attention.Indexer).
+_INDEXER_KEYS = {
+    "attention.indexer.head_count": "index_n_heads",
+    "attention.indexer.key_length": "index_head_dim",
 }
+
+
+def _metadata_keys(arch: str) -> dict[str, str]:
+    """Every config.json key the spec is built from, by the GGUF key it comes from (for error messages)."""
+    return {
+        **{f"{arch}.{key}": hf for key, hf in {**_REQUIRED_KEYS, **_INDEXER_KEYS}.items()},
+        f"{arch}.attention.q_lora_rank": "q_lora_rank",
+        f"{arch}.attention.key_length(_mla)": "qk_nope_head_dim",
+        f"{arch}.attention.value_length(_mla)": "v_head_dim",
+        f"{arch}.vocab_size": "vocab_size",
+        f"{arch}.context_length": "max_position_embeddings",
+        f"{arch}.nextn_predict_layers": "num_nextn_predict_layers",
+    }
 
 
 def _integer(metadata: Mapping[str, object], key: str, where: str, *, required: bool = True) -> int | None:
@@ -157,69 +208,112 @@ def _integer(metadata: Mapping[str, object], key: str, where: str, *, required: 
     return value
 
 
-def vocab_size(metadata: Mapping[str, object], where: str) -> int:
+def vocab_size(metadata: Mapping[str, object], where: str, arch: str = ARCH) -> int:
     """`deepseek2.vocab_size`, else the length of tokenizer.ggml.tokens (as llama.cpp's llama-vocab.cpp
     takes n_vocab from the token list)."""
-    size = _integer(metadata, f"{ARCH}.vocab_size", where, required=False)
+    size = _integer(metadata, f"{arch}.vocab_size", where, required=False)
     if size is not None:
         return size
     tokens = metadata.get("tokenizer.ggml.tokens")
     if isinstance(tokens, GGUFArray):
         return tokens.length
-    raise CheckpointError(f"{where}: keys '{ARCH}.vocab_size' and 'tokenizer.ggml.tokens': both missing")
+    raise CheckpointError(f"{where}: keys '{arch}.vocab_size' and 'tokenizer.ggml.tokens': both missing")
 
 
 def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSpec:
-    """The ModelSpec the `deepseek2.*` metadata implies, validated as a config.json is.
+    """The ModelSpec the `deepseek2.*` (or `glm-dsa.*`) metadata implies, validated as a config.json is.
 
     Head widths: `attention.key_length_mla` / `value_length_mla` when the file has them (MLA GGUFs
     store the latent widths 576 / 512 in `key_length` / `value_length`); else `key_length` (192) and
-    `value_length` (128), as non-MLA conversions wrote them.
+    `value_length` (128), as non-MLA conversions wrote them. glm-dsa's block_count counts the MTP
+    layers too (nextn_predict_layers); which layers have an indexer its tensors say (_indexer_types).
     """
     where = listing.files[0]
     metadata = listing.metadata
     arch = listing.architecture
-    if arch != ARCH:
+    if arch not in ARCHS:
         raise CheckpointError(
-            f"{where}: key 'general.architecture': {arch!r}, expected '{ARCH}' (Kimi K2, DeepSeek-V2/V3/R1)"
+            f"{where}: key 'general.architecture': {arch!r}, expected '{ARCH}' (Kimi K2, DeepSeek-V2/V3/R1) "
+            f"or '{GLM_DSA}' (GLM-5)"
         )
-    config: dict[str, object] = {"model_type": "deepseek_v3", "moe_layer_freq": 1}
+    config: dict[str, object] = {"model_type": ARCHS[arch], "moe_layer_freq": 1}
     for key, hf in _REQUIRED_KEYS.items():
-        config[hf] = _integer(metadata, f"{ARCH}.{key}", where)
-    q_lora = _integer(metadata, f"{ARCH}.attention.q_lora_rank", where, required=False)
+        config[hf] = _integer(metadata, f"{arch}.{key}", where)
+    q_lora = _integer(metadata, f"{arch}.attention.q_lora_rank", where, required=False)
     config["q_lora_rank"] = q_lora or None  # 0 or absent: a plain attn_q (DeepSeek-V2-Lite)
     rope = config["qk_rope_head_dim"]
-    key_length = _integer(metadata, f"{ARCH}.attention.key_length_mla", where, required=False)
-    value_length = _integer(metadata, f"{ARCH}.attention.value_length_mla", where, required=False)
+    key_length = _integer(metadata, f"{arch}.attention.key_length_mla", where, required=False)
+    value_length = _integer(metadata, f"{arch}.attention.value_length_mla", where, required=False)
     if key_length is None:
-        key_length = _integer(metadata, f"{ARCH}.attention.key_length", where)
-        value_length = _integer(metadata, f"{ARCH}.attention.value_length", where)
+        key_length = _integer(metadata, f"{arch}.attention.key_length", where)
+        value_length = _integer(metadata, f"{arch}.attention.value_length", where)
     if key_length <= rope:
         raise CheckpointError(
-            f"{where}: key '{ARCH}.attention.key_length(_mla)': {key_length} is not more than the rotary "
+            f"{where}: key '{arch}.attention.key_length(_mla)': {key_length} is not more than the rotary "
             f"dimensions ({rope})"
         )
     config["qk_nope_head_dim"] = key_length - rope
     config["v_head_dim"] = value_length
-    config["vocab_size"] = vocab_size(metadata, where)
+    config["vocab_size"] = vocab_size(metadata, where, arch)
     config["max_position_embeddings"] = (
-        _integer(metadata, f"{ARCH}.context_length", where, required=False) or 1
+        _integer(metadata, f"{arch}.context_length", where, required=False) or 1
     )
     # expert_gating_func 2 is sigmoid (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID): V3's router, with its
     # score-correction bias (exp_probs_b); 1 (softmax) is V2's, without. llama-model.cpp reads a file
     # without the key (DeepSeek-V2/V2.5 GGUFs) as softmax.
-    gating = metadata.get(f"{ARCH}.expert_gating_func")
+    gating = metadata.get(f"{arch}.expert_gating_func")
     config["topk_method"] = "noaux_tc" if gating == 2 else "greedy"
     config["tie_word_embeddings"] = False
     config["torch_dtype"] = "bfloat16"
+    if arch == GLM_DSA:
+        config.update(_glm_dsa_config(listing, config, where))
     label = name or str(metadata.get("general.name") or where)
     try:
         return spec_from_config(config, name=label, where=where)
     except ConfigError as error:  # it names config.json's keys: say which GGUF key each came from
         message = str(error)
-        for key, hf in _METADATA_KEYS.items():
+        for key, hf in _metadata_keys(arch).items():
             message = message.replace(f"key '{hf}'", f"key '{key}'")
         raise CheckpointError(message) from error
+
+
+def _glm_dsa_config(listing: GGUFListing, config: dict[str, object], where: str) -> dict[str, object]:
+    """glm-dsa's config keys beyond deepseek2's: the MTP layers (counted in block_count), the indexer's
+    sizes and which main layers have one."""
+    metadata = listing.metadata
+    nextn = _integer(metadata, f"{GLM_DSA}.nextn_predict_layers", where, required=False) or 0
+    blocks = config["num_hidden_layers"]  # block_count
+    assert isinstance(blocks, int)
+    if nextn > blocks:
+        raise CheckpointError(
+            f"{where}: key '{GLM_DSA}.nextn_predict_layers': {nextn} is more than block_count ({blocks})"
+        )
+    layers = blocks - nextn
+    extra: dict[str, object] = {"num_hidden_layers": layers, "num_nextn_predict_layers": nextn}
+    for key, hf in _INDEXER_KEYS.items():
+        extra[hf] = _integer(metadata, f"{GLM_DSA}.{key}", where)
+    extra["indexer_types"] = _indexer_types(listing, layers, where)
+    return extra
+
+
+def _indexer_types(listing: GGUFListing, layers: int, where: str) -> list[str] | None:
+    """Which main layers have an indexer, as llama.cpp decides it: by the tensors (llama-model.cpp loads
+    a layer's indexer when present, PR #24770; a GGUF of GLM-5.2 without the shared layers' indexers
+    has none there, and then no indexer cache either, ik_llama.cpp PR #2093). None: all of them, or
+    none (a file without any, which the check then reports)."""
+    present = {int(m.group(1)) for t in listing.tensors if (m := _INDEXER_TENSOR.fullmatch(t.name))}
+    main = present.intersection(range(layers))
+    if not main or len(main) == layers:
+        return None
+    if 0 not in main:  # a layer without one reuses an earlier layer's top-k
+        raise CheckpointError(
+            f"{where}: tensor 'blk.0.indexer.attn_k.weight': missing, but {len(main)} later layers have "
+            "an indexer (the first layer must have its own: the others reuse an earlier one's)"
+        )
+    return ["full" if layer in main else "shared" for layer in range(layers)]
+
+
+_INDEXER_TENSOR = re.compile(r"blk\.([0-9]{1,6})\.indexer\.attn_k\.weight")
 
 
 # --- the check and the bytes per component ----------------------------------------------------------
@@ -281,7 +375,7 @@ def check_listing(
     found = {t.name: t for t in listing.tensors}
     split = any(re.fullmatch(r"blk\.[0-9]+\.attn_[kv]_b\.weight", name) for name in found)
     whole = any(re.fullmatch(r"blk\.[0-9]+\.attn_kv_b\.weight", name) for name in found)
-    tree = build_anatomy(spec).model
+    tree = gguf_tree(build_anatomy(spec))
     expected, leaves = expected_tensors(tree, spec, split_kv_b=split)
     if split and whole:
         # Some conversions write attn_kv_b beside attn_k_b and attn_v_b (llama.cpp's loader takes it as

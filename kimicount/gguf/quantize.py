@@ -3,7 +3,8 @@ before anything is downloaded. (Dynamic quants, unsloth's UD-* and the like, cho
 their header says what they hold; read it with `kimicount gguf --repo ... --include ...`.)
 
 The rules are llama.cpp's (src/llama-quant.cpp, llama_model_quantize_impl and llama_tensor_get_type),
-applied to the tensors convert_hf_to_gguf.py writes (kimicount.gguf.layout):
+applied to the tensors convert_hf_to_gguf.py writes (kimicount.gguf.layout; for GLM-5, arch glm-dsa,
+its MTP layer and indexers too, and n_layer is glm-dsa's block_count, which counts the MTP layer):
 
 - Stays F32: what the converter writes in F32 and llama-quantize leaves alone: 1-D tensors (every norm,
   exp_probs_b.bias: "quantize only 2D and 3D tensors") and the router ffn_gate_inp.weight ("do not
@@ -16,7 +17,7 @@ applied to the tensors convert_hf_to_gguf.py writes (kimicount.gguf.layout):
   Q3_K/Q2_K → IQ4_NL, F16 if that does not divide either. Kimi K2's attn_k_b rows are 128 long:
   at Q6_K it falls back to Q8_0.
 
-Not modelled (they do not apply to deepseek2 or need an input we do not have): the attn_v / attn_qkv
+Not modelled (they do not apply to deepseek2 / glm-dsa or need an input we do not have): the attn_v / attn_qkv
 rules (MLA has neither), the n_expert == 8 rules (Mixtral), imatrix-dependent choices, --pure,
 --output-tensor-type and --token-embedding-type.
 """
@@ -84,7 +85,7 @@ _ATTN_OUTPUT = {"Q2_K": "Q3_K", "Q3_K_M": "Q4_K", "Q3_K_L": "Q5_K"}
 
 
 def tensor_type(ftype: str, name: str, shape: tuple[int, ...], n_layer: int) -> str:
-    """The ggml type llama.cpp gives one tensor of a deepseek2 GGUF at `ftype`."""
+    """The ggml type llama.cpp gives one tensor of a deepseek2 or glm-dsa GGUF at `ftype`."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     def block(ggml_type: str) -> int:
@@ -145,50 +146,61 @@ def estimate_uniform(spec: ModelSpec, quant: str) -> GGUFListing:
     """
     # imported here: parse_quant, which reads the option, needs neither
     from kimicount.anatomy import build_anatomy
-    from kimicount.gguf.layout import expected_tensors
+    from kimicount.gguf.layout import expected_tensors, gguf_arch, gguf_tree
 
     ftype = parse_quant(quant)
-    tree = build_anatomy(spec).model
+    arch = gguf_arch(spec)
+    tree = gguf_tree(build_anatomy(spec))
     expected, _ = expected_tensors(tree, spec, split_kv_b=True)
-    tensors = []
-    for name, want in expected.items():
-        ggml_type = tensor_type(ftype, name, want.shape, spec.num_hidden_layers)
-        tensors.append(GGUFTensor(name, want.shape, ggml_type, nbytes(ggml_type, want.elements)))
     metadata = MappingProxyType(
         {
-            "general.architecture": "deepseek2",
+            "general.architecture": arch,
             "general.name": spec.name,
             "kimicount.estimate": ESTIMATE.format(quant=ftype),
-            **_deepseek2_metadata(spec),
+            **_deepseek2_metadata(spec, arch),
         }
     )
+    n_layer = metadata[f"{arch}.block_count"]  # hparams.n_layer: glm-dsa's counts the MTP layer
+    assert isinstance(n_layer, int)
+    tensors = []
+    for name, want in expected.items():
+        ggml_type = tensor_type(ftype, name, want.shape, n_layer)
+        tensors.append(GGUFTensor(name, want.shape, ggml_type, nbytes(ggml_type, want.elements)))
     data = sum(-(-t.nbytes // 32) * 32 for t in tensors)
     return GGUFListing(
         files=(f"{spec.name} at {ftype}",), metadata=metadata, tensors=tuple(tensors), file_bytes=data
     )
 
 
-def _deepseek2_metadata(spec: ModelSpec) -> dict[str, object]:
-    """The deepseek2.* keys convert_hf_to_gguf.py writes for the model (MLA conversion)."""
-    return {
-        "deepseek2.block_count": spec.num_hidden_layers,
-        "deepseek2.context_length": spec.max_position_embeddings,
-        "deepseek2.embedding_length": spec.hidden_size,
-        "deepseek2.feed_forward_length": spec.intermediate_size,
-        "deepseek2.attention.head_count": spec.num_attention_heads,
-        "deepseek2.attention.head_count_kv": 1,
-        "deepseek2.leading_dense_block_count": spec.first_k_dense_replace,
-        "deepseek2.vocab_size": spec.vocab_size,
-        "deepseek2.attention.q_lora_rank": spec.q_lora_rank or 0,
-        "deepseek2.attention.kv_lora_rank": spec.kv_lora_rank,
-        "deepseek2.attention.key_length": spec.kv_lora_rank + spec.qk_rope_head_dim,
-        "deepseek2.attention.value_length": spec.kv_lora_rank,
-        "deepseek2.attention.key_length_mla": spec.qk_head_dim,
-        "deepseek2.attention.value_length_mla": spec.v_head_dim,
-        "deepseek2.expert_feed_forward_length": spec.moe_intermediate_size,
-        "deepseek2.expert_count": spec.n_routed_experts,
-        "deepseek2.expert_shared_count": spec.n_shared_experts,
-        "deepseek2.expert_used_count": spec.num_experts_per_tok,
-        "deepseek2.expert_gating_func": 2 if spec.router_bias else 1,
-        "deepseek2.rope.dimension_count": spec.qk_rope_head_dim,
+def _deepseek2_metadata(spec: ModelSpec, arch: str = "deepseek2") -> dict[str, object]:
+    """The deepseek2.* keys convert_hf_to_gguf.py writes for the model (MLA conversion), under `arch`'s
+    prefix; for glm-dsa (GlmMoeDsaModel) block_count with the MTP layers, nextn_predict_layers and the
+    indexer's attention.indexer.head_count / key_length."""
+    keys = {
+        "block_count": spec.num_hidden_layers,
+        "context_length": spec.max_position_embeddings,
+        "embedding_length": spec.hidden_size,
+        "feed_forward_length": spec.intermediate_size,
+        "attention.head_count": spec.num_attention_heads,
+        "attention.head_count_kv": 1,
+        "leading_dense_block_count": spec.first_k_dense_replace,
+        "vocab_size": spec.vocab_size,
+        "attention.q_lora_rank": spec.q_lora_rank or 0,
+        "attention.kv_lora_rank": spec.kv_lora_rank,
+        "attention.key_length": spec.kv_lora_rank + spec.qk_rope_head_dim,
+        "attention.value_length": spec.kv_lora_rank,
+        "attention.key_length_mla": spec.qk_head_dim,
+        "attention.value_length_mla": spec.v_head_dim,
+        "expert_feed_forward_length": spec.moe_intermediate_size,
+        "expert_count": spec.n_routed_experts,
+        "expert_shared_count": spec.n_shared_experts,
+        "expert_used_count": spec.num_experts_per_tok,
+        "expert_gating_func": 2 if spec.router_bias else 1,
+        "rope.dimension_count": spec.qk_rope_head_dim,
     }
+    if arch != "deepseek2" and spec.indexer is not None:
+        keys["block_count"] = spec.num_hidden_layers + spec.num_nextn_predict_layers
+        keys["nextn_predict_layers"] = spec.num_nextn_predict_layers
+        keys["attention.indexer.head_count"] = spec.indexer.n_heads
+        keys["attention.indexer.key_length"] = spec.indexer.head_dim
+    return {f"{arch}.{key}": value for key, value in keys.items()}
