@@ -1,4 +1,4 @@
-"""kimicount.local: the KV cache each llama.cpp build gives, and where a GGUF's tensors, cache and buffers go.
+"""kimicount.deploy.local: the KV cache each llama.cpp build gives, and where a GGUF's tensors, cache and buffers go.
 
 Expected figures are what llama.cpp and ik_llama.cpp printed in public logs (quoted with their source),
 or hand computation written out here. Test listings are built from the real tensor listings
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from kimicount.deploy.hardware import ACCELERATORS
+from kimicount.deploy.local.builds import CacheLayout, Engine, cache_layout, parse_build
+from kimicount.deploy.local.cache import make_cache, parse_cache_type, per_token_bytes
+from kimicount.deploy.local.placement import Offload, fewest_cpu_moe, layer_devices, longest_context, place
 from kimicount.errors import UsageError
-from kimicount.hardware import ACCELERATORS
-from kimicount.local.builds import CacheLayout, Engine, cache_layout, parse_build
-from kimicount.local.cache import make_cache, parse_cache_type, per_token_bytes
-from kimicount.local.placement import Offload, fewest_cpu_moe, layer_devices, longest_context, place
 from kimicount.spec import bundled_spec, spec_from_path
 from tests.helpers import FIXTURES
 

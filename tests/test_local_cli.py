@@ -198,7 +198,12 @@ def test_no_mmap_needs_the_host_copy_to_fit():
 
 
 def test_the_local_modules_import_neither_rich_nor_torch_nor_the_hub():
-    assert heavy_imports("kimicount.local.plan", "kimicount.local.reports", "kimicount.local.request") == []
+    assert (
+        heavy_imports(
+            "kimicount.deploy.local.plan", "kimicount.deploy.local.reports", "kimicount.deploy.local.request"
+        )
+        == []
+    )
 
 
 def test_a_bad_local_option_imports_no_rich():
@@ -208,4 +213,6 @@ def test_a_bad_local_option_imports_no_rich():
                            env={"PYTHONPROFILEIMPORTTIME": "1"})  # fmt: skip
     assert result.returncode == 2
     imported = imported_modules(result.stderr)
-    assert "kimicount.local.request" in imported and not {m for m in imported if m.split(".")[0] == "rich"}
+    assert "kimicount.deploy.local.request" in imported and not {
+        m for m in imported if m.split(".")[0] == "rich"
+    }

@@ -26,8 +26,8 @@ import math
 
 import pytest
 
-from kimicount.hardware import ACCELERATORS, parse_gpus
-from kimicount.placement import pipeline_stages
+from kimicount.deploy.hardware import ACCELERATORS, parse_gpus
+from kimicount.deploy.placement import pipeline_stages
 
 from .helpers import FIXTURES, fails_cleanly, heavy_imports, imported_modules, invoke, run_kimicount
 
@@ -563,13 +563,18 @@ def test_plan_imports_neither_torch_nor_the_hub():
     result = run_kimicount("plan", "--gpus", "8xH200", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
     imported = imported_modules(result.stderr)
-    assert "kimicount.plan" in imported
+    assert "kimicount.deploy.plan" in imported
     assert not {m for m in imported if m.split(".")[0] in ("torch", "huggingface_hub")}
 
 
 def test_the_deployment_modules_import_neither_rich_nor_torch_nor_the_hub():
     assert (
-        heavy_imports("kimicount.hardware", "kimicount.placement", "kimicount.plan", "kimicount.reports_plan")
+        heavy_imports(
+            "kimicount.deploy.hardware",
+            "kimicount.deploy.placement",
+            "kimicount.deploy.plan",
+            "kimicount.deploy.reports",
+        )
         == []
     )
 

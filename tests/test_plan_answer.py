@@ -20,8 +20,8 @@ from dataclasses import fields
 
 import pytest
 
-from kimicount.plan import DeploymentOptions
-from kimicount.serve_command import PLAN_FLAGS
+from kimicount.deploy.plan import DeploymentOptions
+from kimicount.deploy.serve_command import PLAN_FLAGS
 
 from .helpers import FIXTURES, fails_cleanly, heavy_imports, invoke
 
@@ -304,7 +304,7 @@ def test_every_deployment_option_has_a_plan_option():
 
 
 def test_the_new_modules_import_neither_rich_nor_torch_nor_the_hub():
-    assert heavy_imports("kimicount.serve_command", "kimicount.plan_answer") == []
+    assert heavy_imports("kimicount.deploy.serve_command", "kimicount.deploy.answer") == []
 
 
 def test_the_json_keeps_its_keys_and_adds_the_answers():

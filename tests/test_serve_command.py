@@ -23,9 +23,9 @@ from fractions import Fraction
 
 import pytest
 
+from kimicount.deploy.plan import DeploymentOptions
+from kimicount.deploy.serve_command import PLAN_FLAGS, parse_serve_command
 from kimicount.errors import UsageError
-from kimicount.plan import DeploymentOptions
-from kimicount.serve_command import PLAN_FLAGS, parse_serve_command
 
 from .helpers import KIMI_K2, ROOT, fails_cleanly, invoke
 

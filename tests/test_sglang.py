@@ -26,7 +26,7 @@ import pytest
 from .helpers import fails_cleanly, invoke
 from .test_plan import GIB, K25, MIB, V3, V32, flat, per_gpu, plan_json
 
-H20_CUDA = 97_285 * MIB  # the H20's CUDA total (kimicount/hardware.py)
+H20_CUDA = 97_285 * MIB  # the H20's CUDA total (kimicount/deploy/hardware.py)
 PRELOAD = 3 * GIB // 2  # kimicount's estimate of the memory in use before the weights load
 R1_H20 = ("--config", V3, "--gpus", "16xH20", "--engine", "sglang", "--mem-fraction-static", "0.93")
 

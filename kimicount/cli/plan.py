@@ -2,7 +2,7 @@
 ways out, the largest batch, layouts side by side and the speed floor of a decode step on request.
 
 The deployment comes from plan options, from a serve command pasted after `--` (vllm serve …, python -m
-sglang.launch_server …; kimicount.serve_command reads it), or both, as long as they agree. Every
+sglang.launch_server …; kimicount.deploy.serve_command reads it), or both, as long as they agree. Every
 layout and memory option also answers to the engines' own names (serve_command.PLAN_FLAGS).
 """
 
@@ -30,14 +30,14 @@ from kimicount.cli.common import (
 from kimicount.cli.common import count as count_option
 from kimicount.cli.exits import EXIT_CODES
 from kimicount.cli.root import app
+from kimicount.deploy.hardware import ACCELERATORS
+from kimicount.deploy.serve_command import PLAN_FLAGS
 from kimicount.errors import UsageError
-from kimicount.hardware import ACCELERATORS
 from kimicount.options import DTYPE_METAVAR, parse_count
-from kimicount.serve_command import PLAN_FLAGS
 
 #: The GPU types --gpus names, from the accelerator table.
 GPU_TYPES = ", ".join(ACCELERATORS)
-#: The --engine values that take the local route (kimicount.local).
+#: The --engine values that take the local route (kimicount.deploy.local).
 LOCAL_ENGINES = ("llama.cpp", "ik_llama.cpp")
 
 
@@ -356,7 +356,7 @@ def plan_command(
         ),
     ] = None,
     # --- local runs (llama.cpp, ik_llama.cpp): any of --gguf, --quant, --ram, --offload, --n-cpu-moe, -ngl
-    # takes the local route (kimicount.local, rendered by kimicount.render_local) ---------------------------
+    # takes the local route (kimicount.deploy.local, rendered by kimicount.deploy.render_local) ---------------------------
     gguf: Annotated[
         Path | None,
         typer.Option(
@@ -510,7 +510,7 @@ def plan_command(
                 f"a serve command after -- ({serve.launcher}) plans a vLLM or SGLang server, not a local "
                 "llama.cpp run: name the model as ORG/NAME, --repo or --config"
             )
-        from kimicount.local.request import run_local_plan
+        from kimicount.deploy.local.request import run_local_plan
 
         chosen = _the_model(model, repo, model_option, None)
         if chosen is not None and config is None and Path(chosen).exists():  # a local folder
@@ -545,11 +545,11 @@ def plan_command(
             as_json=as_json,
         )
         return
-    from kimicount.hardware import parse_gpu_nodes, typed_gpu
+    from kimicount.deploy.hardware import parse_gpu_nodes, typed_gpu
+    from kimicount.deploy.plan import ENGINES, DeploymentOptions, plan
+    from kimicount.deploy.serve_command import deployment_settings, engine_kv_dtype
     from kimicount.kvcache import parse_layout
     from kimicount.options import parse_fraction, parse_size
-    from kimicount.plan import ENGINES, DeploymentOptions, plan
-    from kimicount.serve_command import deployment_settings, engine_kv_dtype
 
     nodes, count, gpu = parse_gpu_nodes(gpus)
     gpu = typed_gpu(
@@ -648,8 +648,8 @@ def plan_command(
         return
 
     report = plan(anatomy, gpu, count, options, min_gpus=min_gpus)
-    from kimicount.plan_answer import largest_batch, ways_out
-    from kimicount.serve_command import option_words
+    from kimicount.deploy.answer import largest_batch, ways_out
+    from kimicount.deploy.serve_command import option_words
 
     def command(found_count: int, found_options: DeploymentOptions) -> str:
         import shlex
@@ -681,7 +681,7 @@ def plan_command(
         sequences = count_or_none(batch, "--batch")
     speed = None
     if (sequences, positions) != (None, None):
-        from kimicount.speed import step_floor, sweep
+        from kimicount.deploy.speed import step_floor, sweep
 
         sequences = 1 if sequences is None else sequences
         positions = 4096 if positions is None else positions
@@ -691,7 +691,7 @@ def plan_command(
             step_floor(report, batch=1, context=positions, prefill=True),
         )
     if as_json:
-        from kimicount.reports_plan import answer_json, plan_json, speed_json
+        from kimicount.deploy.reports import answer_json, plan_json, speed_json
 
         print_json(
             {
@@ -707,9 +707,9 @@ def plan_command(
             }
         )
         return
+    from kimicount.deploy.render_answer import render_answer, render_batch_max
+    from kimicount.deploy.render_plan import min_gpus_text, render_plan, render_speed
     from kimicount.render import make_console, say, show
-    from kimicount.render_plan import min_gpus_text, render_plan, render_speed
-    from kimicount.render_plan_answer import render_answer, render_batch_max
 
     console = make_console()
     render_answer(console, report, nodes, [(text, way.why) for way, text in tries], detail)
@@ -730,7 +730,7 @@ def _read_words(words: list[str] | None) -> tuple[Any, str | None]:
     """The positional words: (a serve command pasted after --, or None; a model ORG/NAME, or None)."""
     if not words:
         return None, None
-    from kimicount.serve_command import is_serve_command, parse_serve_command
+    from kimicount.deploy.serve_command import is_serve_command, parse_serve_command
 
     if is_serve_command(words):
         return parse_serve_command(words), None
@@ -825,15 +825,15 @@ def _serve_json(serve: Any) -> dict[str, Any]:
 
 
 def _compare(anatomy: Any, gpu: Any, count: int, options: Any, text: str, as_json: bool) -> None:
-    from kimicount.plan_answer import compare
+    from kimicount.deploy.answer import compare
 
     rows = compare(anatomy, gpu, count, options, text)
     if as_json:
-        from kimicount.reports_plan import compare_json
+        from kimicount.deploy.reports import compare_json
 
         print_json(compare_json(anatomy.spec, gpu, rows))
         return
+    from kimicount.deploy.render_answer import render_compare
     from kimicount.render import make_console
-    from kimicount.render_plan_answer import render_compare
 
     render_compare(make_console(), rows)

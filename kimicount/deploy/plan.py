@@ -31,9 +31,9 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from kimicount.anatomy import Anatomy
-from kimicount.engines.deepep import DeepEPBuffer, low_latency_buffer
-from kimicount.engines.reserve import Reserve, engine_batch_defaults, reserve_estimate
-from kimicount.engines.sglang import (
+from kimicount.deploy.engines.deepep import DeepEPBuffer, low_latency_buffer
+from kimicount.deploy.engines.reserve import Reserve, engine_batch_defaults, reserve_estimate
+from kimicount.deploy.engines.sglang import (
     DEFAULT_PAGE_SIZE,
     PRELOAD_ESTIMATE,
     StaticFraction,
@@ -41,8 +41,9 @@ from kimicount.engines.sglang import (
     max_running_requests,
     sglang_reserve,
 )
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.placement import Parallel, Placement, expert_width_per_gpu, parallel_layout, place
 from kimicount.errors import UsageError, require_positive
-from kimicount.hardware import Accelerator
 from kimicount.kvcache import (
     Layout,
     LayoutCache,
@@ -52,7 +53,6 @@ from kimicount.kvcache import (
     element_bytes,
     layout_cache,
 )
-from kimicount.placement import Parallel, Placement, expert_width_per_gpu, parallel_layout, place
 from kimicount.spec import ModelSpec
 
 GIB = 2**30
@@ -65,7 +65,7 @@ def usable_memory(gpu: Accelerator, utilization: Fraction) -> int:
     """What vLLM lets itself use of one GPU, its request_memory: ceil(CUDA's total ×
     gpu_memory_utilization). [bytes]
 
-    >>> from kimicount.hardware import ACCELERATORS
+    >>> from kimicount.deploy.hardware import ACCELERATORS
     >>> usable_memory(ACCELERATORS["H200"], Fraction(9, 10))  # ceil(143,156 MiB × 0.9)
     135098951271
     """
@@ -513,7 +513,7 @@ def plan(
     max_model_len (in layouts of its own: the search ignores the options' layout).
 
     >>> from kimicount.anatomy import build_anatomy
-    >>> from kimicount.hardware import ACCELERATORS
+    >>> from kimicount.deploy.hardware import ACCELERATORS
     >>> report = plan(build_anatomy(k2), ACCELERATORS["H200"], 16, DeploymentOptions(kv_memory=40 * 2**30))
     >>> report.parallel.label, report.tokens_per_gpu  # floor(40 GiB ÷ (64 × 70,272 B)) × 64
     ('TP16', 611136)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kimicount.local.placement import COMPUTE_SOURCE, DeviceLoad
-from kimicount.local.plan import LocalPlan
+from kimicount.deploy.local.placement import COMPUTE_SOURCE, DeviceLoad
+from kimicount.deploy.local.plan import LocalPlan
 
 
 def _device(load: DeviceLoad) -> dict[str, Any]:

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kimicount.anatomy import Node
-from kimicount.flow import FlopsReport, Mla, node_calculation, node_compute
-from kimicount.hardware import Accelerator
-from kimicount.placement import Parallel
-from kimicount.plan import PlanReport
-from kimicount.speed import Step, compute_bound_from
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.placement import Parallel
+from kimicount.deploy.plan import PlanReport
+from kimicount.deploy.speed import Step, compute_bound_from
 
 
 def accelerator_json(gpu: Accelerator, count: int) -> dict[str, Any]:
@@ -173,45 +171,6 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
     }
 
 
-def flops_json(report: FlopsReport) -> dict[str, Any]:
-    """`kimicount flops --json`: the tree with each node's matmul FLOPs per token, the attention per way,
-    and the totals."""
-    spec = report.spec
-
-    def node(n: Node) -> dict[str, Any]:
-        return {
-            "name": n.name,
-            "instances": n.instances,
-            "calculation": node_calculation(spec, n),
-            "flops_per_token": report.flops[id(n)],
-            "compute": node_compute(spec, n),
-            "children": [node(c) for c in n.children],
-        }
-
-    return {
-        "model": spec.name,
-        "model_type": spec.model_type,
-        "tokens": report.tokens,
-        "context": report.context,
-        "layers": report.layers,
-        "matmul_flops_per_token": report.matmul_flops,
-        "tree": node(report.model),
-        "attention": [
-            {
-                "way": way.name,
-                "formula": report.decode(way).formula,
-                "decode_calculation": report.decode(way).calculation,
-                "decode_flops_per_token_per_layer": report.decode(way).flops,
-                "prefill_flops_per_token_per_layer": float(report.prefill(way)),
-                "decode_flops_per_token": report.decode_total(way),
-                "prefill_flops_per_token": float(report.prefill_total(way)),
-            }
-            for way in Mla
-        ],
-        "absorbed_cheaper_than_reexpanded_from": report.crossover,
-    }
-
-
 def step_json(step: Step, estimate: bool) -> dict[str, Any]:
     """One step's floor: per stage what one GPU reads and computes, and the times that bounds.
     `estimate`: whether `kv_fits` rests on an estimated pool."""
@@ -261,7 +220,7 @@ def answer_json(
 ) -> dict[str, Any]:
     """The short answer's figures (`answer`) and the ways out (`try`: each a command that fits, with the
     plan it gives), for `plan --json`; `gpus` gains `nodes` where --gpus named them."""
-    from kimicount.plan_answer import limited_by, max_num_seqs, sequence_bytes, verdict_of
+    from kimicount.deploy.answer import limited_by, max_num_seqs, sequence_bytes, verdict_of
 
     per_node = report.count // nodes
     return {
@@ -299,7 +258,7 @@ def answer_json(
 
 def compare_json(spec: Any, gpu: Accelerator, rows: list[Any]) -> dict[str, Any]:
     """`plan --compare --json`: the model, the GPU type, and per layout its plan's figures (or `error`)."""
-    from kimicount.plan_answer import verdict_of
+    from kimicount.deploy.answer import verdict_of
 
     return {
         "model": spec.name,

@@ -30,8 +30,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from kimicount.engines.reserve import Reserve
-from kimicount.hardware import Accelerator
+from kimicount.deploy.engines.reserve import Reserve
+from kimicount.deploy.hardware import Accelerator
 
 GIB = 2**30
 MIB = 2**20
@@ -58,7 +58,7 @@ def batch_defaults(gpu: Accelerator, tp_size: int) -> tuple[int, int]:
     """(chunked_prefill_size, cuda_graph_max_bs) SGLang picks by the GPU's memory, nvidia-smi's total in
     MiB (server_args.py `_handle_gpu_memory_settings`, its get_device_memory_capacity).
 
-    >>> from kimicount.hardware import ACCELERATORS
+    >>> from kimicount.deploy.hardware import ACCELERATORS
     >>> batch_defaults(ACCELERATORS["H200"], 8), batch_defaults(ACCELERATORS["H20"], 2)
     ((8192, 512), (8192, 256))
     """
@@ -89,7 +89,7 @@ def default_mem_fraction_static(
     attention), at least 10,240 on GPUs over 60 GiB, + 2,048 for EAGLE/MTP drafts; then
     round((memory − reserved) ÷ memory, 3), memory in MiB as nvidia-smi reports it.
 
-    >>> from kimicount.hardware import ACCELERATORS
+    >>> from kimicount.deploy.hardware import ACCELERATORS
     >>> float(default_mem_fraction_static(ACCELERATORS["H200"], 8).value)  # 1 − 14,848 ÷ 143,771
     0.897
     """
@@ -121,7 +121,7 @@ def sglang_reserve(gpu: Accelerator, fraction: Fraction, preload: int, preload_g
     The pool is then CUDA's total − weights − this = floor(free before load × mem_fraction_static) −
     weights, SGLang's rest_memory (its int() of a GiB float rounds the same way to the byte).
 
-    >>> from kimicount.hardware import ACCELERATORS
+    >>> from kimicount.deploy.hardware import ACCELERATORS
     >>> [b for _, _, b in sglang_reserve(ACCELERATORS["H20"], Fraction(93, 100), PRELOAD_ESTIMATE, False).terms]
     [1610612736, 7028007240]
     """

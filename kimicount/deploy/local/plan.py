@@ -7,12 +7,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.local.builds import CacheChoice, CacheLayout, Engine, cache_layout
+from kimicount.deploy.local.cache import Cache, make_cache, padded_cells
+from kimicount.deploy.local.floor import PCIE4_X16, Floors, floors
+from kimicount.deploy.local.placement import (
+    Fit,
+    Layout,
+    Offload,
+    Tensor,
+    fewest_cpu_moe,
+    longest_context,
+    place,
+)
 from kimicount.errors import UsageError, require_positive
-from kimicount.hardware import Accelerator
-from kimicount.local.builds import CacheChoice, CacheLayout, Engine, cache_layout
-from kimicount.local.cache import Cache, make_cache, padded_cells
-from kimicount.local.floor import PCIE4_X16, Floors, floors
-from kimicount.local.placement import Fit, Layout, Offload, Tensor, fewest_cpu_moe, longest_context, place
 from kimicount.spec import ModelSpec
 
 #: The context shown when none is asked and none fits.
@@ -151,7 +159,7 @@ def run_flags(options: LocalOptions, choice: CacheChoice, context: int, model_pa
     """The command line: llama-server (or ik_llama.cpp's) with the options this plan assumes."""
     flags = ["llama-server", "-m", model_path]
     if options.engine is Engine.ik_llama_cpp:
-        from kimicount.local.builds import IK_DEFAULT_MLA
+        from kimicount.deploy.local.builds import IK_DEFAULT_MLA
 
         flags += ["-mla", str(IK_DEFAULT_MLA if options.mla is None else options.mla)]
     flags += options.offload.flags()

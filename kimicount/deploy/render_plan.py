@@ -10,12 +10,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from kimicount.deploy.hardware import GIVEN_MEMORY, Accelerator
+from kimicount.deploy.placement import Kind, Parallel
+from kimicount.deploy.plan import PlanReport, StageMemory, search_limit
+from kimicount.deploy.speed import Step, compute_bound_from
 from kimicount.flow import Mla
-from kimicount.hardware import GIVEN_MEMORY, Accelerator
-from kimicount.placement import Kind, Parallel
-from kimicount.plan import PlanReport, StageMemory, search_limit
 from kimicount.render import Column, fitted, flops_text, human_bytes, plural, say, show, show_fitted
-from kimicount.speed import Step, compute_bound_from
 from kimicount.storage import quantization_summary
 
 #: The memory bar's width in characters.

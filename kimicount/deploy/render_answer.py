@@ -10,10 +10,10 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from kimicount.plan import PlanReport, sequence_pages
-from kimicount.plan_answer import Compared, Verdict, limited_by, max_num_seqs, sequence_bytes, verdict_of
+from kimicount.deploy.answer import Compared, Verdict, limited_by, max_num_seqs, sequence_bytes, verdict_of
+from kimicount.deploy.plan import PlanReport, sequence_pages
+from kimicount.deploy.render_plan import estimated_from
 from kimicount.render import Column, fitted, human_bytes, plural, say, show_fitted
-from kimicount.render_plan import estimated_from
 
 #: The estimates a pool can rest on, in the answer's words.
 ESTIMATES = {

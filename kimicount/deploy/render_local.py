@@ -6,9 +6,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from kimicount.local.builds import CacheLayout, Engine
-from kimicount.local.placement import COMPUTE_SOURCE, DeviceLoad
-from kimicount.local.plan import LocalPlan
+from kimicount.deploy.local.builds import CacheLayout, Engine
+from kimicount.deploy.local.placement import COMPUTE_SOURCE, DeviceLoad
+from kimicount.deploy.local.plan import LocalPlan
 from kimicount.render import human_bytes, plural, say, show
 
 MIB = 2**20

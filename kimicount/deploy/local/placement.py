@@ -20,7 +20,7 @@ ik_llama.cpp's src/llama.cpp):
 - The KV cache of a layer lives on that layer's device (src/llama-kv-cache.cpp: model.dev_layer(il)),
   so it splits across GPUs by whole layers, following the blocks; a block kept in RAM keeps its cache
   there.
-- A GPU buffer holds each tensor padded as kimicount.local.cache.device_bytes says (that is how the
+- A GPU buffer holds each tensor padded as kimicount.deploy.local.cache.device_bytes says (that is how the
   printed "CUDA0 buffer size" comes out); host tensors are the file's bytes (mmap) or a copy of them.
 
 Compute buffers are an estimate (see `compute_estimate`).
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Protocol
 
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.local.cache import Cache, device_bytes, padded_cells
 from kimicount.errors import UsageError
-from kimicount.hardware import Accelerator
-from kimicount.local.cache import Cache, device_bytes, padded_cells
 from kimicount.spec import ModelSpec
 
 MIB = 2**20

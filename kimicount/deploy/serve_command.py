@@ -668,7 +668,7 @@ def option_words(options: object) -> list[str]:
     (--tp), everything else where it differs from the default. A field PLAN_FLAGS does not name is an
     error (a new field needs its option).
 
-    >>> from kimicount.plan import DeploymentOptions
+    >>> from kimicount.deploy.plan import DeploymentOptions
     >>> option_words(DeploymentOptions(tp=8, max_model_len=121_984, kv_dtype="fp8"))
     ['--tp', '8', '--kv-dtype', 'fp8', '--max-model-len', '121984']
     """

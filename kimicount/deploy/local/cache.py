@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kimicount.deploy.local.builds import CacheChoice, CacheLayout
 from kimicount.errors import UsageError
-from kimicount.local.builds import CacheChoice, CacheLayout
 from kimicount.spec import ModelSpec
 
 #: The cache types llama.cpp's -ctk / -ctv accept (common/arg.cpp, kv_cache_types).

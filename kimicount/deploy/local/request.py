@@ -1,5 +1,5 @@
 """`kimicount plan`'s local route: the options as typed -> the listing (a GGUF's header, or a --quant
-estimate) -> the plan -> the view (kimicount.render_local) or JSON. Imports rich only to render, so a
+estimate) -> the plan -> the view (kimicount.deploy.render_local) or JSON. Imports rich only to render, so a
 bad option costs no more than the message."""
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ def run_local_plan(
     as_json: bool,
 ) -> None:
     """`kimicount plan` for a local box: parse what was typed, read or estimate the listing, plan, show."""
+    from kimicount.deploy.hardware import parse_bandwidth, parse_gpus, typed_gpu
+    from kimicount.deploy.local.builds import CacheLayout, Engine, parse_build
+    from kimicount.deploy.local.cache import parse_cache_type
+    from kimicount.deploy.local.floor import ram_bandwidth as channel_bandwidth
+    from kimicount.deploy.local.placement import Offload
+    from kimicount.deploy.local.plan import LocalOptions, is_mla_gguf, local_plan
     from kimicount.errors import UsageError
-    from kimicount.hardware import parse_bandwidth, parse_gpus, typed_gpu
-    from kimicount.local.builds import CacheLayout, Engine, parse_build
-    from kimicount.local.cache import parse_cache_type
-    from kimicount.local.floor import ram_bandwidth as channel_bandwidth
-    from kimicount.local.placement import Offload
-    from kimicount.local.plan import LocalOptions, is_mla_gguf, local_plan
     from kimicount.options import parse_count, parse_size
 
     if (gguf is None) == (quant is None):
@@ -138,11 +138,11 @@ def run_local_plan(
     )
     if as_json:
         from kimicount.cli.common import print_json
-        from kimicount.local.reports import local_plan_json
+        from kimicount.deploy.local.reports import local_plan_json
 
         print_json(local_plan_json(plan))
         return
+    from kimicount.deploy.render_local import render_local_plan
     from kimicount.render import make_console
-    from kimicount.render_local import render_local_plan
 
     render_local_plan(make_console(), plan)

@@ -1,6 +1,6 @@
 """The answer a plan gives first: does it fit, and if not, why and what would.
 
-Reads PlanReports (kimicount.plan); computes the verdict's kind, what limits the concurrency, the ways
+Reads PlanReports (kimicount.deploy.plan); computes the verdict's kind, what limits the concurrency, the ways
 out of a plan that does not fit (each a plan that does, so each can be printed as a command), the
 largest decode batch whose KV fits, and layouts side by side. Free of rich, torch and the hub.
 
@@ -18,10 +18,9 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from kimicount.anatomy import Anatomy
-from kimicount.errors import UsageError
-from kimicount.hardware import Accelerator
-from kimicount.placement import Parallel, parallel_layout
-from kimicount.plan import (
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.placement import Parallel, parallel_layout
+from kimicount.deploy.plan import (
     DeploymentOptions,
     PlanReport,
     engine_batch_defaults,
@@ -29,6 +28,7 @@ from kimicount.plan import (
     plan_memory,
     sequence_pages,
 )
+from kimicount.errors import UsageError
 
 
 class Verdict(str, Enum):
