@@ -73,7 +73,7 @@ def test_the_serve_command_reproduces_vllms_published_kimi_k2_thinking_run(k2_th
     out = invoke("plan", "--gpus", "8xH200", "--kv-memory", "46.80GiB", "--", *command)
     assert out.exit_code == 0, out.output
     assert out.stdout.splitlines()[:3] == [
-        "Kimi-K2-Thinking on 8 × H200, TP8: fits",
+        "Kimi-K2-Thinking on 8 × H200, TP8 (vLLM 0.15.0): fits",
         "KV cache: 715,072 tokens per GPU; 70,272 B per token",
         "Concurrency at 262,144 tokens (17.2 GiB each): 2.73× (2 whole sequences per replica)",
     ]
@@ -285,7 +285,8 @@ def test_flags_it_does_not_model_are_named_in_one_line(k2_thinking):
         ),
         (["vllm", "serve", "m", "stray"], ["'stray'"]),
         (["vllm", "serve", "m", "--model", "n"], ["two models", "m", "n"]),
-        (["docker", "run", "vllm/vllm-openai"], ["got: docker run vllm/vllm-openai", "vllm serve"]),
+        (["docker", "run", "vllm/vllm-openai"], ["names no model", "vllm serve"]),  # the image's launcher
+        (["docker", "run", "-p", "8000:8000", "nginx"], ["docker run without an engine's image"]),
         (["python", "-m", "http.server"], ["python -m http.server", "sglang.launch_server"]),
         (SGLANG + ["--tp", "16", "--dp", "3", "--enable-dp-attention"], ["--dp 3", "divide --tp-size"]),
     ],
@@ -447,7 +448,7 @@ def test_a_pasted_sglang_command_is_planned_by_sglangs_rule_within_one_percent_o
     )  # fmt: skip
     assert options["sglang"]["max_total_num_tokens"] == sglang["max_total_num_tokens"]
     out = invoke("plan", *args).stdout
-    assert out.startswith("deepseek-v3 on 16 × H20 (2 nodes × 8), TP16, as SGLang sizes it: fits\n")
+    assert out.startswith("deepseek-v3 on 16 × H20 (2 nodes × 8), TP16 (SGLang 0.5.8.post1): fits\n")
     # vLLM's own options refuse the SGLang command's engine, naming both
     fails_cleanly(invoke("plan", "--engine", "vllm", *args), "--engine and the serve command's")
 

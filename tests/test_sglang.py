@@ -58,11 +58,12 @@ def test_the_h20_is_in_the_table():
 
 def test_sglang_output_names_its_rule_and_its_gb():
     out = flat(invoke("plan", "--detail", *R1_H20).stdout)
-    assert "TP16, as SGLang sizes it:" in out
+    assert "TP16 (SGLang 0.5.8.post1):" in out
     assert "mem_fraction_static 0.93 (--mem-fraction-static)." in out
     assert "before load 1.5 GiB (an estimate: CUDA context, NCCL, custom all-reduce) = 1,610,612,736 B" in out
     assert (
-        "SGLang would print: max_total_num_tokens=713012, max_running_requests=2228, context_len=163840"
+        "SGLang 0.5.8.post1 would print: mem_fraction_static=0.93; max_total_num_tokens=713012, "
+        "max_running_requests=2228, context_len=163840; KV Cache is allocated. #tokens: 713012, KV size: 46.66 GB"
         in out
     )
     assert 'its memory figures are GiB though it writes "GB"' in out

@@ -51,6 +51,8 @@ class Accelerator:
     source: str
     cuda_memory_estimated: bool = False
     overridden: tuple[str, ...] = ()
+    #: The software stack a program runs on it through: "cuda", or "rocm" (HIP); engines' rules differ by it.
+    platform: str = "cuda"
 
     def peak_flops(self, compute: str) -> int:
         """Dense peak for a compute dtype ('bf16' or 'fp8'); fp8 falls back to bf16 without FP8 units.
@@ -192,6 +194,7 @@ ACCELERATORS: dict[str, Accelerator] = {
             _tflops("2614.9"),
             "AMD MI300X datasheet: 5.3 TB/s, BF16 1,307.4 and FP8 2,614.9 TFLOPS dense; "
             "rocm-smi: 206,141,652,992 B",
+            platform="rocm",
         ),
         Accelerator(
             "MI325X",
@@ -206,6 +209,7 @@ ACCELERATORS: dict[str, Accelerator] = {
             "AMD MI325X datasheet: 256 GB HBM3E at 6 TB/s, BF16 1,307.4 and FP8 2,614.9 TFLOPS dense; "
             "memory: the nominal 256 GiB (no device report found)",
             cuda_memory_estimated=True,
+            platform="rocm",
         ),
     )
 }

@@ -7,6 +7,8 @@ memory bar and the reserve's formula are render_plan's (under --detail).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.text import Text
 
@@ -14,6 +16,9 @@ from kimicount.deploy.answer import Compared, Verdict, limited_by, max_num_seqs,
 from kimicount.deploy.plan import PlanReport, sequence_pages
 from kimicount.deploy.render_plan import estimated_from
 from kimicount.render import Column, fitted, human_bytes, plural, say, show_fitted
+
+if TYPE_CHECKING:
+    from kimicount.deploy.request import PlanAnswer
 
 #: The estimates a pool can rest on, in the answer's words.
 ESTIMATES = {
@@ -57,7 +62,7 @@ def answer_lines(report: PlanReport, nodes: int = 1) -> list[str]:
     it; where a TP group spans nodes, that; what is estimated."""
     spec, parallel, stage = report.spec, report.parallel, report.fullest
     colour = "green" if report.fits else "red"
-    engine = ", as SGLang sizes it" if report.engine == "sglang" else ""
+    engine = report.rules.sized_by(report.release)
     lines = [
         (
             f"[bold]{spec.name}[/] on {where(report, nodes)}, {parallel.label}{engine}: "
@@ -77,8 +82,8 @@ def answer_lines(report: PlanReport, nodes: int = 1) -> list[str]:
         f"{report.max_concurrency:.2f}× ({whole} per replica{everywhere})"
     )
     limit = limited_by(report)
-    # SGLang sizes against CUDA's whole total and keeps back its rule's share (render_plan's terms)
-    usable, reserve = ("CUDA total", "kept back") if report.engine == "sglang" else ("usable", "reserve")
+    # the engine's words for what it sizes against and keeps back (SGLang: CUDA's whole total, its share)
+    usable, reserve = report.rules.usable_words
     if limit == "weights" and report.kv_memory is None:
         lines.append(
             f"Limited by the weights: {human_bytes(stage.weights)} per GPU + {human_bytes(stage.reserve)} {reserve} "
@@ -231,3 +236,26 @@ def render_compare(console: Console, rows: list[Compared]) -> None:
     estimated = [row.report for row in rows if row.report is not None and row.report.estimate]
     if estimated:
         say(console, f"Estimates: each plan rests on {estimated_from(estimated[0])}.")
+
+
+def render_plan_answer(console: Console, answer: PlanAnswer) -> None:
+    """`kimicount plan`: the answer first, then --detail's plan (or --min-gpus's line), --batch max, and
+    the speed floor."""
+    from kimicount.deploy.render_plan import min_gpus_text, render_plan, render_speed
+    from kimicount.render import show
+
+    report, request = answer.report, answer.request
+    render_answer(
+        console, report, request.nodes, [(command, way.why) for way, command in answer.tries], request.detail
+    )
+    if request.detail:
+        say(console)
+        render_plan(console, report, verdict_line=False)
+    elif report.min_gpus_asked:
+        say(console, min_gpus_text(report))
+    if answer.batch_max is not None and answer.positions is not None:
+        say(console)
+        render_batch_max(console, report, answer.batch_max, answer.positions)
+    if answer.speed is not None:
+        show(console)
+        render_speed(console, report, *answer.speed)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from kimicount.deploy.local.builds import CacheLayout, Engine
+from kimicount.deploy.local.builds import CacheLayout
 from kimicount.deploy.local.placement import COMPUTE_SOURCE, DeviceLoad
 from kimicount.deploy.local.plan import LocalPlan
 from kimicount.render import human_bytes, plural, say, show
@@ -20,10 +20,7 @@ def mib(count: int) -> str:
 
 
 def _engine(plan: LocalPlan) -> str:
-    options = plan.options
-    if options.engine is Engine.ik_llama_cpp:
-        return "ik_llama.cpp"
-    return "llama.cpp " + ("(newest build)" if options.build is None else f"b{options.build}")
+    return plan.options.engine.describe(plan.options.build)
 
 
 def _box(plan: LocalPlan) -> str:
@@ -146,7 +143,7 @@ def _notes(plan: LocalPlan):
             f"{on_gpus} on the GPU that holds each block)."
         )
     yield f"Compute buffers: {COMPUTE_SOURCE}."
-    if options.engine is Engine.ik_llama_cpp:
+    if options.engine.computes_missing_attention:
         yield (
             "ik_llama.cpp computes the attention tensors a file lacks at load (attn_kv_b from attn_k_b and "
             "attn_v_b, or the reverse): GPU memory beyond the buffers above, not counted here."

@@ -1,6 +1,8 @@
 """The JSON of `kimicount plan`: plain dictionaries of ints and strings, in the style of reports.py.
 
-Keys: `model`, `model_type`, `engine` ('vllm' or 'sglang'), `gpus` (the accelerator and its figures),
+Keys: `model`, `model_type`, `engine` ('vllm' or 'sglang'), `engine_release` (the release whose rules
+the plan applied, e.g. '0.5.8.post1'), `engine_rules` ('SGLang 0.5.8.post1'), `engine_prints` (what the
+engine would print at start-up, in its words), `gpus` (the accelerator and its figures),
 `parallel`, `weights` (the components per GPU), `stages` (each stage's memory), `reserve`, `sglang`
 (SGLang's mem_fraction_static and what it prints; null for vLLM), `deepep_buffer` (under EP, DeepEP's
 low-latency buffer per GPU: an estimate, not in the pool), `kv_cache`, `fits`, `short_by_bytes`,
@@ -13,12 +15,18 @@ the nearest byte or FLOP, under keys that say `expected`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kimicount.deploy.engines import DEFAULT_SERVER, ENGINES, server_engine
+from kimicount.deploy.engines.base import ServerEngine
 from kimicount.deploy.hardware import Accelerator
 from kimicount.deploy.placement import Parallel
 from kimicount.deploy.plan import PlanReport
 from kimicount.deploy.speed import Step, compute_bound_from
+
+if TYPE_CHECKING:
+    from kimicount.deploy.request import CompareAnswer, PlanAnswer
+    from kimicount.deploy.serve_command import ServeCommand
 
 
 def accelerator_json(gpu: Accelerator, count: int) -> dict[str, Any]:
@@ -40,40 +48,25 @@ def accelerator_json(gpu: Accelerator, count: int) -> dict[str, Any]:
     }
 
 
-def parallel_json(parallel: Parallel, engine: str = "vllm") -> dict[str, Any]:
+def parallel_json(parallel: Parallel, engine: str = DEFAULT_SERVER) -> dict[str, Any]:
     """The layout's sizes; "ep" is 1 when expert parallelism is off; "tp" is the attention TP group
-    (under SGLang's DP attention its --tp is "dense_tp", all TP × DP ranks)."""
+    (under SGLang's DP attention its --tp is "dense_tp", all TP × DP ranks); "dp_attention" names whose
+    DP attention it is: the dense parts over all TP × DP ranks (SGLang's) or per DP group (vLLM's)."""
+    rules = server_engine(engine)
+    dense = next(e.name for e in ENGINES.values() if isinstance(e, ServerEngine) and e.dense_over_dp)
+    per_group = next(e.name for e in ENGINES.values() if isinstance(e, ServerEngine) and not e.dense_over_dp)
     return {
         "label": parallel.label,
-        "engine": "SGLang" if engine == "sglang" else "vLLM",  # whose layout: DP attention, EP, PP split
+        "engine": rules.label,  # whose layout: DP attention, EP, PP split
         "tp": parallel.tp,
         "pp": parallel.pp,
         "dp": parallel.dp,
-        "dp_attention": "sglang" if parallel.sglang_dp else ("vllm" if parallel.dp > 1 else None),
+        "dp_attention": dense if parallel.sglang_dp else (per_group if parallel.dp > 1 else None),
         "dense_tp": parallel.dense_ranks,
         "ep": parallel.moe_ranks if parallel.ep else 1,
         "redundant_experts": parallel.redundant,
         "dcp": parallel.dcp,
         "gpus": parallel.gpus,
-    }
-
-
-def sglang_json(report: PlanReport) -> dict[str, Any] | None:
-    """SGLang's figures: mem_fraction_static (given or its default, with the calculation) and what it
-    prints at start-up per DP rank (max_total_num_tokens, max_running_requests, context_len, in GiB
-    that it writes "GB"); None for vLLM."""
-    if report.engine != "sglang":
-        return None
-    fraction = report.static_fraction
-    return {
-        "mem_fraction_static": None if fraction is None else float(fraction.value),
-        "mem_fraction_static_given": None if fraction is None else fraction.given,
-        "mem_fraction_static_calculation": None if fraction is None else fraction.calculation,
-        "page_size": report.block_size,
-        "max_total_num_tokens": report.tokens_per_gpu,
-        "max_running_requests": report.max_running_requests,
-        "context_len": report.max_model_len,
-        "estimate": report.estimate,
     }
 
 
@@ -84,10 +77,14 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
     fullest = report.fullest
     line = fullest.cache.attention
     estimate = report.estimate
+    figures_key, figures = report.rules.json_figures(report)
     return {
         "model": spec.name,
         "model_type": spec.model_type,
         "engine": report.engine,
+        "engine_release": str(report.release.version),
+        "engine_rules": f"{report.release}",
+        "engine_prints": report.rules.printed_lines(report),
         "gpus": accelerator_json(report.gpu, report.count),
         "parallel": parallel_json(report.parallel, report.engine),
         "gpu_memory_utilization": float(report.utilization),
@@ -128,7 +125,7 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
             "terms": [{"name": n, "calculation": c, "bytes": b} for n, c, b in reserve.terms],
             "assumes": reserve.assumes,
         },
-        "sglang": sglang_json(report),
+        figures_key: figures,
         "deepep_buffer": None
         if report.deepep_buffer is None
         else {
@@ -285,3 +282,49 @@ def compare_json(spec: Any, gpu: Accelerator, rows: list[Any]) -> dict[str, Any]
             for row in rows
         ],
     }
+
+
+def serve_json(serve: ServeCommand) -> dict[str, Any]:
+    """The serve command a plan read: its engine, launcher (and image, with the release its tag names),
+    model, flags as typed, and what the plan does not model."""
+    return {
+        "engine": serve.engine,
+        "launcher": serve.launcher,
+        "image": serve.image,
+        "release": serve.release,
+        "model": serve.model,
+        "revision": serve.revision,
+        "nodes": serve.nodes,
+        "flags": dict(serve.flags),
+        "unmodelled": list(serve.unmodelled),
+        "memory_unmodelled": list(serve.memory_unmodelled),
+    }
+
+
+def plan_answer_json(answer: PlanAnswer) -> dict[str, Any]:
+    """`kimicount plan --json`: the plan, the short answer and the ways out, --batch max, the serve
+    command and the speed floor, as one document."""
+    report, request = answer.report, answer.request
+    ways = [(way.kind, way.why, command, way.report) for way, command in answer.tries]
+    return {
+        **plan_json(report),
+        **answer_json(report, request.nodes, ways),
+        **(
+            {}
+            if answer.batch_max is None
+            else {
+                "batch_max": {
+                    "batch": answer.batch_max,
+                    "context": answer.positions,
+                    "estimate": report.estimate,
+                }
+            }
+        ),
+        **({} if request.serve is None else {"serve_command": serve_json(request.serve)}),
+        **({} if answer.speed is None else speed_json(report, *answer.speed)),
+    }
+
+
+def compare_answer_json(answer: CompareAnswer) -> dict[str, Any]:
+    """`kimicount plan --compare --json`."""
+    return compare_json(answer.spec, answer.request.gpu, list(answer.rows))

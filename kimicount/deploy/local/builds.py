@@ -16,8 +16,10 @@ ik_llama.cpp chooses with `-mla`: 0 per-head K and V, 1 the latent and a transpo
 alone with `-fa`), 2 and 3 the latent alone (src/llama.cpp, llama_kv_cache_init; 3 is the default,
 common/common.h `mla_attn = 3`), and its cache tensors are 2-D.
 
-    >>> cache_layout(Engine.llama_cpp, parse_build("b5331"), mla_gguf=True).layout.value
-    'latent+v'
+Which of them a run gets is each engine's rule (deploy/engines/llama_cpp.py: `cache_layout`).
+
+    >>> parse_build("b5331") >= MLA_BUILD > parse_build("5000")
+    True
 """
 
 from __future__ import annotations
@@ -27,11 +29,6 @@ from dataclasses import dataclass
 from enum import Enum
 
 from kimicount.errors import UsageError
-
-
-class Engine(str, Enum):
-    llama_cpp = "llama.cpp"
-    ik_llama_cpp = "ik_llama.cpp"
 
 
 class CacheLayout(str, Enum):
@@ -76,67 +73,3 @@ class CacheChoice:
     rows: bool  # cache tensors are 2-D, one row per cell (CUDA pads quantized rows)
     pad: int  # the cache size is a multiple of this many cells
     fa_flag: str  # how this build turns flash attention on
-
-
-def cache_layout(
-    engine: Engine,
-    build: int | None = None,
-    *,
-    mla_gguf: bool,
-    mla: int | None = None,
-    flash_attn: bool = True,
-    layout: CacheLayout | None = None,
-) -> CacheChoice:
-    """The cache layout of `engine` at `build` (None: the newest) with `-mla` (ik_llama.cpp) on a GGUF
-    written with (`mla_gguf`) or without MLA tensors, unless `layout` names it directly.
-
-    >>> cache_layout(Engine.llama_cpp, 5000, mla_gguf=True).layout.value
-    'per-head'
-    >>> cache_layout(Engine.llama_cpp, None, mla_gguf=False).layout.value
-    'per-head'
-    >>> cache_layout(Engine.ik_llama_cpp, mla=1, mla_gguf=True, flash_attn=False).layout.value
-    'latent+v'
-    >>> cache_layout(Engine.ik_llama_cpp, mla=3, mla_gguf=False).layout.value
-    'latent'
-    """
-    if engine is Engine.ik_llama_cpp:
-        # ik_llama.cpp runs MLA on any GGUF: llm_prepare_mla computes attn_k_b/attn_v_b from attn_kv_b
-        # (or the reverse) at load, so the file's layout does not choose the cache
-        if build is not None:
-            raise UsageError("--build: ik_llama.cpp's cache follows -mla, not a build number (give --mla)")
-        mode = IK_DEFAULT_MLA if mla is None else mla
-        if mode not in (0, 1, 2, 3):
-            raise UsageError(f"--mla {mode}: expected 0, 1, 2 or 3 (ik_llama.cpp's modes)")
-        pad = 256 if flash_attn else 32
-        if layout is not None:
-            return CacheChoice(layout, "--cache-layout", True, pad, "-fa")
-        if mode == 0:
-            chosen, reason = CacheLayout.per_head, "-mla 0"
-        elif mode == 1 and not flash_attn:
-            chosen, reason = CacheLayout.latent_v, "-mla 1 without -fa: the latent and a transposed V"
-        else:
-            chosen, reason = CacheLayout.latent, f"-mla {mode}" + (" -fa" if mode == 1 else "")
-        return CacheChoice(chosen, reason, True, pad, "-fa")
-    if mla is not None:
-        raise UsageError("--mla: an ik_llama.cpp option (give --engine ik_llama.cpp)")
-    newest = build is None
-    number = V_LESS_BUILD if newest else build
-    rows = number >= ROWS_BUILD
-    pad = 256 if (flash_attn or number >= PAD_256_BUILD) else 32
-    fa_flag = "-fa on" if number >= FA_DEFAULT_BUILD else "-fa"
-    tag = "the newest build" if newest else f"b{number}"
-    if layout is not None:
-        return CacheChoice(layout, "--cache-layout", rows, pad, fa_flag)
-    if not mla_gguf:
-        reason = "a GGUF written without MLA (no attention.key_length_mla: key_length is the head's 192)"
-        return CacheChoice(CacheLayout.per_head, reason, rows, pad, fa_flag)
-    if number < MLA_BUILD:
-        return CacheChoice(
-            CacheLayout.per_head, f"{tag}: before MLA (#12801, b{MLA_BUILD})", rows, pad, fa_flag
-        )
-    if number < V_LESS_BUILD:
-        reason = f"{tag}: MLA (#12801, b{MLA_BUILD}), before the V-less cache (#19067, b{V_LESS_BUILD})"
-        return CacheChoice(CacheLayout.latent_v, reason, rows, pad, fa_flag)
-    return CacheChoice(
-        CacheLayout.latent, f"{tag}: V-less cache (#19067, b{V_LESS_BUILD})", rows, pad, fa_flag
-    )

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kimicount.deploy.engines.llama_cpp import LLAMA_CPP, LlamaCpp
 from kimicount.deploy.hardware import Accelerator
-from kimicount.deploy.local.builds import CacheChoice, CacheLayout, Engine, cache_layout
+from kimicount.deploy.local.builds import CacheChoice, CacheLayout
 from kimicount.deploy.local.cache import Cache, make_cache, padded_cells
 from kimicount.deploy.local.floor import PCIE4_X16, Floors, floors
 from kimicount.deploy.local.placement import (
@@ -31,7 +32,7 @@ FALLBACK_CONTEXT = 4096
 class LocalOptions:
     """What the user asked: engine and build (or -mla, or a layout), cache types, offload, context, RAM."""
 
-    engine: Engine = Engine.llama_cpp
+    engine: LlamaCpp = LLAMA_CPP
     build: int | None = None
     mla: int | None = None
     layout: CacheLayout | None = None
@@ -99,15 +100,14 @@ def local_plan(
         raise UsageError(
             "--n-cpu-moe and --offload experts: give one (every block's experts are in RAM already)"
         )
-    choice = cache_layout(
-        options.engine,
+    choice = options.engine.cache_layout(
         options.build,
         mla_gguf=mla_gguf,
         mla=options.mla,
         flash_attn=options.flash_attn,
         layout=options.layout,
     )
-    ik = options.engine is Engine.ik_llama_cpp
+    ik = options.engine.keeps_2d_by_head
     # with mmap the page cache holds what it can and the rest is read from disk: RAM limits nothing
     # then (the plan says what the page cache would need); with --no-mmap the host copy must fit
     args = {
@@ -158,10 +158,7 @@ def local_plan(
 def run_flags(options: LocalOptions, choice: CacheChoice, context: int, model_path: str) -> tuple[str, ...]:
     """The command line: llama-server (or ik_llama.cpp's) with the options this plan assumes."""
     flags = ["llama-server", "-m", model_path]
-    if options.engine is Engine.ik_llama_cpp:
-        from kimicount.deploy.local.builds import IK_DEFAULT_MLA
-
-        flags += ["-mla", str(IK_DEFAULT_MLA if options.mla is None else options.mla)]
+    flags += options.engine.mode_flags(options.mla)
     flags += options.offload.flags()
     flags += ["-c", str(context)]
     if options.flash_attn:

@@ -33,7 +33,7 @@ def local_plan_json(plan: LocalPlan) -> dict[str, Any]:
         "route": "local",
         "source": plan.source,
         "estimate": plan.estimate,
-        "engine": options.engine.value,
+        "engine": options.engine.name,
         "build": options.build,
         "gpus": {"count": plan.count, "type": None if plan.gpu is None else plan.gpu.name},
         "ram_bytes": options.ram,

@@ -1,148 +1,139 @@
-"""`kimicount plan`'s local route: the options as typed -> the listing (a GGUF's header, or a --quant
-estimate) -> the plan -> the view (kimicount.deploy.render_local) or JSON. Imports rich only to render, so a
-bad option costs no more than the message."""
+"""`kimicount plan`'s local route: the options as typed -> a LocalRequest (everything checked that needs
+no model) -> its answer: the listing (a GGUF's header, checked against the architecture as `kimicount
+gguf` checks it, or a --quant estimate) -> the plan (deploy/local/plan.py). The views are the CLI's
+(deploy/render_local.py, deploy/local/reports.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kimicount.spec import ModelSpec
+from kimicount.deploy.engines import local_engine
+from kimicount.deploy.hardware import parse_bandwidth, parse_gpus, typed_gpu
+from kimicount.deploy.local.builds import CacheLayout
+from kimicount.deploy.local.cache import parse_cache_type
+from kimicount.deploy.local.floor import ram_bandwidth as channel_bandwidth
+from kimicount.deploy.local.placement import Offload
+from kimicount.deploy.local.plan import LocalOptions, LocalPlan, is_mla_gguf, local_plan
+from kimicount.errors import UsageError
+from kimicount.options import parse_count, parse_size
+from kimicount.reading import shorten
+
+if TYPE_CHECKING:
+    from kimicount.deploy.request import LocalRequest, ModelChoice, PlanArgs
+    from kimicount.spec import ModelSpec
 
 
-def run_local_plan(
-    spec: ModelSpec | None,
-    *,
-    gpus: str,
-    gpu_memory: str | None,
-    hbm_bandwidth: str | None,
-    peak_bf16: str | None,
-    gguf: Path | None,
-    quant: str | None,
-    ram: str | None,
-    offload: str | None,
-    n_cpu_moe: str | None,
-    ngl: str | None,
-    engine: str,
-    build: str | None,
-    mla: str | None,
-    cache_layout: str | None,
-    cache_type_k: str,
-    cache_type_v: str,
-    tensor_split: str | None,
-    ubatch: str,
-    no_mmap: bool,
-    ram_bandwidth: str | None,
-    ram_channels: str | None,
-    ram_speed: str | None,
-    context: str | None,
-    as_json: bool,
-) -> None:
-    """`kimicount plan` for a local box: parse what was typed, read or estimate the listing, plan, show."""
-    from kimicount.deploy.hardware import parse_bandwidth, parse_gpus, typed_gpu
-    from kimicount.deploy.local.builds import CacheLayout, Engine, parse_build
-    from kimicount.deploy.local.cache import parse_cache_type
-    from kimicount.deploy.local.floor import ram_bandwidth as channel_bandwidth
-    from kimicount.deploy.local.placement import Offload
-    from kimicount.deploy.local.plan import LocalOptions, is_mla_gguf, local_plan
-    from kimicount.errors import UsageError
-    from kimicount.options import parse_count, parse_size
+def read_local(args: PlanArgs, engine: str, release: str | None, model: ModelChoice) -> LocalRequest:
+    """Read the local options: the GPUs, the engine and its build (`release`: llama.cpp's bNNNN, as
+    `--engine llama.cpp==b5331` or --build gives it), the offload, the cache, the RAM."""
+    from kimicount.deploy.request import LocalRequest
 
-    if (gguf is None) == (quant is None):
+    if (args.gguf is None) == (args.quant is None):
         raise UsageError("plan on a local box: give --gguf FILE or --quant TYPE (one of them)")
-    count, gpu = parse_gpus(gpus)
+    count, gpu = parse_gpus(args.gpus)
     gpu = typed_gpu(
-        gpus,
+        args.gpus,
         count,
         gpu,
-        gpu_memory=gpu_memory,
-        hbm_bandwidth=hbm_bandwidth,
-        peak_bf16=peak_bf16,
+        gpu_memory=args.gpu_memory,
+        hbm_bandwidth=args.hbm_bandwidth,
+        peak_bf16=args.peak_bf16,
         example="RTX3090",
     )
+    offload = args.offload
     if offload is not None and offload.strip().lower() != "experts":
-        raise UsageError(f"--offload '{offload}': expected experts (the routed experts in RAM, -ot exps=CPU)")
-    try:
-        chosen_engine = Engine(engine.strip().lower())
-    except ValueError:
-        raise UsageError(f"--engine '{engine}': expected llama.cpp or ik_llama.cpp") from None
+        raise UsageError(
+            f"--offload '{shorten(offload, 40)}': expected experts (the routed experts in RAM, -ot exps=CPU)"
+        )
+    chosen = local_engine(engine)
+    if release is not None and args.build is not None and release != args.build:
+        raise UsageError(f"--engine {chosen.name}=={shorten(release, 20)} and --build disagree: give it once")
+    build_text = args.build if release is None else release
+    build = None if build_text is None else chosen.release(build_text, "--build").version.numbers[0]
     layout = None
-    if cache_layout is not None:
+    if args.cache_layout is not None:
         try:
-            layout = CacheLayout(cache_layout.strip().lower())
+            layout = CacheLayout(args.cache_layout.strip().lower())
         except ValueError:
             raise UsageError(
-                f"--cache-layout '{cache_layout}': expected per-head, latent+v or latent"
+                f"--cache-layout '{shorten(args.cache_layout, 40)}': expected per-head, latent+v or latent"
             ) from None
     split = None
-    if tensor_split is not None:
-        split = tuple(parse_count(part, "--tensor-split") for part in tensor_split.split(","))
+    if args.tensor_split is not None:
+        split = tuple(parse_count(part, "--tensor-split") for part in args.tensor_split.split(","))
         if any(part < 0 for part in split):
-            raise UsageError(f"--tensor-split '{tensor_split}': expected shares of 0 or more")
+            raise UsageError(
+                f"--tensor-split '{shorten(args.tensor_split, 40)}': expected shares of 0 or more"
+            )
     bandwidth = None
-    if ram_bandwidth is not None:
-        bandwidth = parse_bandwidth(ram_bandwidth, "--ram-bandwidth")
-    elif (ram_channels is None) != (ram_speed is None):
+    if args.ram_bandwidth is not None:
+        bandwidth = parse_bandwidth(args.ram_bandwidth, "--ram-bandwidth")
+    elif (args.ram_channels is None) != (args.ram_speed is None):
         raise UsageError("--ram-channels and --ram-speed: give both (or --ram-bandwidth)")
-    elif ram_channels is not None and ram_speed is not None:
+    elif args.ram_channels is not None and args.ram_speed is not None:
         bandwidth = channel_bandwidth(
-            parse_count(ram_channels, "--ram-channels"), parse_count(ram_speed, "--ram-speed")
+            parse_count(args.ram_channels, "--ram-channels"), parse_count(args.ram_speed, "--ram-speed")
         )
-    layers = None if ngl is None else parse_count(ngl, "-ngl")
+    layers = None if args.ngl is None else parse_count(args.ngl, "-ngl")
     if layers is not None and layers < 0:
-        raise UsageError(f"-ngl {ngl}: expected 0 or more layers")
-    cpu_moe = 0 if n_cpu_moe is None else parse_count(n_cpu_moe, "--n-cpu-moe")
+        raise UsageError(f"-ngl {args.ngl}: expected 0 or more layers")
+    cpu_moe = 0 if args.n_cpu_moe is None else parse_count(args.n_cpu_moe, "--n-cpu-moe")
     if cpu_moe < 0:
-        raise UsageError(f"--n-cpu-moe {n_cpu_moe}: expected 0 or more blocks")
+        raise UsageError(f"--n-cpu-moe {args.n_cpu_moe}: expected 0 or more blocks")
     options = LocalOptions(
-        engine=chosen_engine,
-        build=None if build is None else parse_build(build),
-        mla=None if mla is None else parse_count(mla, "--mla"),
+        engine=chosen,
+        build=build,
+        mla=None if args.mla is None else parse_count(args.mla, "--mla"),
         layout=layout,
-        type_k=parse_cache_type(cache_type_k, "-ctk"),
-        type_v=parse_cache_type(cache_type_v, "-ctv"),
+        type_k=parse_cache_type(args.cache_type_k, "-ctk"),
+        type_v=parse_cache_type(args.cache_type_v, "-ctv"),
         offload=Offload(layers, offload is not None, cpu_moe, split),
-        context=None if context is None else parse_count(context, "--context"),
-        ram=None if ram is None else parse_size(ram, "--ram"),
+        context=None if args.context is None else parse_count(args.context, "--context"),
+        ram=None if args.ram is None else parse_size(args.ram, "--ram"),
         ram_bandwidth=bandwidth,
-        mmap=not no_mmap,
-        ubatch=parse_count(ubatch, "--ubatch"),
+        mmap=not args.no_mmap,
+        ubatch=parse_count(args.ubatch, "--ubatch"),
     )
-    if gguf is not None:
+    return LocalRequest(model, args.gguf, args.quant, count, gpu, options)
+
+
+def local_answer(request: LocalRequest, spec: ModelSpec | None) -> LocalPlan:
+    """Read the GGUF (its tensors checked against the architecture, as `kimicount gguf` checks them:
+    a mismatch is refused, exit 1) or size the --quant estimate, then plan."""
+    if request.gguf is not None:
         from kimicount.gguf.layout import spec_from_metadata
         from kimicount.gguf.reader import read_gguf
 
-        listing = read_gguf(gguf)
+        listing = read_gguf(request.gguf)
         spec = spec_from_metadata(listing)
-        source, estimate, path = str(gguf), None, str(gguf)
+        _check_gguf(spec, listing, str(request.gguf))
+        source, estimate, path = str(request.gguf), None, str(request.gguf)
         mla_gguf = is_mla_gguf(listing.metadata, listing.tensors)
+        tensors = listing.tensors
     else:
         from kimicount.gguf.quantize import estimate_uniform, parse_quant
 
-        ftype = parse_quant(quant)
-        listing = estimate_uniform(spec, ftype)
+        assert spec is not None and request.quant is not None  # a --quant request reads the model
+        ftype = parse_quant(request.quant)
+        estimated = estimate_uniform(spec, ftype)
+        tensors = estimated.tensors
         source, mla_gguf = f"{ftype} (llama-quantize, uniform)", True
         path = f"{spec.name.rsplit('/', 1)[-1]}-{ftype}.gguf"
         estimate = (
             "estimate: llama-quantize's rules for a uniform conversion; dynamic quants differ (give --gguf)"
         )
-    plan = local_plan(
+    return local_plan(
         spec,
-        listing.tensors,
-        gpu,
-        count,
-        options,
+        tensors,
+        request.gpu,
+        request.count,
+        request.options,
         source=source,
         mla_gguf=mla_gguf,
         estimate=estimate,
         model_path=path,
     )
-    if as_json:
-        from kimicount.cli.common import print_json
-        from kimicount.deploy.local.reports import local_plan_json
 
-        print_json(local_plan_json(plan))
-        return
-    from kimicount.deploy.render_local import render_local_plan
-    from kimicount.render import make_console
 
-    render_local_plan(make_console(), plan)
+def _check_gguf(spec: ModelSpec, listing: object, where: str) -> None:
+    """Nothing yet: the check against the architecture comes with issue 26's item (step g)."""
