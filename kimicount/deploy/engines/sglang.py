@@ -202,12 +202,13 @@ def default_mem_fraction_static(
         dynamic = max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
         printed = value * (0.95 * dynamic)  # SGLang: mem_fraction_static * final_overall_factor
         calculation += (
-            f"; × 0.95 × (1 − 0.1 × ({layers} × {hidden:,}² ÷ (24 × 1,024²) − 1)) = {value:g} × "
-            f"{0.95 * dynamic!r} = {printed!r} (a multimodal model)"
+            f"; × 0.95 × (1 − 0.1 × ({layers} × {hidden:,}² ÷ (24 × 1,024²) − 1)) = {value:g} × 0.95 × "
+            f"{dynamic!r} = {printed!r} (a multimodal model)"
         )
-        why.append(
-            f"then, as the model is multimodal, multiplies it by 0.95 × {dynamic!r} for the image encoder's "
-            f"activations: its vision tower ({layers} layers of {hidden:,}) is {ratio:.3g}× a ViT-L/14's"
+        why[0] += (
+            f"; then, the model being multimodal, it multiplies the fraction by 0.95 × {dynamic!r} for the image "
+            f"encoder's activations: its vision tower ({layers} layers of {hidden:,}) is {ratio:.3g}× a "
+            "ViT-L/14's (adjust_mem_fraction_for_vlm)"
         )
     return StaticFraction(Fraction(repr(printed)), False, calculation, repr(printed), tuple(why))
 
@@ -449,7 +450,7 @@ class SGLang(ServerEngine):
             return ()
         rule_for(INT4_MOE_RULE, options.engine_release.version)
         per_stage = int4_moe_indices(spec, placement)
-        rule = "2 × (hidden + width) int32 per expert slot per MoE layer, kept on ROCm"
+        rule = "int32 indices, kept on ROCm"
         return (PlacedComponent(INT4_MOE_INDICES, rule, 0, per_stage, Kind.weights, False),)
 
     def loaded(self, weights: Sequence[int]) -> list[int]:
@@ -511,7 +512,7 @@ class SGLang(ServerEngine):
         fraction = report.static_fraction
         if report.reserve is None or fraction is None:
             return [], False
-        value = f"{float(fraction.value):g}"
+        value = fraction.printed or f"{float(fraction.value):g}"
         if fraction.given:
             first = f"mem_fraction_static {value} (--mem-fraction-static)."
         else:
