@@ -50,6 +50,10 @@ def floor_gpu(requested: str | None, device_name: str) -> Accelerator:
     H200 is not an H20), or --floor-gpu."""
     if requested:
         return find_accelerator(requested)
+    try:  # the table knows the names the tools print ('NVIDIA H200', 'NVIDIA H100 80GB HBM3')
+        return find_accelerator(device_name)
+    except KimicountError:
+        pass
     for name in sorted(ACCELERATORS, key=len, reverse=True):
         if name.split("-")[0].upper() in device_name.upper():
             return ACCELERATORS[name]

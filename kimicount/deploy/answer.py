@@ -157,7 +157,15 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
     for family, layouts in _layout_families(report) if as_options else ():
         for layout in layouts:
             try:
-                parallel = parallel_layout(spec, count, **layout)
+                parallel = parallel_layout(
+                    spec,
+                    count,
+                    tp=layout.get("tp"),
+                    pp=layout.get("pp", 1),
+                    dp=layout.get("dp", 1),
+                    ep=layout.get("ep"),
+                    dcp=layout.get("dcp", 1),
+                )
             except UsageError:
                 continue
             if parallel == report.parallel:

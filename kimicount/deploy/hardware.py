@@ -692,8 +692,8 @@ def with_overrides(
     >>> gpu.cuda_memory_bytes == gpu.memory_bytes == 141 * 2**30, gpu.memory_source, gpu.overridden
     (True, '--gpu-memory', ('memory',))
     """
-    changes = {
-        key: value
+    given = {
+        key
         for key, value in (
             ("memory_bytes", memory_bytes),
             ("hbm_bandwidth", hbm_bandwidth),
@@ -702,17 +702,31 @@ def with_overrides(
         )
         if value is not None
     }
-    if not changes:
+    if not given:
         return gpu
-    named = tuple(dict.fromkeys(gpu.overridden + tuple(k.split("_")[0] for k in changes)))
+    named = tuple(
+        dict.fromkeys(gpu.overridden + tuple(key.split("_")[0] for key in sorted(given, key=_ORDER.index)))
+    )
     if memory_bytes is not None:
-        changes.update(
+        gpu = replace(
+            gpu,
+            memory_bytes=memory_bytes,
             memory_source=GIVEN_MEMORY,
             cuda_memory_bytes=memory_bytes,
             cuda_memory_source=GIVEN_CUDA_MEMORY,
             cuda_memory_estimated=False,
         )
-    return replace(gpu, **changes, overridden=named)
+    if hbm_bandwidth is not None:
+        gpu = replace(gpu, hbm_bandwidth=hbm_bandwidth)
+    if bf16_flops is not None:
+        gpu = replace(gpu, bf16_flops=bf16_flops)
+    if fp8_flops is not None:
+        gpu = replace(gpu, fp8_flops=fp8_flops)
+    return replace(gpu, overridden=named)
+
+
+#: The figures a user may replace, in the order `overridden` names them.
+_ORDER = ("memory_bytes", "hbm_bandwidth", "bf16_flops", "fp8_flops")
 
 
 # --- rates typed by the user -----------------------------------------------------------------------

@@ -3,6 +3,8 @@ longest context, the flags to pass and the speed floor."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from rich.console import Console
 from rich.table import Table
 
@@ -107,7 +109,7 @@ def _holds(plan: LocalPlan, load: DeviceLoad) -> str:
     return ", ".join(parts) + verdict
 
 
-def _notes(plan: LocalPlan):
+def _notes(plan: LocalPlan) -> Iterator[str]:
     host, options = plan.layout.host, plan.options
     gpu_bytes = sum(load.experts + load.other for load in plan.layout.gpus)
     if options.mmap:

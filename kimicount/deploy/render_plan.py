@@ -326,8 +326,8 @@ def _kv(console: Console, report: PlanReport) -> None:
         )
     elif replicas:
         say(console, f"Tokens: {report.tokens_per_gpu:,} per GPU{replicas}")
-    for line in report.rules.printed_lines(report):
-        say(console, line)
+    for printed in report.rules.printed_lines(report):
+        say(console, printed)
     needs = (
         f"one sequence of {report.max_model_len:,} tokens"
         if report.kv_memory is not None
@@ -388,7 +388,7 @@ def render_speed(console: Console, report: PlanReport, step: Step, steps: list[S
     stage = step.slowest
     where = f" (stage {stage.stage}, the slowest)" if len(step.stages) > 1 else ""
     peaks = ", ".join(
-        f"{flops_text(f)} in {dtype} at {gpu.peak_flops(dtype) / 1e12:,.4g} TFLOPS"
+        f"{flops_text(float(f))} in {dtype} at {gpu.peak_flops(dtype) / 1e12:,.4g} TFLOPS"
         for dtype, f in sorted(stage.flops.items())
     )
     names = report.rules.absorption_copies
@@ -431,7 +431,7 @@ def render_speed(console: Console, report: PlanReport, step: Step, steps: list[S
     say(
         console,
         f"[bold]Prefill floor[/] (time to first token) for a prompt of {prefill.context:,} tokens on one replica: "
-        f"{_ms(prefill.time)} ({prefill.bound}-bound, {flops_text(prefill.slowest.total_flops)} on the busiest GPU)"
+        f"{_ms(prefill.time)} ({prefill.bound}-bound, {flops_text(float(prefill.slowest.total_flops))} on the busiest GPU)"
         + ("" if prefill.fits else "; [red]its KV cache does not fit the pool[/]")
         + ".",
     )
@@ -467,7 +467,7 @@ def _sweep_table(console: Console, report: PlanReport, steps: list[Step]) -> Non
                 f"{s.batch:,}",
                 "yes" if s.fits else "no",
                 human_bytes(round(s.slowest.bytes)),
-                flops_text(s.slowest.total_flops),
+                flops_text(float(s.slowest.total_flops)),
                 _ms(s.slowest.memory_time),
                 _ms(s.slowest.compute_time),
                 _ms(s.time),

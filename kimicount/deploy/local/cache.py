@@ -113,6 +113,8 @@ def layer_tensors(
     if layout is CacheLayout.per_head:
         k_elements = heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim)
         v_elements = heads * spec.v_head_dim
+        k_row: int | None
+        v_row: int | None
         if ik:
             k_row, v_row = spec.qk_nope_head_dim + spec.qk_rope_head_dim, None
         else:

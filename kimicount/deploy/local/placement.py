@@ -58,12 +58,16 @@ COMPUTE_SOURCE = (
 
 
 class Tensor(Protocol):
-    """A GGUF tensor as kimicount.gguf lists it."""
+    """A GGUF tensor as kimicount.gguf lists it (read-only: its listings are frozen)."""
 
-    name: str
-    shape: tuple[int, ...]
-    ggml_type: str
-    nbytes: int
+    @property
+    def name(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def ggml_type(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
 
 
 def block_of(name: str) -> int | None:
@@ -242,7 +246,8 @@ def place(
         counts[slot] += 1
     layer_lists: list[list[int]] = [[] for _ in range(gpus + 1)]
     for il in range(n_layer):
-        layer_lists[gpus if devices[il] is None else devices[il]].append(il)
+        device = devices[il]
+        layer_lists[gpus if device is None else device].append(il)
     loads = []
     for i in range(gpus + 1):
         host = i == gpus

@@ -70,7 +70,7 @@ class LocalPlan:
         return self.layout.cache
 
 
-def is_mla_gguf(metadata: dict | object, tensors: Sequence[Tensor]) -> bool:
+def is_mla_gguf(metadata: object, tensors: Sequence[Tensor]) -> bool:
     """Whether a GGUF was written for MLA, as llama.cpp decides it: `attention.key_length_mla` is there
     and not 0 (src/llama-model.cpp reads LLM_KV_ATTENTION_KEY_LENGTH_MLA; llama_hparams::is_mla).
     Without deepseek2 metadata at all, the attn_k_b tensors that only MLA conversions write decide."""
@@ -110,18 +110,21 @@ def local_plan(
     ik = options.engine.keeps_2d_by_head
     # with mmap the page cache holds what it can and the rest is read from disk: RAM limits nothing
     # then (the plan says what the page cache would need); with --no-mmap the host copy must fit
-    args = {
-        "ram": None if options.mmap else options.ram,
-        "ubatch": options.ubatch,
-        "flash_attn": options.flash_attn,
-    }
+    ram = None if options.mmap else options.ram
+    ubatch, flash_attn = options.ubatch, options.flash_attn
     probe = make_cache(spec, choice, options.type_k, options.type_v, choice.pad, ik=ik)
-    fit = longest_context(spec, tensors, gpu, count, options.offload, probe, **args)
+    fit = longest_context(
+        spec, tensors, gpu, count, options.offload, probe, ram=ram, ubatch=ubatch, flash_attn=flash_attn
+    )
     context = options.context or fit.longest or FALLBACK_CONTEXT
     cache = make_cache(spec, choice, options.type_k, options.type_v, context, ik=ik)
-    layout = place(spec, tensors, gpu, count, options.offload, cache, **args)
+    layout = place(
+        spec, tensors, gpu, count, options.offload, cache, ram=ram, ubatch=ubatch, flash_attn=flash_attn
+    )
     cpu_moe = (
-        fewest_cpu_moe(spec, tensors, gpu, count, options.offload, cache, **args)
+        fewest_cpu_moe(
+            spec, tensors, gpu, count, options.offload, cache, ram=ram, ubatch=ubatch, flash_attn=flash_attn
+        )
         if gpu is not None and (options.offload.experts_in_ram or options.offload.n_cpu_moe)
         else None
     )
