@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from kimicount.deploy.engines import DEFAULT_LOCAL, parse_engine, server_engine
 from kimicount.deploy.hardware import Accelerator, parse_gpu_nodes, typed_gpu
+from kimicount.deploy.local.request import LocalRequest, read_local
 from kimicount.deploy.options import PLAN_FLAGS, option_words
 from kimicount.deploy.plan import DeploymentOptions, PlanReport, plan
 from kimicount.errors import UsageError
@@ -31,7 +32,6 @@ from kimicount.reading import shorten
 if TYPE_CHECKING:
     from kimicount.anatomy import Anatomy
     from kimicount.deploy.answer import Compared, WayOut
-    from kimicount.deploy.local.plan import LocalPlan
     from kimicount.deploy.serve_command import ServeCommand
     from kimicount.deploy.speed import Step
     from kimicount.spec import ModelSpec
@@ -177,8 +177,6 @@ def read_request(args: PlanArgs, warn: Callable[[str], None] = lambda _: None) -
                 "llama.cpp run: name the model as ORG/NAME, --repo or --config"
             )
         chosen = _the_model(model, args.repo, args.model_option, None)
-        from kimicount.deploy.local.request import read_local
-
         choice = _folder_or_repo(chosen, args.config, args.revision)
         return read_local(args, DEFAULT_LOCAL if engine is None else engine.name, release, choice)
     return _server_request(args, serve, model, None if engine is None else engine.name, release, warn)
@@ -436,26 +434,3 @@ class CompareAnswer:
     request: PlanRequest
     spec: ModelSpec
     rows: tuple[Compared, ...]
-
-
-@dataclass(frozen=True)
-class LocalRequest:
-    """A local llama.cpp or ik_llama.cpp run asked for: everything read from the options that needs no
-    model (deploy/local/request.py reads them); `answer` reads the GGUF (or sizes a --quant) and plans."""
-
-    model: ModelChoice
-    gguf: Path | None
-    quant: str | None
-    count: int
-    gpu: Accelerator | None
-    options: Any  # deploy.local.plan.LocalOptions
-
-    @property
-    def needs_model(self) -> bool:
-        """Whether the model's config is read (a --quant estimate); a GGUF carries its own."""
-        return self.gguf is None
-
-    def answer(self, spec: ModelSpec | None) -> LocalPlan:
-        from kimicount.deploy.local.request import local_answer
-
-        return local_answer(self, spec)

@@ -5,10 +5,12 @@ gguf` checks it, or a --quant estimate) -> the plan (deploy/local/plan.py). The 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kimicount.deploy.engines import local_engine
-from kimicount.deploy.hardware import parse_bandwidth, parse_gpus, typed_gpu
+from kimicount.deploy.hardware import Accelerator, parse_bandwidth, parse_gpus, typed_gpu
 from kimicount.deploy.local.builds import CacheLayout
 from kimicount.deploy.local.cache import parse_cache_type
 from kimicount.deploy.local.floor import ram_bandwidth as channel_bandwidth
@@ -19,15 +21,34 @@ from kimicount.options import parse_count, parse_size
 from kimicount.reading import shorten
 
 if TYPE_CHECKING:
-    from kimicount.deploy.request import LocalRequest, ModelChoice, PlanArgs
+    from kimicount.deploy.request import ModelChoice, PlanArgs
     from kimicount.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class LocalRequest:
+    """A local llama.cpp or ik_llama.cpp run asked for: everything read from the options that needs no
+    model (read_local reads them); `answer` reads the GGUF (or sizes a --quant) and plans."""
+
+    model: ModelChoice
+    gguf: Path | None
+    quant: str | None
+    count: int
+    gpu: Accelerator | None
+    options: LocalOptions
+
+    @property
+    def needs_model(self) -> bool:
+        """Whether the model's config is read (a --quant estimate); a GGUF carries its own."""
+        return self.gguf is None
+
+    def answer(self, spec: ModelSpec | None) -> LocalPlan:
+        return local_answer(self, spec)
 
 
 def read_local(args: PlanArgs, engine: str, release: str | None, model: ModelChoice) -> LocalRequest:
     """Read the local options: the GPUs, the engine and its build (`release`: llama.cpp's bNNNN, as
     `--engine llama.cpp==b5331` or --build gives it), the offload, the cache, the RAM."""
-    from kimicount.deploy.request import LocalRequest
-
     if (args.gguf is None) == (args.quant is None):
         raise UsageError("plan on a local box: give --gguf FILE or --quant TYPE (one of them)")
     count, gpu = parse_gpus(args.gpus)
