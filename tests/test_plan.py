@@ -559,6 +559,39 @@ def test_min_gpus_is_the_fewest_that_hold_it():
     assert five["stages"][3]["weights_bytes"] == fourth and five["fits"] is True
 
 
+def test_min_gpus_search_ends_in_bounded_time_and_says_why_none_fits():
+    # issue 26: these searched every count up to 3,904 GPUs, each with every layout (minutes); the
+    # search is a binary search per family of layouts now, about a hundred plans
+    for gpus, name, memory, short in (
+        ("xH200", "H200", ("--reserve", "125GiB"), "480 MiB"),
+        ("", "GPU", ("--gpu-memory", "4GiB"), "1.01 GiB"),
+    ):
+        report = plan_json("--gpus", f"8{gpus}", *memory, "--min-gpus")
+        search = report["min_gpus_search"]
+        assert report["min_gpus"] is None
+        # TP × PP ends at 64 heads × 61 layers (search_limit); 7 TP sizes (the divisors of 64), each with
+        # and without EP past TP1, and DP + EP: 14 families of at most 3,904 layouts, each searched in
+        # at most 12 plans (2**12 > 3,904)
+        assert search["largest_tried"] == 64 * 61
+        assert search["layouts_planned"] <= 14 * 12
+        # the closest: one layer a stage (PP61) at TP16, the widest TP that splits K2's 2,048-wide expert
+        # matrices into whole 128-wide FP8 blocks (config.json: moe_intermediate_size, weight_block_size)
+        closest = search["closest"]
+        assert (closest["count"], closest["parallel"]["label"]) == (16 * 61, "TP16 × PP61")
+        again = plan_json("--gpus", f"976{gpus}", *memory, "--tp", "16", "--pp", "61")
+        assert again["short_by_bytes"] == closest["short_by_bytes"] > 0
+        out = flat(invoke("plan", "--gpus", f"8{gpus}", *memory, "--min-gpus").stdout)
+        assert (
+            f"it tried up to 3,904 × {name}; the closest, 976 × {name} (TP16 × PP61), is short by {short}"
+            in out
+        )
+    # a reserve larger than a GPU's usable memory: no count is tried, and the line says why
+    report = plan_json("--gpus", "8xH200", "--reserve", "140GiB", "--min-gpus")
+    assert report["min_gpus_search"]["largest_tried"] == 0
+    out = flat(invoke("plan", "--gpus", "8xH200", "--reserve", "140GiB", "--min-gpus").stdout)
+    assert "so it tried no count" in out and "each H200 has 126 GiB usable" in out  # 135,098,951,271 B
+
+
 def test_what_rests_on_an_estimate_is_labelled():
     # the default reserve is an estimate: the pool and all that follows from it are too
     report = plan_json("--gpus", "8xH200", "--config", K25, "--text-only", "--min-gpus")

@@ -142,7 +142,8 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
     # terms they are (SGLang's --tp is every GPU of a stage)
     as_options = report.rules.layouts_as_options
     if options.kv_memory is None and as_options:
-        fewest = fewest_gpus(anatomy, gpu, options)
+        searched = report.min_gpus_search  # --min-gpus searched already: the same options, the same answer
+        fewest = fewest_gpus(anatomy, gpu, options) if searched is None else searched.found
         if fewest is not None:
             gpus, parallel = fewest
             found = try_plan(anatomy, gpu, gpus, layout_options(options, parallel))

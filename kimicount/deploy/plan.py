@@ -237,6 +237,7 @@ class PlanReport:
     min_gpus: tuple[int, Parallel] | None = None
     min_gpus_asked: bool = False
     static_fraction: StaticFraction | None = None  # SGLang's mem_fraction_static; None for vLLM
+    min_gpus_search: GpuSearch | None = None  # how --min-gpus searched, when asked
 
     @property
     def spec(self) -> ModelSpec:
@@ -440,7 +441,8 @@ def plan(
     report = plan_memory(anatomy, gpu, options.parallel(anatomy.spec, count), options)
     if not min_gpus:
         return report
-    return replace(report, min_gpus=fewest_gpus(anatomy, gpu, options), min_gpus_asked=True)
+    search = search_fewest(anatomy, gpu, options)
+    return replace(report, min_gpus=search.found, min_gpus_asked=True, min_gpus_search=search)
 
 
 # --- the fewest GPUs -------------------------------------------------------------------------------
@@ -490,25 +492,106 @@ def least_need(anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions) -
     return one + options.rules.least_reserve(options, anatomy, gpu)
 
 
-def fewest_gpus(
-    anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions
-) -> tuple[int, Parallel] | None:
-    """The fewest GPUs of this type, and a layout, on which every GPU holds its weights, the reserve
-    and one sequence of max_model_len; None when no count up to search_limit does, or at once when
-    even least_need exceeds a GPU's usable memory."""
+@dataclass(frozen=True)
+class GpuSearch:
+    """What the --min-gpus search found: the fewest GPUs and their layout, or none; the largest count it
+    tried; and the closest miss (the plan that lacked least), to say why none fits."""
+
+    found: tuple[int, Parallel] | None
+    largest_tried: int
+    closest: tuple[int, Parallel, int] | None = None  # (GPUs, layout, bytes short per GPU)
+    least_need: int = 0  # bytes every layout needs on its fullest GPU, however many GPUs
+    usable: int = 0
+    plans: int = 0  # the layouts it planned
+
+
+def layout_families(
+    spec: ModelSpec, limit: int, redundant: int = 0, dense_over_dp: bool = False
+) -> Iterator[list[Parallel]]:
+    """The layouts of up to `limit` GPUs, by family, each in increasing GPUs: TP × PP at one TP size,
+    with or without EP (PP from 1), and DP attention with EP (TP1). Within a family what the fullest GPU
+    needs does not grow with the GPUs (fewer layers a stage, fewer experts a GPU; the reserve and the
+    replicated parts the same), so whether a layout fits is False up to some count and True from it."""
+    for tp in range(1, spec.num_attention_heads + 1):
+        if spec.num_attention_heads % tp:
+            continue
+        for ep in (False, True) if tp > 1 else (False,):
+            family = []
+            for pp in range(1, min(spec.num_hidden_layers, limit // tp) + 1):
+                try:
+                    family.append(
+                        parallel_layout(
+                            spec, tp * pp, tp=tp, pp=pp, ep=tp if ep else None, redundant=redundant
+                        )
+                    )
+                except UsageError:
+                    continue
+            yield family
+    dp_family = []
+    for gpus in range(2, limit + 1):
+        try:
+            dp_family.append(
+                parallel_layout(
+                    spec, gpus, tp=1, dp=gpus, ep=gpus, redundant=redundant, sglang_dp=dense_over_dp
+                )
+            )
+        except UsageError:
+            continue
+    yield dp_family
+
+
+def search_fewest(anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions) -> GpuSearch:
+    """The fewest GPUs of this type, and a layout, on which every GPU holds its weights, the reserve and
+    one sequence of max_model_len; none when no count up to search_limit does, or at once when even
+    least_need exceeds a GPU's usable memory. In bounded time: a binary search in each family of
+    layout_families (about a hundred plans for Kimi K2), then the simplest layout that fits at the
+    fewest count (candidate_layouts' order)."""
     spec = anatomy.spec
     usable = options.rules.usable(gpu, options)
-    if least_need(anatomy, gpu, options) > usable:
-        return None
+    need = least_need(anatomy, gpu, options)
+    limit = search_limit(spec)
+    if need > usable:
+        return GpuSearch(None, 0, None, need, usable)
     search = replace(options, kv_memory=None)
     whole = sum(
         c.model_bytes for c in place(anatomy, Parallel(), mtp=options.mtp, vision=options.vision).components
     )
-    for gpus in range(max(1, whole // usable), search_limit(spec) + 1):
-        for parallel in candidate_layouts(spec, gpus, options.redundant_experts, options.rules.dense_over_dp):
-            try:
-                if plan_memory(anatomy, gpu, parallel, search).fits:
-                    return gpus, parallel
-            except UsageError:  # a split an engine cannot make (FP8 blocks, INT4 groups)
-                continue
-    return None
+    start = max(1, whole // usable)
+    closest: tuple[int, Parallel, int] | None = None
+    tried = plans = 0
+
+    def fits(parallel: Parallel) -> bool:
+        nonlocal closest, tried, plans
+        tried, plans = max(tried, parallel.gpus), plans + 1
+        try:
+            report = plan_memory(anatomy, gpu, parallel, search)
+        except UsageError:  # a split an engine cannot make (FP8 blocks, INT4 groups)
+            return False
+        if not report.fits and (closest is None or report.short_by < closest[2]):
+            closest = (parallel.gpus, parallel, report.short_by)
+        return report.fits
+
+    best: int | None = None
+    for family in layout_families(spec, limit, options.redundant_experts, options.rules.dense_over_dp):
+        family = [p for p in family if p.gpus >= start and (best is None or p.gpus < best)]
+        low, high = 0, len(family)  # the first that fits lies in [low, high)
+        while low < high:
+            middle = (low + high) // 2
+            if fits(family[middle]):
+                high = middle
+            else:
+                low = middle + 1
+        if low < len(family):
+            best = family[low].gpus
+    if best is not None:
+        for parallel in candidate_layouts(spec, best, options.redundant_experts, options.rules.dense_over_dp):
+            if fits(parallel):
+                return GpuSearch((best, parallel), tried, closest, need, usable, plans)
+    return GpuSearch(None, tried, closest, need, usable, plans)
+
+
+def fewest_gpus(
+    anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions
+) -> tuple[int, Parallel] | None:
+    """search_fewest's GPUs and layout, or None."""
+    return search_fewest(anatomy, gpu, options).found

@@ -351,11 +351,32 @@ def min_gpus_text(report: PlanReport) -> str:
     names = report.search_estimated_inputs
     estimated = f" (estimated: it rests on {estimated_from(report, names)})" if names else ""
     if report.min_gpus is None:
-        return f"--min-gpus: no layout of up to {search_limit(report.spec):,} × {report.gpu.name} holds it{estimated}."
+        return f"--min-gpus: no layout holds it{estimated}: {_why_none(report)}."
     gpus, parallel = report.min_gpus
     return (
         f"--min-gpus: {gpus} × {report.gpu.name} ({parallel.label}) hold the weights, the reserve and one "
         f"sequence of {report.max_model_len:,} tokens on every GPU{estimated}."
+    )
+
+
+def _why_none(report: PlanReport) -> str:
+    """Why the --min-gpus search found no layout: every layout needs more than a GPU has, or the closest
+    of those it tried up to its largest count still lacks memory."""
+    search, gpu = report.min_gpus_search, report.gpu.name
+    if search is None:  # a report made without the search's record
+        return f"none of up to {search_limit(report.spec):,} × {gpu} does"
+    if search.closest is None and search.largest_tried:
+        return f"none of the layouts it tried, up to {search.largest_tried:,} × {gpu}, is a split the engine can make"
+    if search.closest is None:
+        return (
+            f"every layout needs at least {human_bytes(search.least_need)} on its fullest GPU (the reserve "
+            f"and one layer's KV of one sequence) and each {gpu} has {human_bytes(search.usable)} usable, "
+            "so it tried no count"
+        )
+    gpus, parallel, short = search.closest
+    return (
+        f"it tried up to {search.largest_tried:,} × {gpu}; the closest, {gpus:,} × {gpu} ({parallel.label}), "
+        f"is short by {human_bytes(short)} a GPU, and more GPUs put no less on the fullest one"
     )
 
 

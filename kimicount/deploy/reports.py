@@ -6,9 +6,12 @@ engine would print at start-up, in its words), `gpus` (the accelerator and its f
 `parallel`, `weights` (the components per GPU), `stages` (each stage's memory), `reserve`, `sglang`
 (SGLang's mem_fraction_static and what it prints; null for vLLM), `deepep_buffer` (under EP, DeepEP's
 low-latency buffer per GPU: an estimate, not in the pool), `kv_cache`, `fits`, `short_by_bytes`,
-`min_gpus`, and `estimate` wherever a figure rests on an estimate: on each stage, on `kv_cache`, on
+`min_gpus`, `min_gpus_search` (under --min-gpus: the largest count tried, the layouts planned, the closest layout that did
+not fit and by how much, the least any layout needs against a GPU's usable memory; else null), and
+`estimate` wherever a figure rests on an estimate: on each stage, on `kv_cache`, on
 `min_gpus` and at the top level (for `fits` and `short_by_bytes`), with `estimated_inputs` naming the
-estimates ('reserve', 'preload' (SGLang's memory in use before the weights load), 'cuda_memory'). Bytes and FLOPs are ints; the speed floor's expected values
+estimates ('reserve', 'preload' (SGLang's memory in use before the weights load), 'cuda_memory').
+Bytes and FLOPs are ints; the speed floor's expected values
 (what the experts a step touches under uniform routing, `"routing": "uniform"`, add) are rounded to
 the nearest byte or FLOP, under keys that say `expected`.
 """
@@ -21,7 +24,7 @@ from kimicount.deploy.engines import DEFAULT_SERVER, ENGINES, server_engine
 from kimicount.deploy.engines.base import ServerEngine
 from kimicount.deploy.hardware import Accelerator
 from kimicount.deploy.placement import Parallel
-from kimicount.deploy.plan import PlanReport
+from kimicount.deploy.plan import GpuSearch, PlanReport
 from kimicount.deploy.speed import Step, compute_bound_from
 
 if TYPE_CHECKING:
@@ -165,6 +168,28 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
             "estimate": bool(report.search_estimated_inputs),
             "estimated_inputs": list(report.search_estimated_inputs),
         },
+        "min_gpus_search": None
+        if report.min_gpus_search is None
+        else search_json(report.min_gpus_search, report.engine),
+    }
+
+
+def search_json(search: GpuSearch, engine: str) -> dict[str, Any]:
+    """How --min-gpus searched: the largest count it tried, the closest layout that did not fit (and by how
+    much a GPU it lacked), and the least any layout needs on its fullest GPU against a GPU's usable memory."""
+    closest = search.closest
+    return {
+        "largest_tried": search.largest_tried,
+        "layouts_planned": search.plans,
+        "closest": None
+        if closest is None
+        else {
+            "count": closest[0],
+            "parallel": parallel_json(closest[1], engine),
+            "short_by_bytes": closest[2],
+        },
+        "least_need_bytes": search.least_need,
+        "usable_bytes": search.usable,
     }
 
 
