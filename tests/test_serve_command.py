@@ -460,3 +460,83 @@ def test_a_serve_command_with_a_local_run_is_refused_in_one_line():
             invoke("plan", "--gpus", "2xRTX3090", *local, "--", "vllm", "serve", K25, "-tp", "2"),
             "a serve command after -- (vllm serve) plans a vLLM or SGLang server, not a local llama.cpp run",
         )
+
+
+# --- hostile serve commands (issue 26) -----------------------------------------------------------------
+
+
+def test_a_speculative_config_nested_60000_deep_is_refused_in_one_line():
+    # json.loads recursed through it (RecursionError, exit 3); now its depth is counted first
+    deep = "[" * 60_000 + "]" * 60_000
+    for words in (VLLM + ["--speculative-config", deep], VLLM + [f"--speculative-config={deep}"]):
+        line = fails_cleanly(
+            invoke("plan", "--gpus", "8xH200", "--", *words),
+            "--speculative-config",
+            "not nested deeper than 32",
+        )
+        assert "(120,000 characters)" in line and len(line) < 300
+
+
+@pytest.mark.parametrize(
+    "words, choices",
+    [
+        # vLLM's CacheDType (vllm/config/cache.py): auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc,
+        # fp8_ds_mla
+        (VLLM, "auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla"),
+        # SGLang's add_cli_args: choices=["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"]
+        (SGLANG, "auto, fp8_e5m2, fp8_e4m3, bf16, bfloat16"),
+    ],
+)
+def test_a_kv_cache_dtype_outside_the_engines_choices_is_refused(words, choices):
+    # it was read as fp8 for starting with "fp8"
+    line = fails_cleanly(
+        invoke("plan", "--gpus", "8xH200", "--", *words, "--kv-cache-dtype", "fp8xyz"), "'fp8xyz'"
+    )
+    assert line.endswith(f"(its choices: {choices})")
+    # a choice the engine has and kimicount does not model is named as such
+    unmodelled = "nvfp4" if words is VLLM else "fp4_e2m1"
+    fails_cleanly(
+        invoke("plan", "--gpus", "8xH200", "--", *words, "--kv-cache-dtype", unmodelled), "does not model"
+    )
+
+
+def test_the_plans_own_kv_dtype_refuses_what_no_engine_takes():
+    fails_cleanly(invoke("plan", "--gpus", "8xH200", "--kv-dtype", "fp8xyz"), "--kv-dtype 'fp8xyz'")
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        VLLM + ["-tp", "9" * 131_072],  # a count
+        VLLM + ["--max-model-len", "x" * 131_072],  # a count's value, not a number
+        VLLM + ["--gpu-memory-utilization", "0." + "5" * 131_070],  # a fraction
+        VLLM + ["--kv-cache-dtype", "f" * 131_072],  # a choice
+        VLLM + ["--" + "x" * 131_070, "1"],  # a flag name
+        VLLM + ["s" * 131_072],  # a stray word
+        ["vllm", "serve", "m" * 131_072, "--model", "n"],  # two models
+        ["python", "-m", "sglang." + "x" * 131_065],  # a launcher
+    ],
+)
+def test_128_kib_words_are_quoted_as_a_bounded_excerpt_and_their_length(words):
+    # each was echoed whole: 128 KiB on one line of stderr
+    line = fails_cleanly(invoke("plan", "--gpus", "8xH200", "--", *words))
+    assert len(line) < 600
+    assert " characters)" in line
+
+
+def test_a_128_kib_value_of_a_flag_it_does_not_model_is_warned_of_in_bounded_words(k2_thinking):
+    result = invoke(
+        "plan",
+        "--gpus",
+        "8xH200",
+        "--",
+        "vllm",
+        "serve",
+        k2_thinking,
+        "-tp",
+        "8",
+        "--served-model-name",
+        "y" * 131_072,
+    )
+    assert result.exit_code == 0, result.output
+    assert len(result.stderr) < 400 and "(131,072 characters)" in result.stderr

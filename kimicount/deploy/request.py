@@ -137,9 +137,17 @@ def _the_model(
 
 def _folder_or_repo(chosen: str | None, config: Path | None, revision: str | None) -> ModelChoice:
     """A model named as engines take it: a local folder holding config.json is the config."""
-    if chosen is not None and config is None and Path(chosen).exists():
+    if chosen is not None and config is None and _exists(chosen):
         return ModelChoice(Path(chosen), None, revision)
     return ModelChoice(config, chosen, revision)
+
+
+def _exists(name: str) -> bool:
+    """Whether `name` is a path that exists; a name no file system takes (too long, a NUL) is none."""
+    try:
+        return Path(name).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _read_words(words: list[str] | None) -> tuple[ServeCommand | None, str | None]:

@@ -206,6 +206,8 @@ class ServerEngine(Engine, ABC):
     #: the plan (None: the model's dtype); the speculative methods that draft with the MTP layer.
     flags: dict[str, Any]
     kv_cache_dtypes: dict[str, str | None]
+    #: Choices of its --kv-cache-dtype that kimicount has no cache layout for (refused as such).
+    unmodelled_kv_cache_dtypes: frozenset[str] = frozenset()
     mtp_methods: frozenset[str]
     #: How it is started: the modules of `python -m MODULE`, whether `NAME serve` takes the model first
     #: (a positional), where its command names the model (for the message when it names none).
@@ -242,6 +244,11 @@ class ServerEngine(Engine, ABC):
         """A --kv-cache-dtype value, by its own list of choices: the plan's cache dtype (None: the
         model's); one line for anything else."""
         key = text.strip()
+        if key in self.unmodelled_kv_cache_dtypes:
+            raise UsageError(
+                f"{shown} {key}: a KV cache dtype of {self.label}'s that kimicount does not model (it models "
+                f"{', '.join(self.kv_cache_dtypes)})"
+            )
         if key not in self.kv_cache_dtypes:
             raise UsageError(
                 f"{shown} '{shorten(text, 40)}': not a KV cache dtype {self.label} takes (its choices: "

@@ -324,6 +324,7 @@ class SGLang(ServerEngine):
     dense_over_dp = True
     flags: dict[str, Any] = SGLANG_FLAGS
     kv_cache_dtypes = KV_CACHE_DTYPES
+    unmodelled_kv_cache_dtypes = UNMODELLED_KV_CACHE_DTYPES
     mtp_methods = MTP_ALGORITHMS
     #: Its launchers' modules (`python -m sglang.launch_server`); `sglang serve` too.
     modules = ("sglang.launch_server", "sglang_router.launch_server")
@@ -457,12 +458,6 @@ class SGLang(ServerEngine):
         """SGLang measures the free memory after loading as the minimum over all ranks
         (get_available_gpu_memory with distributed=True): every stage sizes from the fullest one's."""
         return [max(weights)] * len(weights)
-
-    def kv_cache_dtype(self, text: str, shown: str) -> str | None:
-        """A --kv-cache-dtype value by SGLang's own choices (plain fp8 is not one)."""
-        if text.strip() in UNMODELLED_KV_CACHE_DTYPES:
-            raise UsageError(f"{shown} {text.strip()}: SGLang's MXFP4 cache; kimicount does not model it")
-        return super().kv_cache_dtype(text, shown)
 
     def serve_settings(
         self, values: dict[str, object], flags: dict[str, str], memory: list[str]

@@ -1,9 +1,11 @@
 """SGLang's serve-command flags, as its ServerArgs.add_cli_args declares them: those the plan reads,
 then those it does not model (memory-changing first), with how each one's value reads (engines/flags.py).
 
-SGLang's --kv-cache-dtype choices (python/sglang/srt/server_args.py, `kv_cache_dtype`'s choices at
-v0.5.8.post1): auto, fp8_e5m2, fp8_e4m3, bf16, bfloat16, fp4_e2m1; its argparse refuses anything else,
-plain fp8 included. fp4_e2m1 (an MXFP4 cache) is not modelled and is refused so.
+SGLang's --kv-cache-dtype choices (python/sglang/srt/server_args.py, ServerArgs.add_cli_args:
+`parser.add_argument("--kv-cache-dtype", ..., choices=["auto", "fp8_e5m2", "fp8_e4m3", "bf16",
+"bfloat16", "fp4_e2m1"])`, the list the 0.5 releases carry; later ones keep it on the dataclass field):
+its argparse refuses anything else, plain fp8 included. fp4_e2m1 (an MXFP4 cache, "CUDA 12.8+ and
+PyTorch 2.8.0+" in its help) is not modelled and is refused so.
 """
 
 from __future__ import annotations

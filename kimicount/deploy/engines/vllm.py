@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from kimicount.deploy.engines.base import MemoryRow, Release, Ruled, ServerEngine, rule_for
 from kimicount.deploy.engines.reserve import Reserve, large_gpu, reserve_estimate
-from kimicount.deploy.engines.vllm_flags import KV_CACHE_DTYPES, MTP_METHODS, VLLM_FLAGS
+from kimicount.deploy.engines.vllm_flags import (
+    KV_CACHE_DTYPES,
+    MTP_METHODS,
+    UNMODELLED_KV_CACHE_DTYPES,
+    VLLM_FLAGS,
+)
 from kimicount.deploy.placement import ABSORPTION_COPIES, Parallel, expert_width_per_gpu, parallel_layout
 from kimicount.errors import UsageError
 
@@ -78,6 +83,7 @@ class VLLM(ServerEngine):
     reserve_input = "reserve"
     flags: dict[str, Any] = VLLM_FLAGS
     kv_cache_dtypes = KV_CACHE_DTYPES
+    unmodelled_kv_cache_dtypes = UNMODELLED_KV_CACHE_DTYPES
     mtp_methods = MTP_METHODS
     #: `vllm serve MODEL` takes the model first, its positional model_tag (vllm/entrypoints/cli/serve.py);
     #: the API servers are started as modules.

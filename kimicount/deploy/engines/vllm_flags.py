@@ -2,8 +2,11 @@
 those it does not model (memory-changing first), with how each one's value reads (engines/flags.py).
 
 vLLM's --kv-cache-dtype choices are its CacheConfig's CacheDType (vllm/config/cache.py, `CacheDType =
-Literal[...]`): auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla, and float16 in releases
-that list it; a value outside them is refused as vLLM's parser refuses it.
+Literal[...]`, the field `cache_dtype: CacheDType = "auto"`): auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2,
+fp8_inc, fp8_ds_mla, and float16 in releases that list it; a value outside them is refused as vLLM's
+parser refuses it (plain `fp8xyz` is no fp8). Releases after those kimicount knows add choices with no
+cache layout here (the Literal read at commit 002f10e0: nvfp4, nvfp4_ds_mla, nvfp4_4over6, the
+turboquant_* and *_per_token_head records): refused as not modelled.
 """
 
 from __future__ import annotations
@@ -171,3 +174,18 @@ KV_CACHE_DTYPES: dict[str, str | None] = {
     "fp8_inc": "fp8",
     "fp8_ds_mla": "fp8",
 }
+#: Choices of later releases' CacheDType (vllm/config/cache.py at commit 002f10e0) kimicount does not model.
+UNMODELLED_KV_CACHE_DTYPES = frozenset(
+    {
+        "nvfp4",
+        "nvfp4_ds_mla",
+        "nvfp4_4over6",
+        "turboquant_k8v4",
+        "turboquant_4bit_nc",
+        "turboquant_k3v4_nc",
+        "turboquant_3bit_nc",
+        "int4_per_token_head",
+        "int8_per_token_head",
+        "fp8_per_token_head",
+    }
+)
