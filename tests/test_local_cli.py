@@ -5,6 +5,8 @@ run printed."""
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 
 import pytest
 
@@ -216,3 +218,44 @@ def test_a_bad_local_option_imports_no_rich():
     assert "kimicount.deploy.local.request" in imported and not {
         m for m in imported if m.split(".")[0] == "rich"
     }
+
+
+def test_the_run_line_is_quoted_for_the_shell_and_pastes_as_one_command(tmp_path):
+    # issue 26: the Run line joined the words with spaces, so a model path holding $(…) ran it when pasted,
+    # and one with spaces split; issue 27: at 80 columns the table layout wrapped it, -fa apart from on
+    types = ud_types()
+    folder = tmp_path / "my models"
+    folder.mkdir()
+    path = folder / "$(touch pwned) K2.gguf"
+    write_gguf(
+        path, read_map("kimi-k2-thinking"), lambda t: types[t.name], deepseek2_metadata("kimi-k2-thinking")
+    )
+    args = (
+        "--gpus",
+        "2xRTX3090",
+        "--gguf",
+        str(path),
+        "-ctk",
+        "q8_0",
+        "--offload",
+        "experts",
+        "--context",
+        "2048",
+    )
+    report = plan_json(*args)
+    assert report["command"][:3] == ["llama-server", "-m", str(path)]
+    result = invoke("plan", *args, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    run = result.stdout.split("\nRun:\n", 1)[1].splitlines()
+    block = run[: next(i for i, line in enumerate(run) if not line.endswith("\\")) + 1]
+    # broken between options, not wrapped; the path (longer than 80 here) whole on its own line
+    assert len(block) > 1 and all(len(line) <= 80 for line in block if "my models" not in line)
+    assert [line.strip() for line in block if "my models" in line] == [f"-m {shlex.quote(str(path))} \\"]
+    assert all(line.endswith(" \\") for line in block[:-1])
+    assert any(" -fa on" in line for line in block)
+    # pasted into a shell (llama-server swapped for printf), it runs nothing and gives back the words
+    pasted = "\n".join(block).replace("llama-server", "printf '%s\\n'", 1)
+    shell = subprocess.run(["bash", "-c", pasted], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert shell.stdout.splitlines() == report["command"][1:]
+    assert not (tmp_path / "pwned").exists()
+    assert shlex.split(report["command_line"]) == report["command"]

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
+import subprocess
 from dataclasses import fields
 
 import pytest
@@ -75,6 +77,26 @@ def test_try_lines_wrap_as_shell_continuations_on_a_narrow_terminal():
     narrow = invoke("plan", *V3_DP16, env={"COLUMNS": "80"}).stdout
     assert max(len(line) for line in narrow.splitlines()) <= 80
     assert try_lines(narrow) == wide and len(wide) == 5
+
+
+def test_try_lines_paste_into_a_shell_as_the_commands_they_say(tmp_path):
+    # issue 26: a --config path holding $(…) and spaces must run nothing when a try line is pasted and
+    # stay one word, even where the line breaks (the words were split at spaces, quotes and all)
+    folder = tmp_path / "my $(touch pwned) v3"
+    shutil.copytree(V3, folder)
+    args = ("--config", str(folder), *V3_DP16[2:])
+    commands = plan_json(*args)["try"]
+    narrow = invoke("plan", *args, env={"COLUMNS": "60"}).stdout
+    lines = narrow.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("try: "))
+    block = lines[
+        first : first + next(i for i, line in enumerate(lines[first:]) if not line.endswith("\\")) + 1
+    ]
+    assert len(block) > 1  # broken at 60 columns
+    pasted = "\n".join(block).removeprefix("try: ").replace("kimicount", "printf '%s\\n'", 1)
+    shell = subprocess.run(["bash", "-c", pasted], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert shell.stdout.splitlines() == shlex.split(commands[0]["command"])[1:]
+    assert str(folder) in shell.stdout.splitlines() and not (tmp_path / "pwned").exists()
 
 
 # --- the short answer --------------------------------------------------------------------------------

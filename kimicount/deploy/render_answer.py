@@ -7,13 +7,14 @@ memory bar and the reserve's formula are render_plan's (under --detail).
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.text import Text
 
 from kimicount.deploy.answer import Compared, Verdict, limited_by, max_num_seqs, sequence_bytes, verdict_of
 from kimicount.deploy.plan import PlanReport, sequence_pages
+from kimicount.deploy.render_command import command_lines, print_command
 from kimicount.deploy.render_plan import estimated_from
 from kimicount.render import Column, fitted, human_bytes, plural, say, show_fitted
 
@@ -119,6 +120,7 @@ CONTINUATION = "       "
 def try_line(command: str, why: str, width: int) -> list[str]:
     r"""`try: COMMAND  # why` in one line when it fits `width`; otherwise the command broken between its
     options with shell continuations (` \`), so that it still pastes as one command, and the comment last.
+    COMMAND is as shlex.join wrote it: its words are read back and quoted again, none split.
 
     >>> try_line("kimicount plan --gpus 9xH200 --tp 1 --pp 9", "the fewest GPUs", 80)
     ['try: kimicount plan --gpus 9xH200 --tp 1 --pp 9  # the fewest GPUs']
@@ -128,25 +130,7 @@ def try_line(command: str, why: str, width: int) -> list[str]:
            --config fixtures/deepseek-v3 \
            --gpus 16xH800 --tp 16  # why
     """
-    whole = f"try: {command}  # {why}"
-    if len(whole) <= width:
-        return [whole]
-    words = command.split(" ")  # shlex.join quoted every word with a space: no quoted word is split here
-    units: list[str] = []
-    for word in words:  # an option stays with its value
-        if units and units[-1].startswith("-") and " " not in units[-1] and not word.startswith("-"):
-            units[-1] += " " + word
-        else:
-            units.append(word)
-    lines, current = [], "try:"
-    for unit in units:
-        if len(current) + 1 + len(unit) + 2 > width and current != "try:" and current != CONTINUATION:
-            lines.append(current + " \\")
-            current = CONTINUATION
-        current += unit if current == CONTINUATION else " " + unit
-    if len(current) + len(why) + 4 <= width:
-        return [*lines, f"{current}  # {why}"]
-    return [*lines, current, f"{CONTINUATION}# {why}"]
+    return command_lines(shlex.split(command), width, lead="try: ", indent=CONTINUATION, comment=why)
 
 
 def render_answer(
@@ -160,8 +144,7 @@ def render_answer(
         if tries:
             say(console, "Ways out, each a command that fits:")
             for command, why in tries:
-                for line in try_line(command, why, console.width):
-                    console.print(Text(line), soft_wrap=True)
+                print_command(console, try_line(command, why, console.width))
         else:
             say(
                 console, "No way out found: no shorter max-model-len, layout, GPU count or fp8 KV cache fits."

@@ -11,6 +11,7 @@ from rich.table import Table
 from kimicount.deploy.local.builds import CacheLayout
 from kimicount.deploy.local.placement import COMPUTE_SOURCE, DeviceLoad
 from kimicount.deploy.local.plan import LocalPlan
+from kimicount.deploy.render_command import command_lines, print_command
 from kimicount.render import human_bytes, plural, say, show
 
 MIB = 2**20
@@ -58,7 +59,7 @@ def render_local_plan(console: Console, plan: LocalPlan) -> None:
         say(console, line)
     show(console)
     show(console, "Run:" if plan.layout.fits else "Run (as asked; it does not fit: see above):")
-    show(console, "  " + " ".join(plan.flags))
+    print_command(console, command_lines(plan.flags, console.width, lead="  "))
     if plan.floors is not None:
         show(console)
         _floor(console, plan)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from kimicount.deploy.local.placement import COMPUTE_SOURCE, DeviceLoad
@@ -54,6 +55,7 @@ def local_plan_json(plan: LocalPlan) -> dict[str, Any]:
         "longest_context_limit": plan.fit.limit,
         "fewest_n_cpu_moe": plan.cpu_moe,
         "command": list(plan.flags),
+        "command_line": shlex.join(plan.flags),  # quoted for a shell
         "floor": None
         if floors is None
         else {
