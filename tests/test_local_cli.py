@@ -9,6 +9,7 @@ import shlex
 import subprocess
 
 import pytest
+from gguf import GGUFValueType
 
 from tests.gguf_files import deepseek2_metadata, read_map, write_gguf
 from tests.helpers import FIXTURES, heavy_imports, imported_modules, invoke
@@ -259,3 +260,24 @@ def test_the_run_line_is_quoted_for_the_shell_and_pastes_as_one_command(tmp_path
     assert shell.stdout.splitlines() == report["command"][1:]
     assert not (tmp_path / "pwned").exists()
     assert shlex.split(report["command_line"]) == report["command"]
+
+
+def test_a_gguf_whose_tensors_do_not_match_its_architecture_is_not_planned(tmp_path):
+    # issue 26: `kimicount gguf` caught this file (exit 1) while `plan --gguf` planned it (exit 0, no word):
+    # the metadata says 128 heads, the tensors are Kimi K2's 64 (attn_q_b, attn_k_b, attn_v_b and
+    # attn_output of each of the 61 layers the wrong shape)
+    metadata = deepseek2_metadata("kimi-k2-thinking")
+    metadata["deepseek2.attention.head_count"] = (128, GGUFValueType.UINT32)
+    types = ud_types()
+    (path,) = write_gguf(
+        tmp_path / "k2.gguf", read_map("kimi-k2-thinking"), lambda t: types[t.name], metadata
+    )
+    assert invoke("gguf", str(path)).exit_code == 1
+    for json_flag in ((), ("--json",)):
+        result = invoke(
+            "plan", "--gpus", "2xRTX3090", "--gguf", str(path), "--offload", "experts", *json_flag
+        )
+        assert result.exit_code == 1 and result.stdout == ""
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"kimicount: error: {path}: 244 tensors do not match the architecture")
+        assert "blk.0.attn_q_b.weight: shape, expected [1536, 24576]" in line and "kimicount gguf" in line

@@ -26,7 +26,7 @@ from kimicount.cli.common import (
     print_json,
     warn,
 )
-from kimicount.cli.exits import EXIT_CODES
+from kimicount.cli.exits import EXIT_CODES, say
 from kimicount.cli.root import app
 from kimicount.deploy.hardware import ACCELERATORS
 from kimicount.deploy.options import PLAN_FLAGS
@@ -510,8 +510,14 @@ def plan_command(
 
     request = read_request(PlanArgs(**params, typed=_typed_options(ctx)), warn)
     if not isinstance(request, PlanRequest):
+        from kimicount.deploy.local.request import GGUFMismatch
+
         spec = _load(request.model, token, timeout, as_json) if request.needs_model else None
-        plan = request.answer(spec)
+        try:
+            plan = request.answer(spec)
+        except GGUFMismatch as mismatch:  # a failed check, as `kimicount gguf` fails it: exit 1
+            say(f"kimicount: error: {mismatch}")
+            raise typer.Exit(1) from None
         if as_json:
             from kimicount.deploy.local.reports import local_plan_json
 

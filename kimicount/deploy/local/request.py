@@ -22,6 +22,8 @@ from kimicount.reading import shorten
 
 if TYPE_CHECKING:
     from kimicount.deploy.request import ModelChoice, PlanArgs
+    from kimicount.gguf.layout import GGUFReport
+    from kimicount.gguf.reader import GGUFListing
     from kimicount.spec import ModelSpec
 
 
@@ -127,7 +129,7 @@ def local_answer(request: LocalRequest, spec: ModelSpec | None) -> LocalPlan:
 
         listing = read_gguf(request.gguf)
         spec = spec_from_metadata(listing)
-        _check_gguf(spec, listing, str(request.gguf))
+        _check_gguf(listing, spec, str(request.gguf))
         source, estimate, path = str(request.gguf), None, str(request.gguf)
         mla_gguf = is_mla_gguf(listing.metadata, listing.tensors)
         tensors = listing.tensors
@@ -156,5 +158,27 @@ def local_answer(request: LocalRequest, spec: ModelSpec | None) -> LocalPlan:
     )
 
 
-def _check_gguf(spec: ModelSpec, listing: object, where: str) -> None:
-    """Nothing yet: the check against the architecture comes with issue 26's item (step g)."""
+class GGUFMismatch(Exception):
+    """The GGUF's tensors do not match the architecture its metadata gives, as `kimicount gguf` finds them:
+    a failed check (the CLI exits 1, as `gguf` does), not bad input; nothing is planned from it."""
+
+    def __init__(self, where: str, report: GGUFReport) -> None:
+        self.report = report
+        first = report.mismatches[0]
+        count = len(report.mismatches)
+        super().__init__(
+            f"{shorten(where, 120)}: {count:,} tensor{'s' if count != 1 else ''} do{'es' if count == 1 else ''} not "
+            f"match the architecture its metadata gives ({shorten(first.tensor, 80)}: {first.kind}, expected "
+            f"{shorten(first.expected, 60)}, found {shorten(first.found, 60)}); not planned: `kimicount gguf` "
+            "lists them"
+        )
+
+
+def _check_gguf(listing: GGUFListing, spec: ModelSpec, where: str) -> None:
+    """`kimicount gguf`'s check (kimicount/gguf/layout.py check_listing): every tensor against what the
+    architecture implies; a missing, unexpected or wrong-shaped tensor stops the plan (GGUFMismatch)."""
+    from kimicount.gguf.layout import check_listing
+
+    report = check_listing(listing, spec)
+    if not report.ok:
+        raise GGUFMismatch(where, report)
