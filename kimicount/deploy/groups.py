@@ -1,9 +1,11 @@
 """The model's cache, as the engines' memory rules read it: cache groups, in the words vLLM's
 kv_cache_interface.py uses (DESIGN.md, "Cache groups").
 
-A group is a set of layers with one kind of memory and its bytes. Today's models (the DeepSeek-V3
-family: MLA, with the V3.2 indexer) have one group, per token, on every layer: `model_groups` builds
-it from kvcache's layout. The next families bring others, from kvcache's cache groups of the model:
+A group is a set of layers with one kind of memory and its bytes; a PoolGroup is one as a GPU's pool
+holds it (its layers there, its bytes a token there). Today's models (the DeepSeek-V3 family: MLA, with
+the V3.2 indexer) have one group, per token, on every layer: `model_groups` builds it from kvcache's
+layout. The next families bring others, their cache groups by MemoryKind (DESIGN.md), which
+`model_groups` is where they are read:
 
 | kind | grows with | engines pack it as |
 |---|---|---|
@@ -27,19 +29,22 @@ from kimicount.kvcache import Layout, LayoutCache, Workload, layout_cache
 from kimicount.spec import ModelSpec
 
 
-class GroupKind(str, Enum):
-    per_token = "per token"
-    compressed = "per token, compressed"
-    windowed = "windowed"
-    per_sequence = "per sequence"
+class MemoryKind(str, Enum):
+    """How a group's memory grows (vLLM's spec classes in parentheses): the names and values the model
+    families' cache groups use (DESIGN.md, "Cache groups"), so that the planner reads theirs as they are."""
+
+    PER_TOKEN = "per_token"  # every cached position (FullAttentionSpec, MLAAttentionSpec)
+    COMPRESSED = "per_token_compressed"  # one entry per `ratio` positions
+    WINDOWED = "windowed"  # min(position, window) (SlidingWindowSpec)
+    PER_SEQUENCE = "per_sequence"  # a constant per sequence (MambaSpec)
 
 
 @dataclass(frozen=True)
-class CacheGroup:
-    """One group of layers with one kind of cache: how many layers it has on one GPU, and what a token
-    of it takes there (`cache`, kvcache's layout for per-token kinds)."""
+class PoolGroup:
+    """A cache group as one GPU's pool holds it: its kind, how many of its layers that GPU has, and what
+    a token of it takes there (`cache`, kvcache's layout for per-token kinds)."""
 
-    kind: GroupKind
+    kind: MemoryKind
     layers: int
     cache: LayoutCache
 
@@ -51,20 +56,20 @@ class CacheGroup:
 
 def model_groups(
     spec: ModelSpec, layout: Layout, element: int, layers: int, workload: Workload
-) -> tuple[CacheGroup, ...]:
+) -> tuple[PoolGroup, ...]:
     """The cache groups of `layers` layers of a model on one GPU: for the DeepSeek-V3 family one
     per-token group, the layout's latent (and the V3.2 indexer's keys) on every layer.
 
     >>> from kimicount.kvcache import Workload
     >>> [(g.kind.value, g.layers, g.bytes_per_token) for g in model_groups(k2, Layout.latent, 2, 61, Workload(1))]
-    [('per token', 61, 70272)]
+    [('per_token', 61, 70272)]
     """
-    return (CacheGroup(GroupKind.per_token, layers, layout_cache(spec, layout, element, layers, workload)),)
+    return (PoolGroup(MemoryKind.PER_TOKEN, layers, layout_cache(spec, layout, element, layers, workload)),)
 
 
-def single_per_token(groups: Sequence[CacheGroup], engine: str) -> CacheGroup:
+def single_per_token(groups: Sequence[PoolGroup], engine: str) -> PoolGroup:
     """The one per-token group a rule that knows only that kind packs; one line for any other model."""
-    if len(groups) == 1 and groups[0].kind is GroupKind.per_token:
+    if len(groups) == 1 and groups[0].kind is MemoryKind.PER_TOKEN:
         return groups[0]
     kinds = ", ".join(sorted({group.kind.value for group in groups}))
     raise UsageError(f"{engine}'s memory rule for cache groups of kinds {kinds} is not modelled yet")

@@ -36,7 +36,7 @@ from kimicount.deploy.engines import DEFAULT_SERVER, server_engine
 from kimicount.deploy.engines.base import Release, ServerEngine, StaticFraction
 from kimicount.deploy.engines.deepep import DeepEPBuffer, low_latency_buffer
 from kimicount.deploy.engines.reserve import Reserve
-from kimicount.deploy.groups import CacheGroup, model_groups
+from kimicount.deploy.groups import PoolGroup, model_groups
 from kimicount.deploy.hardware import Accelerator
 from kimicount.deploy.placement import Parallel, Placement, parallel_layout, place
 from kimicount.errors import UsageError, require_positive
@@ -199,7 +199,7 @@ class StageMemory:
     weights: int
     reserve: int
     pool: int
-    groups: tuple[CacheGroup, ...]  # the model's cache on this GPU, for its kv_layers
+    groups: tuple[PoolGroup, ...]  # the model's cache on this GPU, for its kv_layers
     #: Tokens whose KV fits in the pool, in whole pages, as the engine packs the groups (one per-token
     #: group: floor(pool ÷ (block_size × bytes_per_token)) × block_size). [tokens]
     tokens: int

@@ -30,7 +30,7 @@ from kimicount.reading import shorten
 if TYPE_CHECKING:
     from kimicount.anatomy import Anatomy
     from kimicount.deploy.engines.reserve import Reserve
-    from kimicount.deploy.groups import CacheGroup
+    from kimicount.deploy.groups import PoolGroup
     from kimicount.deploy.hardware import Accelerator
     from kimicount.deploy.placement import Parallel, PlacedComponent, Placement
     from kimicount.deploy.plan import DeploymentOptions, PlanReport, StageMemory
@@ -297,7 +297,7 @@ class ServerEngine(Engine, ABC):
         """The weights each stage's pool is sized after: its own by default. [bytes]"""
         return list(weights)
 
-    def pool_tokens(self, pool: int, groups: Sequence[CacheGroup], page: int) -> int:
+    def pool_tokens(self, pool: int, groups: Sequence[PoolGroup], page: int) -> int:
         """Tokens whose cache fits in `pool`, in whole pages, for the model's cache groups: one
         per-token group, floor(pool ÷ (page × bytes per token)) × page. Other kinds are packed by
         each engine's own rule: refused until it is written. [tokens]"""
