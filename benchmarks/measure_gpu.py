@@ -13,7 +13,7 @@ has not run on a GPU yet).
 `--smoke` runs the same script on the CPU at small sizes (T = 64, batch 1 and 2), to check it anywhere.
 The markdown table is printed as well; it is what README.md shows.
 
-It also sets each naive and latent decode step beside its floor (kimicount.speed.mla_decode_floor: one
+It also sets each naive and latent decode step beside its floor (kimicount.deploy.speed.mla_decode_floor: one
 layer's weights and the cache read at the GPU's HBM bandwidth, or its FLOPs at the dense BF16 peak,
 whichever is longer) and prints measured ÷ floor. The floor is the table's GPU that the device name
 matches, or --floor-gpu; under --smoke it is an H200's, which says nothing about a CPU run.
@@ -28,15 +28,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kimicount.deploy.hardware import ACCELERATORS, Accelerator, find_accelerator
+from kimicount.deploy.speed import mla_decode_floor
 from kimicount.errors import KimicountError
 from kimicount.flow import Mla
-from kimicount.hardware import ACCELERATORS, Accelerator, find_accelerator
 from kimicount.kvcache import Layout, bytes_per_token_per_layer, element_bytes
 from kimicount.measure import COMPUTE_DTYPES, measure
 from kimicount.reports import measure_json
 from kimicount.source import load_spec
 from kimicount.spec import ModelSpec
-from kimicount.speed import mla_decode_floor
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FULL = {"device": "cuda", "tokens": 32_768, "batches": (1, 8)}
@@ -50,6 +50,10 @@ def floor_gpu(requested: str | None, device_name: str) -> Accelerator:
     H200 is not an H20), or --floor-gpu."""
     if requested:
         return find_accelerator(requested)
+    try:  # the table knows the names the tools print ('NVIDIA H200', 'NVIDIA H100 80GB HBM3')
+        return find_accelerator(device_name)
+    except KimicountError:
+        pass
     for name in sorted(ACCELERATORS, key=len, reverse=True):
         if name.split("-")[0].upper() in device_name.upper():
             return ACCELERATORS[name]

@@ -246,7 +246,7 @@ def _header_decoders():
         "Metadata", [("metadata", dict[str, str], {})], rename={"metadata": "__metadata__"}, gc=False
     )
     return (
-        msgspec.json.Decoder(dict[str, entry]),
+        msgspec.json.Decoder(dict[str, entry]),  # type: ignore[valid-type]  # a struct made at run time
         msgspec.json.Decoder(metadata),
         (msgspec.DecodeError, RecursionError),
     )
@@ -327,8 +327,8 @@ def _columns(
         # are known to be >= 0 then).
         if list(map(operator.sub, ends, begins)) != nbytes:
             return None
-        starts, stops = zip(*sorted(zip(begins, ends)))
-        if starts[0] != 0 or starts[1:] != stops[:-1]:
+        sorted_begins, sorted_ends = zip(*sorted(zip(begins, ends)))
+        if sorted_begins[0] != 0 or sorted_begins[1:] != sorted_ends[:-1]:
             return None
     if stops[-1] > MAX_OFFSET:  # the last tensor ends past what a u64 offset holds
         return None

@@ -126,7 +126,9 @@ class LayoutMeasurement:
 
     @property
     def decode_agrees(self) -> bool:
-        return self.decode_error is None or self.decode_error <= self.decode_tolerance
+        return self.decode_error is None or (
+            self.decode_tolerance is not None and self.decode_error <= self.decode_tolerance
+        )
 
     @property
     def ok(self) -> bool:

@@ -230,7 +230,7 @@ def fitted(
         first = Text.from_markup(row[kept[0]])
         if under is not None and row[under]:
             indent = Text(guide + " " * GAP)
-            lines = _wrapped(row[under], widths[kept[0]] - indent.cell_len)
+            lines = _wrapped(row[under], widths[kept[0]] - indent.cell_len)  # type: ignore[index]  # set with `under`
             first = Text("\n").join([first, *(indent + line for line in lines)])
         height = max(
             [len(lines) for i, lines in wrapped.items() if i != under] + [_lines(row[i]) for i in kept]

@@ -83,7 +83,7 @@ def _attention(console: Console, report: FlopsReport) -> None:
             way.value,
             f"{round(report.prefill(way)):,}",
             f"{report.decode(way).flops:,}",
-            flops_text(report.prefill_total(way)),
+            flops_text(float(report.prefill_total(way))),
             flops_text(report.decode_total(way)),
         )
         for way in Mla

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -250,7 +251,7 @@ def render_cache_chart(console: Console, sweep: list[tuple[int, tuple[LayoutCach
     of characters per doubling; they are shorter on a terminal too narrow for CHART_WIDTH."""
     sizes = [cache.total_bytes for _, caches in sweep for cache in caches]
     low, high = min(sizes), max(sizes)
-    rows = [
+    rows: list[list[Any]] = [  # the cache in column 2 until its bar replaces it
         [f"{tokens:,}" if i == 0 else "", cache.layout.value, cache, human_bytes(cache.total_bytes)]
         for tokens, caches in sweep
         for i, cache in enumerate(caches)

@@ -188,10 +188,10 @@ def render_conventions(console: Console, r: Reconciliation) -> None:
     if r.family:
         show(console, "Rounded half up to the figure's last digit; (cut): truncated there instead.")
     if r.unexplained:
-        columns = (Column(""), Column(""), Column("", wraps=True))
-        rows = [(figure.text, COUNTS_LABELS[figure.counts], figure.source) for figure in r.unexplained]
+        unexplained = [(figure.text, COUNTS_LABELS[figure.counts], figure.source) for figure in r.unexplained]
         show(console, "Explained by none of them:")
-        show_fitted(console, *fitted(console, columns, rows, header=False))
+        blank = (Column(""), Column(""), Column("", wraps=True))
+        show_fitted(console, *fitted(console, blank, unexplained, header=False))
 
 
 def _totals(console: Console, anatomy: Anatomy, memory: dict[int, Memory] | None) -> None:

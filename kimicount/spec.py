@@ -737,7 +737,7 @@ def _vision(read: _Reader, text_hidden_size: int) -> VisionSpec:
         )
     sizes = dict(zip(_VISION_KEYS, (vision.integer(key) for key in _VISION_KEYS)))
     vision.bounded("vt_num_hidden_layers", sizes["vt_num_hidden_layers"], MAX_LAYERS, "layers")
-    return VisionSpec(*sizes.values(), merge_kernel=(merge[0], merge[1]), text_hidden_size=text_hidden)
+    return VisionSpec(*sizes.values(), merge_kernel=(merge[0], merge[1]), text_hidden_size=text_hidden)  # type: ignore[arg-type, misc]  # _VISION_KEYS in field order
 
 
 def _is_positive_int(value: Any) -> bool:

@@ -249,6 +249,7 @@ def stored_parts(spec: ModelSpec, ref: TensorRef) -> tuple[StoredPart, ...]:
         return _fp4_parts(spec, ref, plain)
     if fp8_quantized(spec, ref.role):
         scale_rows, scale_cols = fp8_scale_shape(spec, ref.shape)
+        assert isinstance(spec.quantization, Fp8Quantization)  # fp8_quantized says so
         block = spec.quantization.block[0]
         owned_blocks = owned_scale_rows(ref.rows, scale_rows, block)
         return (
@@ -385,6 +386,7 @@ def modelled(spec: ModelSpec) -> bool:
 
 def require_modelled(spec: ModelSpec) -> None:
     if not modelled(spec):
+        assert isinstance(spec.quantization, OtherQuantization)  # the only kind not modelled
         raise ConfigError(
             f"{spec.name}: quantization '{spec.quantization.method}' is not modelled, so how its checkpoints "
             "store tensors is unknown (supported: fp8, compressed-tensors pack-quantized, "

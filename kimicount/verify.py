@@ -368,7 +368,7 @@ def _check_each_stored(
     shape, dtypes = group.shape, group.dtypes
     tensors = [found.get(name) for name in group.names]
     verified = [t is not None and t.shape == shape and t.dtype in dtypes for t in tensors]
-    present = tensors if all(verified) else [t for t in tensors if t is not None]
+    present = [t for t in tensors if t is not None]  # all of them when all are verified
     findings.weights[group.module] += Tally.of(present)
     if not all(verified):  # say what is wrong with each tensor that is not
         findings.mismatches += [
@@ -409,7 +409,7 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
     the rest as themselves); any other goes to `_check_each_packable`. Returns None when every Linear
     is verified, else which are."""
     kinds = checkpoint.kinds
-    stems = list(map(operator.getitem, group.names, repeat(slice(None, -7))))  # X.weight -> X
+    stems: list[str] = list(map(operator.getitem, group.names, repeat(slice(None, -7))))  # X.weight -> X
     triples = [_suffixed(stems, f".{suffix}") for suffix in PACKED_SUFFIXES]
     findings.claimed += triples
     count = len(group.names)
@@ -451,15 +451,16 @@ def _check_each_packable(spec, group: ExpectedGroup, found: dict[str, TensorInfo
                 _check_unusual(spec, group, name, dict(zip(PACKED_SUFFIXES, tensors)), found, findings)
             )
             continue
-        wrong = [t for t, (shape, dtype) in zip(tensors, layout) if t.shape != shape or t.dtype != dtype]
+        triple = [t for t in tensors if t is not None]  # all three: checked just above
+        wrong = [t for t, (shape, dtype) in zip(triple, layout) if t.shape != shape or t.dtype != dtype]
         findings.mismatches += [
             Mismatch(t.name, "packed", f"{list(shape)} {dtype}", _describe(t))
-            for t, (shape, dtype) in zip(tensors, layout)
+            for t, (shape, dtype) in zip(triple, layout)
             if t in wrong
         ]
         verified.append(not wrong)
-        weights.append(tensors[0])
-        findings.int4_metadata += Tally.of(tensors[1:])
+        weights.append(triple[0])
+        findings.int4_metadata += Tally.of(triple[1:])
     findings.packed[group.module] += Tally(
         len(weights), len(weights) * group.elements, sum(map(_nbytes, weights))
     )

@@ -1,4 +1,4 @@
-"""kimicount.local: the KV cache each llama.cpp build gives, and where a GGUF's tensors, cache and buffers go.
+"""kimicount.deploy.local: the KV cache each llama.cpp build gives, and where a GGUF's tensors, cache and buffers go.
 
 Expected figures are what llama.cpp and ik_llama.cpp printed in public logs (quoted with their source),
 or hand computation written out here. Test listings are built from the real tensor listings
@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from kimicount.deploy.engines import IK_LLAMA_CPP, LLAMA_CPP
+from kimicount.deploy.hardware import ACCELERATORS
+from kimicount.deploy.local.builds import CacheLayout, parse_build
+from kimicount.deploy.local.cache import make_cache, parse_cache_type, per_token_bytes
+from kimicount.deploy.local.placement import Offload, fewest_cpu_moe, layer_devices, longest_context, place
 from kimicount.errors import UsageError
-from kimicount.hardware import ACCELERATORS
-from kimicount.local.builds import CacheLayout, Engine, cache_layout, parse_build
-from kimicount.local.cache import make_cache, parse_cache_type, per_token_bytes
-from kimicount.local.placement import Offload, fewest_cpu_moe, layer_devices, longest_context, place
 from kimicount.spec import bundled_spec, spec_from_path
 from tests.helpers import FIXTURES
 
@@ -87,11 +88,11 @@ def test_the_ud_iq3_xxs_listing_is_the_file_llama_cpp_loaded():
 )
 def test_builds_map_to_the_prs_that_changed_the_cache(build, layout):
     # #12801 merged as daa4228 (commit 5,137 of master), #19067 as d9c6ce4 (7,832): hand-counted on a clone
-    assert cache_layout(Engine.llama_cpp, parse_build(build), mla_gguf=True).layout.value == layout
+    assert LLAMA_CPP.cache_layout(parse_build(build), mla_gguf=True).layout.value == layout
 
 
 def test_a_gguf_without_mla_gets_the_per_head_cache_in_any_build():
-    assert cache_layout(Engine.llama_cpp, 9000, mla_gguf=False).layout is CacheLayout.per_head
+    assert LLAMA_CPP.cache_layout(9000, mla_gguf=False).layout is CacheLayout.per_head
 
 
 @pytest.mark.parametrize(
@@ -105,7 +106,7 @@ def test_a_gguf_without_mla_gets_the_per_head_cache_in_any_build():
     ],
 )
 def test_ik_llama_cpp_mla_modes(mla, fa, layout):
-    assert cache_layout(Engine.ik_llama_cpp, mla=mla, mla_gguf=True, flash_attn=fa).layout.value == layout
+    assert IK_LLAMA_CPP.cache_layout(mla=mla, mla_gguf=True, flash_attn=fa).layout.value == layout
 
 
 def test_kv_per_token_of_each_layout():
@@ -120,7 +121,7 @@ def test_kv_per_token_of_each_layout():
 
 
 def _cache(spec, build, context, type_k="f16"):
-    choice = cache_layout(Engine.llama_cpp, build, mla_gguf=True)
+    choice = LLAMA_CPP.cache_layout(build, mla_gguf=True)
     return make_cache(spec, choice, type_k, "f16", context, ik=False)
 
 
@@ -168,7 +169,7 @@ def test_the_cache_is_padded_to_256_cells():
 
 def _ud_run(context=2048, offload=None, ram=None, gpus=2):
     offload = offload or Offload(experts_in_ram=True)
-    choice = cache_layout(Engine.ik_llama_cpp, mla=3, mla_gguf=True)
+    choice = IK_LLAMA_CPP.cache_layout(mla=3, mla_gguf=True)
     cache = make_cache(K2, choice, "q8_0", "f16", context, ik=True)
     return place(K2, ud_iq3_xxs(), ACCELERATORS["RTX3090"], gpus, offload, cache, ram=ram)
 
@@ -263,8 +264,8 @@ def test_fewest_cpu_moe_on_one_24gb_gpu():
             lambda: layer_devices(61, 2, Offload(tensor_split=(1, 1, 1))),
             "--tensor-split: 3 shares for 2 GPUs",
         ),
-        (lambda: cache_layout(Engine.llama_cpp, None, mla=3, mla_gguf=True), "--mla: an ik_llama.cpp option"),
-        (lambda: cache_layout(Engine.ik_llama_cpp, mla=4, mla_gguf=True), "--mla 4: expected 0, 1, 2 or 3"),
+        (lambda: LLAMA_CPP.cache_layout(None, mla=3, mla_gguf=True), "--mla: an ik_llama.cpp option"),
+        (lambda: IK_LLAMA_CPP.cache_layout(mla=4, mla_gguf=True), "--mla 4: expected 0, 1, 2 or 3"),
     ],
 )
 def test_bad_options_name_the_option(call, message):

@@ -5,8 +5,11 @@ run printed."""
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 
 import pytest
+from gguf import GGUFValueType
 
 from tests.gguf_files import deepseek2_metadata, read_map, write_gguf
 from tests.helpers import FIXTURES, heavy_imports, imported_modules, invoke
@@ -198,7 +201,12 @@ def test_no_mmap_needs_the_host_copy_to_fit():
 
 
 def test_the_local_modules_import_neither_rich_nor_torch_nor_the_hub():
-    assert heavy_imports("kimicount.local.plan", "kimicount.local.reports", "kimicount.local.request") == []
+    assert (
+        heavy_imports(
+            "kimicount.deploy.local.plan", "kimicount.deploy.local.reports", "kimicount.deploy.local.request"
+        )
+        == []
+    )
 
 
 def test_a_bad_local_option_imports_no_rich():
@@ -208,4 +216,68 @@ def test_a_bad_local_option_imports_no_rich():
                            env={"PYTHONPROFILEIMPORTTIME": "1"})  # fmt: skip
     assert result.returncode == 2
     imported = imported_modules(result.stderr)
-    assert "kimicount.local.request" in imported and not {m for m in imported if m.split(".")[0] == "rich"}
+    assert "kimicount.deploy.local.request" in imported and not {
+        m for m in imported if m.split(".")[0] == "rich"
+    }
+
+
+def test_the_run_line_is_quoted_for_the_shell_and_pastes_as_one_command(tmp_path):
+    # issue 26: the Run line joined the words with spaces, so a model path holding $(…) ran it when pasted,
+    # and one with spaces split; issue 27: at 80 columns the table layout wrapped it, -fa apart from on
+    types = ud_types()
+    folder = tmp_path / "my models"
+    folder.mkdir()
+    path = folder / "$(touch pwned) K2.gguf"
+    write_gguf(
+        path, read_map("kimi-k2-thinking"), lambda t: types[t.name], deepseek2_metadata("kimi-k2-thinking")
+    )
+    args = (
+        "--gpus",
+        "2xRTX3090",
+        "--gguf",
+        str(path),
+        "-ctk",
+        "q8_0",
+        "--offload",
+        "experts",
+        "--context",
+        "2048",
+    )
+    report = plan_json(*args)
+    assert report["command"][:3] == ["llama-server", "-m", str(path)]
+    result = invoke("plan", *args, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    run = result.stdout.split("\nRun:\n", 1)[1].splitlines()
+    block = run[: next(i for i, line in enumerate(run) if not line.endswith("\\")) + 1]
+    # broken between options, not wrapped; the path (longer than 80 here) whole on its own line
+    assert len(block) > 1 and all(len(line) <= 80 for line in block if "my models" not in line)
+    assert [line.strip() for line in block if "my models" in line] == [f"-m {shlex.quote(str(path))} \\"]
+    assert all(line.endswith(" \\") for line in block[:-1])
+    assert any(" -fa on" in line for line in block)
+    # pasted into a shell (llama-server swapped for printf), it runs nothing and gives back the words
+    pasted = "\n".join(block).replace("llama-server", "printf '%s\\n'", 1)
+    shell = subprocess.run(["bash", "-c", pasted], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert shell.stdout.splitlines() == report["command"][1:]
+    assert not (tmp_path / "pwned").exists()
+    assert shlex.split(report["command_line"]) == report["command"]
+
+
+def test_a_gguf_whose_tensors_do_not_match_its_architecture_is_not_planned(tmp_path):
+    # issue 26: `kimicount gguf` caught this file (exit 1) while `plan --gguf` planned it (exit 0, no word):
+    # the metadata says 128 heads, the tensors are Kimi K2's 64 (attn_q_b, attn_k_b, attn_v_b and
+    # attn_output of each of the 61 layers the wrong shape)
+    metadata = deepseek2_metadata("kimi-k2-thinking")
+    metadata["deepseek2.attention.head_count"] = (128, GGUFValueType.UINT32)
+    types = ud_types()
+    (path,) = write_gguf(
+        tmp_path / "k2.gguf", read_map("kimi-k2-thinking"), lambda t: types[t.name], metadata
+    )
+    assert invoke("gguf", str(path)).exit_code == 1
+    for json_flag in ((), ("--json",)):
+        result = invoke(
+            "plan", "--gpus", "2xRTX3090", "--gguf", str(path), "--offload", "experts", *json_flag
+        )
+        assert result.exit_code == 1 and result.stdout == ""
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"kimicount: error: {path}: 244 tensors do not match the architecture")
+        assert "blk.0.attn_q_b.weight: shape, expected [1536, 24576]" in line and "kimicount gguf" in line

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
+import subprocess
 from dataclasses import fields
 
 import pytest
 
-from kimicount.plan import DeploymentOptions
-from kimicount.serve_command import PLAN_FLAGS
+from kimicount.deploy.plan import DeploymentOptions
+from kimicount.deploy.serve_command import PLAN_FLAGS
 
 from .helpers import FIXTURES, fails_cleanly, heavy_imports, invoke
 
@@ -77,6 +79,26 @@ def test_try_lines_wrap_as_shell_continuations_on_a_narrow_terminal():
     assert try_lines(narrow) == wide and len(wide) == 5
 
 
+def test_try_lines_paste_into_a_shell_as_the_commands_they_say(tmp_path):
+    # issue 26: a --config path holding $(…) and spaces must run nothing when a try line is pasted and
+    # stay one word, even where the line breaks (the words were split at spaces, quotes and all)
+    folder = tmp_path / "my $(touch pwned) v3"
+    shutil.copytree(V3, folder)
+    args = ("--config", str(folder), *V3_DP16[2:])
+    commands = plan_json(*args)["try"]
+    narrow = invoke("plan", *args, env={"COLUMNS": "60"}).stdout
+    lines = narrow.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("try: "))
+    block = lines[
+        first : first + next(i for i, line in enumerate(lines[first:]) if not line.endswith("\\")) + 1
+    ]
+    assert len(block) > 1  # broken at 60 columns
+    pasted = "\n".join(block).removeprefix("try: ").replace("kimicount", "printf '%s\\n'", 1)
+    shell = subprocess.run(["bash", "-c", pasted], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert shell.stdout.splitlines() == shlex.split(commands[0]["command"])[1:]
+    assert str(folder) in shell.stdout.splitlines() and not (tmp_path / "pwned").exists()
+
+
 # --- the short answer --------------------------------------------------------------------------------
 
 
@@ -85,7 +107,7 @@ def test_the_answer_comes_first_in_a_few_lines():
     # 46.80 GiB ÷ (64 × 70,272 B) = 11,173 pages = 715,072 tokens; 11,173 ÷ 4,096 pages a sequence = 2.73
     # 4,096 pages × 64 × 70,272 B = 17.2 GiB a sequence
     assert out.splitlines() == [
-        "kimi-k2.5 on 8 × H200, TP8: fits",
+        "kimi-k2.5 on 8 × H200, TP8 (vLLM 0.15.0): fits",
         "KV cache: 715,072 tokens per GPU; 70,272 B per token",
         "Concurrency at 262,144 tokens (17.2 GiB each): 2.73× (2 whole sequences per replica)",
         "Limited by the KV pool: 46.8 GiB per GPU (--kv-memory)",
@@ -111,7 +133,7 @@ def test_only_the_longest_request_not_fitting_is_not_the_weights_not_fitting():
     out = plan_text(*V3_DP16)
     first = " ".join(out.split("\nKV cache:")[0].split())
     assert first == (
-        "deepseek-v3 on 16 × H800, DP16 + EP16: does not fit 163,840-token requests; up to 88,192 tokens fit"
+        "deepseek-v3 on 16 × H800, DP16 + EP16 (vLLM 0.15.0): does not fit 163,840-token requests; up to 88,192 tokens fit"
     )
     # Kimi-K2-Instruct on 8 × H200: 121 GiB of weights fit the 126 GiB vLLM may use, the reserve does not
     assert plan_json("--gpus", "8xH200")["answer"]["verdict"] == "weights_do_not_fit"
@@ -288,7 +310,7 @@ def test_gpus_in_nodes():
     answer = report["answer"]
     assert (answer["nodes"], answer["gpus_per_node"], answer["tp_spans_nodes"]) == (2, 8, True)
     out = plan_text(*args)
-    assert out.startswith("deepseek-v3 on 16 × H800 (2 nodes × 8), TP16: fits\n")
+    assert out.startswith("deepseek-v3 on 16 × H800 (2 nodes × 8), TP16 (vLLM 0.15.0): fits\n")
     assert "TP16 spans 2 nodes of 8: its all-reduces cross the network between nodes" in " ".join(out.split())
     # TP8 × DP2 keeps each TP group inside a node
     assert plan_json(*args, "--tp", "8", "--dp", "2", "--ep", "16")["answer"]["tp_spans_nodes"] is False
@@ -304,7 +326,7 @@ def test_every_deployment_option_has_a_plan_option():
 
 
 def test_the_new_modules_import_neither_rich_nor_torch_nor_the_hub():
-    assert heavy_imports("kimicount.serve_command", "kimicount.plan_answer") == []
+    assert heavy_imports("kimicount.deploy.serve_command", "kimicount.deploy.answer") == []
 
 
 def test_the_json_keeps_its_keys_and_adds_the_answers():
@@ -337,7 +359,7 @@ def test_the_answer_under_sglang_names_its_rule_and_its_cap_on_running_requests(
     # whole sequences; --max-running-requests 2 caps them below that
     args = ("--config", V3, "--gpus", "16xH20", "--engine", "sglang", "--mem-fraction-static", "0.93")
     out = plan_text(*args, "--max-running-requests", "2").splitlines()
-    assert out[0] == "deepseek-v3 on 16 × H20, TP16, as SGLang sizes it: fits"
+    assert out[0] == "deepseek-v3 on 16 × H20, TP16 (SGLang 0.5.8.post1): fits"
     assert out[1] == "KV cache: 713,012 tokens per GPU; 70,272 B per token"
     assert (
         out[3] == "Limited by --max-running-requests 2: the KV pool would hold 4 such sequences per replica"

@@ -23,9 +23,9 @@ from fractions import Fraction
 
 import pytest
 
+from kimicount.deploy.plan import DeploymentOptions
+from kimicount.deploy.serve_command import PLAN_FLAGS, parse_serve_command
 from kimicount.errors import UsageError
-from kimicount.plan import DeploymentOptions
-from kimicount.serve_command import PLAN_FLAGS, parse_serve_command
 
 from .helpers import KIMI_K2, ROOT, fails_cleanly, invoke
 
@@ -73,7 +73,7 @@ def test_the_serve_command_reproduces_vllms_published_kimi_k2_thinking_run(k2_th
     out = invoke("plan", "--gpus", "8xH200", "--kv-memory", "46.80GiB", "--", *command)
     assert out.exit_code == 0, out.output
     assert out.stdout.splitlines()[:3] == [
-        "Kimi-K2-Thinking on 8 × H200, TP8: fits",
+        "Kimi-K2-Thinking on 8 × H200, TP8 (vLLM 0.15.0): fits",
         "KV cache: 715,072 tokens per GPU; 70,272 B per token",
         "Concurrency at 262,144 tokens (17.2 GiB each): 2.73× (2 whole sequences per replica)",
     ]
@@ -285,7 +285,8 @@ def test_flags_it_does_not_model_are_named_in_one_line(k2_thinking):
         ),
         (["vllm", "serve", "m", "stray"], ["'stray'"]),
         (["vllm", "serve", "m", "--model", "n"], ["two models", "m", "n"]),
-        (["docker", "run", "vllm/vllm-openai"], ["got: docker run vllm/vllm-openai", "vllm serve"]),
+        (["docker", "run", "vllm/vllm-openai"], ["names no model", "vllm serve"]),  # the image's launcher
+        (["docker", "run", "-p", "8000:8000", "nginx"], ["docker run without an engine's image"]),
         (["python", "-m", "http.server"], ["python -m http.server", "sglang.launch_server"]),
         (SGLANG + ["--tp", "16", "--dp", "3", "--enable-dp-attention"], ["--dp 3", "divide --tp-size"]),
     ],
@@ -447,7 +448,7 @@ def test_a_pasted_sglang_command_is_planned_by_sglangs_rule_within_one_percent_o
     )  # fmt: skip
     assert options["sglang"]["max_total_num_tokens"] == sglang["max_total_num_tokens"]
     out = invoke("plan", *args).stdout
-    assert out.startswith("deepseek-v3 on 16 × H20 (2 nodes × 8), TP16, as SGLang sizes it: fits\n")
+    assert out.startswith("deepseek-v3 on 16 × H20 (2 nodes × 8), TP16 (SGLang 0.5.8.post1): fits\n")
     # vLLM's own options refuse the SGLang command's engine, naming both
     fails_cleanly(invoke("plan", "--engine", "vllm", *args), "--engine and the serve command's")
 
@@ -459,3 +460,83 @@ def test_a_serve_command_with_a_local_run_is_refused_in_one_line():
             invoke("plan", "--gpus", "2xRTX3090", *local, "--", "vllm", "serve", K25, "-tp", "2"),
             "a serve command after -- (vllm serve) plans a vLLM or SGLang server, not a local llama.cpp run",
         )
+
+
+# --- hostile serve commands (issue 26) -----------------------------------------------------------------
+
+
+def test_a_speculative_config_nested_60000_deep_is_refused_in_one_line():
+    # json.loads recursed through it (RecursionError, exit 3); now its depth is counted first
+    deep = "[" * 60_000 + "]" * 60_000
+    for words in (VLLM + ["--speculative-config", deep], VLLM + [f"--speculative-config={deep}"]):
+        line = fails_cleanly(
+            invoke("plan", "--gpus", "8xH200", "--", *words),
+            "--speculative-config",
+            "not nested deeper than 32",
+        )
+        assert "(120,000 characters)" in line and len(line) < 300
+
+
+@pytest.mark.parametrize(
+    "words, choices",
+    [
+        # vLLM's CacheDType (vllm/config/cache.py): auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc,
+        # fp8_ds_mla
+        (VLLM, "auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla"),
+        # SGLang's add_cli_args: choices=["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"]
+        (SGLANG, "auto, fp8_e5m2, fp8_e4m3, bf16, bfloat16"),
+    ],
+)
+def test_a_kv_cache_dtype_outside_the_engines_choices_is_refused(words, choices):
+    # it was read as fp8 for starting with "fp8"
+    line = fails_cleanly(
+        invoke("plan", "--gpus", "8xH200", "--", *words, "--kv-cache-dtype", "fp8xyz"), "'fp8xyz'"
+    )
+    assert line.endswith(f"(its choices: {choices})")
+    # a choice the engine has and kimicount does not model is named as such
+    unmodelled = "nvfp4" if words is VLLM else "fp4_e2m1"
+    fails_cleanly(
+        invoke("plan", "--gpus", "8xH200", "--", *words, "--kv-cache-dtype", unmodelled), "does not model"
+    )
+
+
+def test_the_plans_own_kv_dtype_refuses_what_no_engine_takes():
+    fails_cleanly(invoke("plan", "--gpus", "8xH200", "--kv-dtype", "fp8xyz"), "--kv-dtype 'fp8xyz'")
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        VLLM + ["-tp", "9" * 131_072],  # a count
+        VLLM + ["--max-model-len", "x" * 131_072],  # a count's value, not a number
+        VLLM + ["--gpu-memory-utilization", "0." + "5" * 131_070],  # a fraction
+        VLLM + ["--kv-cache-dtype", "f" * 131_072],  # a choice
+        VLLM + ["--" + "x" * 131_070, "1"],  # a flag name
+        VLLM + ["s" * 131_072],  # a stray word
+        ["vllm", "serve", "m" * 131_072, "--model", "n"],  # two models
+        ["python", "-m", "sglang." + "x" * 131_065],  # a launcher
+    ],
+)
+def test_128_kib_words_are_quoted_as_a_bounded_excerpt_and_their_length(words):
+    # each was echoed whole: 128 KiB on one line of stderr
+    line = fails_cleanly(invoke("plan", "--gpus", "8xH200", "--", *words))
+    assert len(line) < 600
+    assert " characters)" in line
+
+
+def test_a_128_kib_value_of_a_flag_it_does_not_model_is_warned_of_in_bounded_words(k2_thinking):
+    result = invoke(
+        "plan",
+        "--gpus",
+        "8xH200",
+        "--",
+        "vllm",
+        "serve",
+        k2_thinking,
+        "-tp",
+        "8",
+        "--served-model-name",
+        "y" * 131_072,
+    )
+    assert result.exit_code == 0, result.output
+    assert len(result.stderr) < 400 and "(131,072 characters)" in result.stderr

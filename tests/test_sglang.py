@@ -26,7 +26,7 @@ import pytest
 from .helpers import fails_cleanly, invoke
 from .test_plan import GIB, K25, MIB, V3, V32, flat, per_gpu, plan_json
 
-H20_CUDA = 97_285 * MIB  # the H20's CUDA total (kimicount/hardware.py)
+H20_CUDA = 97_285 * MIB  # the H20's CUDA total (kimicount/deploy/hardware.py)
 PRELOAD = 3 * GIB // 2  # kimicount's estimate of the memory in use before the weights load
 R1_H20 = ("--config", V3, "--gpus", "16xH20", "--engine", "sglang", "--mem-fraction-static", "0.93")
 
@@ -58,11 +58,12 @@ def test_the_h20_is_in_the_table():
 
 def test_sglang_output_names_its_rule_and_its_gb():
     out = flat(invoke("plan", "--detail", *R1_H20).stdout)
-    assert "TP16, as SGLang sizes it:" in out
+    assert "TP16 (SGLang 0.5.8.post1):" in out
     assert "mem_fraction_static 0.93 (--mem-fraction-static)." in out
     assert "before load 1.5 GiB (an estimate: CUDA context, NCCL, custom all-reduce) = 1,610,612,736 B" in out
     assert (
-        "SGLang would print: max_total_num_tokens=713012, max_running_requests=2228, context_len=163840"
+        "SGLang 0.5.8.post1 would print: mem_fraction_static=0.93; max_total_num_tokens=713012, "
+        "max_running_requests=2228, context_len=163840; KV Cache is allocated. #tokens: 713012, KV size: 46.66 GB"
         in out
     )
     assert 'its memory figures are GiB though it writes "GB"' in out
@@ -231,3 +232,82 @@ def test_pipeline_stages_size_from_the_fullest_one():
         assert stage["kv_pool_bytes"] + heavier + stage["reserve_bytes"] == H20_CUDA
     assert first["kv_tokens"] == first["kv_pool_bytes"] // (31 * 1_152)
     assert last["kv_tokens"] == last["kv_pool_bytes"] // (30 * 1_152)
+
+
+# --- the published MI355X run: Kimi-K2.5, SGLang v0.5.8.post1 (ROCm), every memory setting its default ----
+
+#: github.com/ajith-sirra-amd/Issues, Kimi-K2.5-MI355X-SGLANG-ERROR.md: `sglang serve --model-path
+#: moonshotai/Kimi-K2.5 --tp 8 --trust-remote-code --tool-call-parser kimi_k2 --reasoning-parser kimi_k2` in
+#: rocm/sgl-dev:v0.5.8.post1-rocm720-mi35x-20260218 on 8 × MI355X. It printed server_args with
+#: `mem_fraction_static=0.8260405859375` (chunked_prefill_size=16384, cuda_graph_max_bs=512, page_size=1,
+#: kv_cache_dtype='auto'), `Load weight begin. avail mem=283.56 GB` (TP0; 283.53 on TP3, the fullest),
+#: `mem usage=73.58 GB` on every rank, and `KV Cache is allocated. #tokens: 2454421, KV size: 160.63 GB`.
+MI355X_RUN = ("--config", K25, "--gpus", "8xMI355X", "--engine", "sglang==0.5.8.post1", "--tp", "8")
+MI355X_TOKENS = 2_454_421
+#: rocm-smi's VRAM total of an MI355X, public `rocm-smi --showmeminfo vram --csv` prints: 309,220,868,096 B.
+MI355X_MIB = 309_220_868_096 // MIB
+
+
+def test_mi355x_kimi_k25_default_fraction_is_the_one_sglang_printed():
+    # server_args.py _handle_gpu_memory_settings at v0.5.8.post1, by hand: a GPU over 160 GiB gets
+    # chunked_prefill_size 16,384 and cuda_graph_max_bs 512 (the log's own values); reserved =
+    # 512 + 16,384 × 1.5 + 512 × 2 + 8 × 1 ÷ 8 × 1,024 = 27,136 MiB, above the 10,240 floor
+    assert MI355X_MIB == 294_896
+    base = round((MI355X_MIB - 27_136) / MI355X_MIB, 3)
+    assert base == 0.908
+    # adjust_mem_fraction_for_vlm: Kimi-K2.5's vision tower, 27 layers of 1,152 (its config's vt_*), is
+    # 27 × 1,152² ÷ (24 × 1,024²) = 1.423828125 ViT-L/14s: × 0.95 × (1 − 0.1 × 0.423828125)
+    assert 0.908 * (0.95 * (1 - 0.1 * (27 * 1152**2 / (24 * 1024**2) - 1))) == 0.8260405859375
+    sglang = plan_json(*MI355X_RUN)["sglang"]
+    assert sglang["mem_fraction_static_printed"] == "0.8260405859375"
+    assert sglang["mem_fraction_static"] == 0.8260405859375
+    assert sglang["mem_fraction_static_given"] is False
+    why = " ".join(sglang["mem_fraction_static_why"])
+    assert "sets aside 27,136 of the 294,896 MiB" in why and "24,576 for the activations" in why
+    assert "1,024 for CUDA graphs up to batch 512" in why and "multimodal" in why
+
+
+def test_mi355x_kimi_k25_tokens_within_half_a_percent_of_sglangs_log():
+    report = plan_json(*MI355X_RUN)
+    tokens = report["sglang"]["max_total_num_tokens"]
+    assert report["kv_cache"]["bytes_per_token_per_gpu"] == (512 + 64) * 2 * 61 == 70_272
+    assert abs(tokens - MI355X_TOKENS) / MI355X_TOKENS < 0.005
+    assert tokens - MI355X_TOKENS == 6_642  # +0.27 %
+    # what it rests on: only the estimated memory in use before the weights load (4.5 GiB on ROCm, from
+    # the published GLM-5-FP8 run on the same MI355X image: 283.48 GiB free of 287.98); HIP's total is
+    # rocm-smi's, not estimated
+    assert report["estimated_inputs"] == ["preload"] and report["sglang"]["estimate"] is True
+    assert report["gpus"]["cuda_memory_estimated"] is False
+    terms = {term["name"]: term["bytes"] for term in report["reserve"]["terms"]}
+    assert terms["before load"] == 9 * GIB // 2
+    # the weights: SGLang's "mem usage=73.58 GB" is the checkpoint's shards plus, on ROCm, the int32
+    # g_idx and sort indices its INT4 MoE keeps (60 MoE layers × 2 × 384 experts × (7,168 + 256) × 4 B)
+    rows = {c["name"]: c["bytes_per_gpu"][0] for c in report["weights"]}
+    assert rows["SGLang's INT4 MoE g_idx buffers (ROCm)"] == 60 * 2 * 384 * (7_168 + 256) * 4 == 1_368_391_680
+    assert abs(report["stages"][0]["weights_bytes"] / GIB - 73.58) < 0.5
+
+
+def test_mi355x_kimi_k25_pool_sglang_printed_gives_its_tokens_to_the_printed_precision():
+    # --kv-memory 160.63GiB: floor(160.63 GiB ÷ 70,272 B) = 2,454,393; SGLang's "160.63 GB" is 2,454,421
+    # × 70,272 B rounded to 0.01 GiB, which holds 0.005 GiB ÷ 70,272 B = 76 tokens either way
+    tokens = plan_json(*MI355X_RUN, "--kv-memory", "160.63GiB")["sglang"]["max_total_num_tokens"]
+    assert tokens == int(160.63 * GIB) // 70_272 == 2_454_393
+    assert abs(tokens - MI355X_TOKENS) <= 0.005 * GIB / 70_272
+    assert f"{MI355X_TOKENS * 70_272 / GIB:.2f}" == "160.63"
+
+
+def test_mi355x_run_pasted_with_its_image_follows_that_release():
+    args = (
+        "--gpus", "8xMI355X", "--", "docker", "run", "--device=/dev/kfd", "--ipc=host",
+        "rocm/sgl-dev:v0.5.8.post1-rocm720-mi35x-20260218", "sglang", "serve", "--model-path", K25, "--tp", "8",
+        "--trust-remote-code", "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2",
+    )  # fmt: skip
+    report = plan_json(*args)
+    assert (report["engine"], report["engine_release"]) == ("sglang", "0.5.8.post1")
+    assert report["serve_command"]["image"] == "rocm/sgl-dev:v0.5.8.post1-rocm720-mi35x-20260218"
+    assert (
+        report["sglang"]["max_total_num_tokens"] == plan_json(*MI355X_RUN)["sglang"]["max_total_num_tokens"]
+    )
+    out = flat(invoke("plan", "--detail", *args).stdout)
+    assert "kimi-k2.5 on 8 × MI355X, TP8 (SGLang 0.5.8.post1):" in out
+    assert "SGLang 0.5.8.post1 would print: mem_fraction_static=0.8260405859375;" in out

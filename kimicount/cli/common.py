@@ -246,7 +246,7 @@ def progress(
     def hub(status: Callable[[str], None], note: Callable[[str], None]) -> HubOptions | None:
         if repo is None:
             return None
-        return HubOptions(token, hub_timeout(timeout), status, note, **hub_limits(os.environ))
+        return HubOptions(token, hub_timeout(timeout), status, note, **hub_limits(os.environ))  # type: ignore[arg-type]
 
     def note_line(text: str) -> None:
         say(f"kimicount: {text}")

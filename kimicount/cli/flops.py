@@ -64,7 +64,7 @@ def flops_command(
     anatomy = build_anatomy(spec)
     report = flops_report(anatomy.spec, anatomy.model, tokens=prompt, context=positions)
     if as_json:
-        from kimicount.reports_plan import flops_json
+        from kimicount.reports_flops import flops_json
 
         print_json(flops_json(report))
         return

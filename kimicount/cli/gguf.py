@@ -110,7 +110,7 @@ def gguf(
                 from kimicount.source import hub_module
 
                 hub_module()  # the HF_* variables checked before huggingface_hub reads them
-                listing = read_gguf_hub(repo, include or [], revision, activity.hub)
+                listing = read_gguf_hub(repo, include or [], revision, activity.hub)  # type: ignore[arg-type]
         report = check_listing(listing)
     else:
         from kimicount.gguf.quantize import ESTIMATE, estimate_uniform

@@ -2,14 +2,14 @@
 ways out, the largest batch, layouts side by side and the speed floor of a decode step on request.
 
 The deployment comes from plan options, from a serve command pasted after `--` (vllm serve …, python -m
-sglang.launch_server …; kimicount.serve_command reads it), or both, as long as they agree. Every
+sglang.launch_server …; kimicount.deploy.serve_command reads it), or both, as long as they agree. Every
 layout and memory option also answers to the engines' own names (serve_command.PLAN_FLAGS).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,24 +21,23 @@ from kimicount.cli.common import (
     RevisionOption,
     TimeoutOption,
     TokenOption,
-    count_or_none,
     ignored,
     load_model,
     print_json,
     warn,
 )
-from kimicount.cli.common import count as count_option
-from kimicount.cli.exits import EXIT_CODES
+from kimicount.cli.exits import EXIT_CODES, say
 from kimicount.cli.root import app
-from kimicount.errors import UsageError
-from kimicount.hardware import ACCELERATORS
-from kimicount.options import DTYPE_METAVAR, parse_count
-from kimicount.serve_command import PLAN_FLAGS
+from kimicount.deploy.hardware import ACCELERATORS
+from kimicount.deploy.options import PLAN_FLAGS
+from kimicount.options import DTYPE_METAVAR
+
+if TYPE_CHECKING:
+    from kimicount.deploy.request import ModelChoice
+    from kimicount.spec import ModelSpec
 
 #: The GPU types --gpus names, from the accelerator table.
 GPU_TYPES = ", ".join(ACCELERATORS)
-#: The --engine values that take the local route (kimicount.local).
-LOCAL_ENGINES = ("llama.cpp", "ik_llama.cpp")
 
 
 def _names(setting: str) -> list[str]:
@@ -306,8 +305,19 @@ def plan_command(
         str | None,
         typer.Option(
             *_names("engine"),
-            metavar="[vllm|sglang|llama.cpp|ik_llama.cpp]",
-            help="Whose memory rule sizes the KV pool (default vllm; llama.cpp for a local run).",
+            metavar="[vllm|sglang|llama.cpp|ik_llama.cpp][==RELEASE]",
+            help="Whose memory rule sizes the KV pool, at which release (default vllm at the newest release "
+            "kimicount knows; llama.cpp for a local run, ==bNNNN a build).",
+            show_default=False,
+        ),
+    ] = None,
+    engine_version: Annotated[
+        str | None,
+        typer.Option(
+            *_names("release"),
+            metavar="RELEASE",
+            help="The engine's release whose rules apply (also --engine sglang==0.5.8). Default: the newest "
+            "kimicount knows.",
             show_default=False,
         ),
     ] = None,
@@ -356,7 +366,7 @@ def plan_command(
         ),
     ] = None,
     # --- local runs (llama.cpp, ik_llama.cpp): any of --gguf, --quant, --ram, --offload, --n-cpu-moe, -ngl
-    # takes the local route (kimicount.local, rendered by kimicount.render_local) ---------------------------
+    # takes the local route (kimicount.deploy.local, rendered by kimicount.deploy.render_local) ---------------------------
     gguf: Annotated[
         Path | None,
         typer.Option(
@@ -494,346 +504,99 @@ def plan_command(
     llama.cpp or ik_llama.cpp run instead (the GGUF on GPUs and in RAM, its KV cache per build, the
     longest context, the flags).
     """
-    serve, model = _read_words(words)
-    local = {
-        "--gguf": gguf,
-        "--quant": quant,
-        "--ram": ram,
-        "--offload": offload,
-        "--n-cpu-moe": n_cpu_moe,
-        "-ngl": ngl,
-    }
-    local_engine = engine is not None and engine.strip().lower() in LOCAL_ENGINES
-    if local_engine or any(value is not None for value in local.values()):
-        if serve is not None:
-            raise UsageError(
-                f"a serve command after -- ({serve.launcher}) plans a vLLM or SGLang server, not a local "
-                "llama.cpp run: name the model as ORG/NAME, --repo or --config"
-            )
-        from kimicount.local.request import run_local_plan
+    # the parameters as typer converted them (ctx.params holds click's values: paths as text)
+    params = {name: value for name, value in locals().items() if name not in _NOT_ASKED}
+    from kimicount.deploy.request import PlanAnswer, PlanArgs, PlanRequest, read_request
 
-        chosen = _the_model(model, repo, model_option, None)
-        if chosen is not None and config is None and Path(chosen).exists():  # a local folder
-            config, chosen = Path(chosen), None
-        run_local_plan(
-            load_model(None, config, chosen, revision, token, timeout, live=not as_json, command="plan")
-            if gguf is None
-            else None,
-            gpus=gpus,
-            gpu_memory=gpu_memory,
-            hbm_bandwidth=hbm_bandwidth,
-            peak_bf16=peak_bf16,
-            gguf=gguf,
-            quant=quant,
-            ram=ram,
-            offload=offload,
-            n_cpu_moe=n_cpu_moe,
-            ngl=ngl,
-            engine="llama.cpp" if engine is None else engine,
-            build=build,
-            mla=mla,
-            cache_layout=cache_layout,
-            cache_type_k=cache_type_k,
-            cache_type_v=cache_type_v,
-            tensor_split=tensor_split,
-            ubatch=ubatch,
-            no_mmap=no_mmap,
-            ram_bandwidth=ram_bandwidth,
-            ram_channels=ram_channels,
-            ram_speed=ram_speed,
-            context=context,
-            as_json=as_json,
-        )
+    request = read_request(PlanArgs(**params, typed=_typed_options(ctx)), warn)
+    if not isinstance(request, PlanRequest):
+        from kimicount.deploy.local.request import GGUFMismatch
+
+        spec = _load(request.model, token, timeout, as_json) if request.needs_model else None
+        try:
+            plan = request.answer(spec)
+        except GGUFMismatch as mismatch:  # a failed check, as `kimicount gguf` fails it: exit 1
+            say(f"kimicount: error: {mismatch}")
+            raise typer.Exit(1) from None
+        if as_json:
+            from kimicount.deploy.local.reports import local_plan_json
+
+            print_json(local_plan_json(plan))
+            return
+        from kimicount.deploy.render_local import render_local_plan
+        from kimicount.render import make_console
+
+        render_local_plan(make_console(), plan)
         return
-    from kimicount.hardware import parse_gpu_nodes, typed_gpu
-    from kimicount.kvcache import parse_layout
-    from kimicount.options import parse_fraction, parse_size
-    from kimicount.plan import ENGINES, DeploymentOptions, plan
-    from kimicount.serve_command import deployment_settings, engine_kv_dtype
-
-    nodes, count, gpu = parse_gpu_nodes(gpus)
-    gpu = typed_gpu(
-        gpus,
-        count,
-        gpu,
-        gpu_memory=gpu_memory,
-        hbm_bandwidth=hbm_bandwidth,
-        peak_bf16=peak_bf16,
-        peak_fp8=peak_fp8,
-    )
-
-    # the plan options typed, by DeploymentOptions field (as typed, for messages)
-    typed = _typed_options(ctx)
-    given: dict[str, Any] = {}
-    for name, text, parse in (
-        ("tp", tp, count_option),
-        ("pp", pp, count_option),
-        ("dp", dp, count_option),
-        ("ep", ep, count_option),
-        ("dcp", dcp, count_option),
-        ("utilization", gpu_memory_utilization, parse_fraction),
-        ("reserve", reserve, parse_size),
-        ("max_batched_tokens", max_batched_tokens, count_option),
-        ("max_num_seqs", max_num_seqs, count_option),
-        ("kv_memory", kv_memory, parse_size),
-        ("kv_dtype", kv_dtype, engine_kv_dtype),
-        ("kv_layout", kv_layout, parse_layout),
-        ("block_size", block_size, count_option),
-        ("max_model_len", max_model_len, count_option),
-        # the engine and its own options (SGLang's rule, redundant experts)
-        ("engine", engine, lambda t, o: t.strip().lower()),
-        ("mem_fraction_static", mem_fraction_static, parse_fraction),
-        ("page_size", page_size, count_option),
-        ("redundant_experts", redundant_experts, _redundant),
-        ("max_running_requests", max_running_requests, count_option),
-    ):
-        if text is not None:
-            given[name] = parse(text, typed.get(name, PLAN_FLAGS[name][0]))
-    if mtp:
-        given["mtp"] = True
-    if text_only:
-        given["vision"] = False
-    if dp_attention:
-        given["dp_attention"] = True
-    if given.get("engine", "vllm") not in ENGINES:  # the local ones took the local route above
-        raise UsageError(f"--engine {engine}: expected one of {', '.join(ENGINES + LOCAL_ENGINES)}")
-
-    settings = deployment_settings(serve, given, typed, count, expert_parallel=enable_expert_parallel)
-    options = DeploymentOptions(**settings)
-    if serve is not None:
-        if serve.nodes is not None and nodes == 1 and count % serve.nodes == 0:
-            nodes = serve.nodes
-        elif serve.nodes is not None and serve.nodes != nodes:
-            raise UsageError(
-                f"--gpus {gpus} is {nodes} node(s), but the serve command's --nnodes says {serve.nodes}"
-            )
-
-    # the model: positional, --repo, --model, --config, or the serve command's
-    chosen = _the_model(model, repo, model_option, serve)
-    if serve is not None and chosen is None and config is None:
-        raise UsageError(
-            f"the serve command names no model: {serve.launcher} takes it {_MODEL_FLAG[serve.engine]}"
-        )
-    if serve is not None and serve.revision is not None:
-        if revision is not None and revision != serve.revision:
-            raise UsageError(
-                f"--revision {revision} and the serve command's --revision {serve.revision} disagree"
-            )
-        revision = serve.revision
-    if chosen is not None and config is None and Path(chosen).exists():  # a local folder, as engines take it
-        config, chosen = Path(chosen), None
-    model_words = (
-        ["--config", str(config)]
-        if config is not None
-        else ([] if chosen is None else [chosen]) + ([] if revision is None else ["--revision", revision])
-    )
-
-    from kimicount.anatomy import build_anatomy
-    from kimicount.storage import require_modelled
-
-    if serve is not None:
-        _warn_unmodelled(serve)
-    spec = load_model(None, config, chosen, revision, token, timeout, live=not as_json, command="plan")
-    anatomy = build_anatomy(spec)
-    require_modelled(anatomy.spec)
-    gpu_words = [
-        w for flag, value in (("--gpu-memory", gpu_memory),) if value is not None for w in (flag, value)
-    ]
-
-    if compare_layouts is not None:
+    if request.compare is not None:
         ignored(
             ctx, "with --compare (it compares the layouts' memory)", "batch", "context", "min_gpus", "detail"
         )
-        _compare(anatomy, gpu, count, options, compare_layouts, as_json)
-        return
+    from kimicount.anatomy import build_anatomy
 
-    report = plan(anatomy, gpu, count, options, min_gpus=min_gpus)
-    from kimicount.plan_answer import largest_batch, ways_out
-    from kimicount.serve_command import option_words
-
-    def command(found_count: int, found_options: DeploymentOptions) -> str:
-        import shlex
-
-        where = (
-            gpus
-            if found_count == count
-            else f"{found_count}x{gpu.name}"
-            if gpu.name != "GPU"
-            else str(found_count)
-        )
-        return shlex.join(
-            ["kimicount", "plan", *model_words, "--gpus", where, *gpu_words, *option_words(found_options)]
-        )
-
-    tries = [(way, command(way.report.count, way.report.options)) for way in ways_out(anatomy, gpu, report)]
-    positions = count_or_none(context, "--context")
-    best = None
-    if batch is not None and batch.strip().lower() == "max":
-        positions = 4096 if positions is None else positions
-        best = largest_batch(report, positions)
-        if best < 1:
-            raise UsageError(
-                f"--batch max: not one sequence of {positions:,} positions fits the KV cache "
-                f"({report.pages_per_gpu:,} pages of {report.block_size} on a GPU)"
-            )
-        sequences: int | None = best
-    else:
-        sequences = count_or_none(batch, "--batch")
-    speed = None
-    if (sequences, positions) != (None, None):
-        from kimicount.speed import step_floor, sweep
-
-        sequences = 1 if sequences is None else sequences
-        positions = 4096 if positions is None else positions
-        speed = (
-            step_floor(report, batch=sequences, context=positions),
-            sweep(report, positions, sequences),
-            step_floor(report, batch=1, context=positions, prefill=True),
-        )
+    answer = request.answer(build_anatomy(_load(request.model, token, timeout, as_json)))
     if as_json:
-        from kimicount.reports_plan import answer_json, plan_json, speed_json
+        from kimicount.deploy.reports import compare_answer_json, plan_answer_json
 
         print_json(
-            {
-                **plan_json(report),
-                **answer_json(report, nodes, [(way.kind, way.why, text, way.report) for way, text in tries]),
-                **(
-                    {}
-                    if best is None
-                    else {"batch_max": {"batch": best, "context": positions, "estimate": report.estimate}}
-                ),
-                **({} if serve is None else {"serve_command": _serve_json(serve)}),
-                **({} if speed is None else speed_json(report, *speed)),
-            }
+            plan_answer_json(answer) if isinstance(answer, PlanAnswer) else compare_answer_json(answer)
         )
         return
-    from kimicount.render import make_console, say, show
-    from kimicount.render_plan import min_gpus_text, render_plan, render_speed
-    from kimicount.render_plan_answer import render_answer, render_batch_max
+    from kimicount.render import make_console
 
-    console = make_console()
-    render_answer(console, report, nodes, [(text, way.why) for way, text in tries], detail)
-    if detail:
-        say(console)
-        render_plan(console, report, verdict_line=False)
-    elif report.min_gpus_asked:
-        say(console, min_gpus_text(report))
-    if best is not None:
-        say(console)
-        render_batch_max(console, report, best, positions)  # type: ignore[arg-type]
-    if speed is not None:
-        show(console)
-        render_speed(console, report, *speed)
+    if isinstance(answer, PlanAnswer):
+        from kimicount.deploy.render_answer import render_plan_answer
+
+        render_plan_answer(make_console(), answer)
+    else:
+        from kimicount.deploy.render_answer import render_compare
+
+        render_compare(make_console(), list(answer.rows))
 
 
-def _read_words(words: list[str] | None) -> tuple[Any, str | None]:
-    """The positional words: (a serve command pasted after --, or None; a model ORG/NAME, or None)."""
-    if not words:
-        return None, None
-    from kimicount.serve_command import is_serve_command, parse_serve_command
+#: The parameters the request does not read: the context, how the model is loaded, the view.
+_NOT_ASKED = frozenset({"ctx", "token", "timeout", "as_json"})
 
-    if is_serve_command(words):
-        return parse_serve_command(words), None
-    if len(words) == 1:
-        return None, words[0]
-    raise UsageError(
-        f"expected one model (ORG/NAME), or a serve command after -- (vllm serve …, python -m "
-        f"sglang.launch_server …); got: {' '.join(words[:3])} …"
+
+def _load(model: ModelChoice, token: str | None, timeout: str | None, as_json: bool) -> ModelSpec:
+    """The model's spec, with the progress line while a Hub config is fetched."""
+    return load_model(
+        None, model.config, model.repo, model.revision, token, timeout, live=not as_json, command="plan"
     )
-
-
-def _the_model(model: str | None, repo: str | None, model_option: str | None, serve: Any) -> str | None:
-    """The model named by the positional, --repo, --model or the serve command: once, or the same."""
-    named = [m for m in (model, repo, model_option, None if serve is None else serve.model) if m is not None]
-    if len(set(named)) > 1:
-        raise UsageError(f"name the model once: {' and '.join(sorted(set(named)))}")
-    return named[0] if named else None
-
-
-def _redundant(text: str, option: str) -> int:
-    """--num-redundant-experts: a count, 0 (the engines' default) allowed."""
-    value = parse_count(text, option)
-    if value < 0:
-        raise UsageError(f"{option} {text}: expected 0 or more redundant experts")
-    return value
-
-
-#: Where each engine's serve command names the model.
-_MODEL_FLAG = {"vllm": "first (vllm serve MODEL) or from --model", "sglang": "from --model-path"}
 
 
 def _typed_options(ctx: typer.Context) -> dict[str, str]:
     """The name each plan option was typed under, by setting (`--tensor-parallel-size` for tp): the
     first of its names when typed, since click does not keep which alias was used."""
     typed = {}
-    by_param = {
-        "tp": "tp",
-        "pp": "pp",
-        "dp": "dp",
-        "ep": "ep",
-        "dcp": "dcp",
-        "gpu_memory_utilization": "utilization",
-        "reserve": "reserve",
-        "max_batched_tokens": "max_batched_tokens",
-        "max_num_seqs": "max_num_seqs",
-        "kv_memory": "kv_memory",
-        "kv_dtype": "kv_dtype",
-        "kv_layout": "kv_layout",
-        "block_size": "block_size",
-        "max_model_len": "max_model_len",
-        "engine": "engine",
-        "mem_fraction_static": "mem_fraction_static",
-        "page_size": "page_size",
-        "redundant_experts": "redundant_experts",
-        "max_running_requests": "max_running_requests",
-    }
-    for param, setting in by_param.items():
-        source = ctx.get_parameter_source(param)
-        if source is not None and source.name == "COMMANDLINE":
+    for param in ctx.command.params:
+        setting = _SETTINGS.get(param.name or "")
+        source = ctx.get_parameter_source(param.name or "")
+        if setting is not None and source is not None and source.name == "COMMANDLINE":
             typed[setting] = PLAN_FLAGS[setting][0]
     return typed
 
 
-def _warn_unmodelled(serve: Any) -> None:
-    """One stderr line: the serve command's flags the plan does not model, those that change memory
-    first; and how vLLM reads a token count written with a lower-case suffix (options.vllm_reading)."""
-    for note in serve.notes:
-        warn(note)
-    memory = list(serve.memory_unmodelled)
-    parts = []
-    if memory:
-        verb = "changes" if len(memory) == 1 else "change"
-        parts.append(f"{', '.join(memory)} {verb} memory in ways the plan does not model")
-    if serve.unmodelled:
-        verb = "does" if len(serve.unmodelled) == 1 else "do"
-        parts.append(f"{', '.join(serve.unmodelled)} {verb} not change memory")
-    if parts:
-        warn(f"the serve command's {'; '.join(parts)}")
-
-
-def _serve_json(serve: Any) -> dict[str, Any]:
-    return {
-        "engine": serve.engine,
-        "launcher": serve.launcher,
-        "model": serve.model,
-        "revision": serve.revision,
-        "nodes": serve.nodes,
-        "flags": dict(serve.flags),
-        "unmodelled": list(serve.unmodelled),
-        "memory_unmodelled": list(serve.memory_unmodelled),
-    }
-
-
-def _compare(anatomy: Any, gpu: Any, count: int, options: Any, text: str, as_json: bool) -> None:
-    from kimicount.plan_answer import compare
-
-    rows = compare(anatomy, gpu, count, options, text)
-    if as_json:
-        from kimicount.reports_plan import compare_json
-
-        print_json(compare_json(anatomy.spec, gpu, rows))
-        return
-    from kimicount.render import make_console
-    from kimicount.render_plan_answer import render_compare
-
-    render_compare(make_console(), rows)
+#: The plan options by CLI parameter that are named otherwise as DeploymentOptions fields.
+_SETTINGS = {
+    "tp": "tp",
+    "pp": "pp",
+    "dp": "dp",
+    "ep": "ep",
+    "dcp": "dcp",
+    "gpu_memory_utilization": "utilization",
+    "reserve": "reserve",
+    "max_batched_tokens": "max_batched_tokens",
+    "max_num_seqs": "max_num_seqs",
+    "kv_memory": "kv_memory",
+    "kv_dtype": "kv_dtype",
+    "kv_layout": "kv_layout",
+    "block_size": "block_size",
+    "max_model_len": "max_model_len",
+    "engine": "engine",
+    "engine_version": "release",
+    "mem_fraction_static": "mem_fraction_static",
+    "page_size": "page_size",
+    "redundant_experts": "redundant_experts",
+    "max_running_requests": "max_running_requests",
+}

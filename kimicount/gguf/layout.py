@@ -136,7 +136,7 @@ def _gguf_tensors(
         return [(name, (*reversed(ref.shape), ref.experts), ref.elements * ref.experts)]
     if module == "self_attn.kv_b_proj.weight" and split_kv_b:
         heads, rank = spec.num_attention_heads, spec.kv_lora_rank
-        if ref.rows.offset == 0:  # the key content rows: k_b [H, rank, qk_nope] → (qk_nope, rank, H)
+        if ref.rows.offset == 0:  # type: ignore[union-attr]  # the key content rows: k_b [H, rank, qk_nope] → (qk_nope, rank, H)
             return [("blk.{layer}.attn_k_b.weight", (spec.qk_nope_head_dim, rank, heads), ref.elements)]
         return [("blk.{layer}.attn_v_b.weight", (rank, spec.v_head_dim, heads), ref.elements)]
     return [(name, tuple(reversed(ref.shape)), ref.elements)]
@@ -247,12 +247,12 @@ def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSp
     if key_length is None:
         key_length = _integer(metadata, f"{arch}.attention.key_length", where)
         value_length = _integer(metadata, f"{arch}.attention.value_length", where)
-    if key_length <= rope:
+    if key_length <= rope:  # type: ignore[operator]  # required keys: ints
         raise CheckpointError(
             f"{where}: key '{arch}.attention.key_length(_mla)': {key_length} is not more than the rotary "
             f"dimensions ({rope})"
         )
-    config["qk_nope_head_dim"] = key_length - rope
+    config["qk_nope_head_dim"] = key_length - rope  # type: ignore[operator]
     config["v_head_dim"] = value_length
     config["vocab_size"] = vocab_size(metadata, where, arch)
     config["max_position_embeddings"] = (
@@ -423,7 +423,7 @@ def check_listing(
         tensor_bytes=listing.tensor_bytes,
         elements=listing.elements,
         parameters_expected=tree.params,
-        by_type={k: tuple(v) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1][2])},
+        by_type={k: tuple(v) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1][2])},  # type: ignore[misc]
         components=components,
         mismatches=tuple(mismatches),
         kv_b=" + ".join(["attn_k_b + attn_v_b"] * split + ["attn_kv_b"] * (whole or not split)),

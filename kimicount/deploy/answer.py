@@ -1,6 +1,6 @@
 """The answer a plan gives first: does it fit, and if not, why and what would.
 
-Reads PlanReports (kimicount.plan); computes the verdict's kind, what limits the concurrency, the ways
+Reads PlanReports (kimicount.deploy.plan); computes the verdict's kind, what limits the concurrency, the ways
 out of a plan that does not fit (each a plan that does, so each can be printed as a command), the
 largest decode batch whose KV fits, and layouts side by side. Free of rich, torch and the hub.
 
@@ -18,17 +18,10 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from kimicount.anatomy import Anatomy
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.placement import Parallel, parallel_layout
+from kimicount.deploy.plan import DeploymentOptions, PlanReport, fewest_gpus, plan_memory, sequence_pages
 from kimicount.errors import UsageError
-from kimicount.hardware import Accelerator
-from kimicount.placement import Parallel, parallel_layout
-from kimicount.plan import (
-    DeploymentOptions,
-    PlanReport,
-    engine_batch_defaults,
-    fewest_gpus,
-    plan_memory,
-    sequence_pages,
-)
 
 
 class Verdict(str, Enum):
@@ -47,14 +40,12 @@ def verdict_of(report: PlanReport) -> Verdict:
 def max_num_seqs(report: PlanReport) -> int:
     """The most sequences the engine runs at once: vLLM's --max-num-seqs, or its default for the GPU;
     SGLang's max_running_requests per DP rank (given, or its default from the pool)."""
-    if report.max_running_requests is not None:
-        return report.max_running_requests
-    return report.options.max_num_seqs or engine_batch_defaults(report.gpu)[1]
+    return report.rules.max_sequences(report)
 
 
 def sequence_cap(report: PlanReport) -> str:
     """The setting max_num_seqs reads: 'max_num_seqs' (vLLM's) or 'max_running_requests' (SGLang's)."""
-    return "max_running_requests" if report.engine == "sglang" else "max_num_seqs"
+    return report.rules.sequence_cap[0]
 
 
 def limited_by(report: PlanReport) -> str:
@@ -147,11 +138,12 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
             ways.append(
                 WayOut("max_model_len", f"the longest --max-model-len that fits: {longest:,} tokens", found)
             )
-    # layouts are written back as vLLM's (tp per attention group); another engine's terms differ
-    # (SGLang's --tp is every GPU of a stage), so other layouts are offered for vLLM's plans only
-    vllm = options.engine == "vllm"
-    if options.kv_memory is None and vllm:
-        fewest = fewest_gpus(anatomy, gpu, options)
+    # layouts are written back as kimicount's options (tp per attention group): only for an engine whose
+    # terms they are (SGLang's --tp is every GPU of a stage)
+    as_options = report.rules.layouts_as_options
+    if options.kv_memory is None and as_options:
+        searched = report.min_gpus_search  # --min-gpus searched already: the same options, the same answer
+        fewest = fewest_gpus(anatomy, gpu, options) if searched is None else searched.found
         if fewest is not None:
             gpus, parallel = fewest
             found = try_plan(anatomy, gpu, gpus, layout_options(options, parallel))
@@ -163,10 +155,18 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
                         found,
                     )
                 )
-    for family, layouts in _layout_families(report) if vllm else ():
+    for family, layouts in _layout_families(report) if as_options else ():
         for layout in layouts:
             try:
-                parallel = parallel_layout(spec, count, **layout)
+                parallel = parallel_layout(
+                    spec,
+                    count,
+                    tp=layout.get("tp"),
+                    pp=layout.get("pp", 1),
+                    dp=layout.get("dp", 1),
+                    ep=layout.get("ep"),
+                    dcp=layout.get("dcp", 1),
+                )
             except UsageError:
                 continue
             if parallel == report.parallel:

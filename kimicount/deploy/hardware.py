@@ -51,6 +51,10 @@ class Accelerator:
     source: str
     cuda_memory_estimated: bool = False
     overridden: tuple[str, ...] = ()
+    #: The software stack a program runs on it through: "cuda", or "rocm" (HIP); engines' rules differ by it.
+    platform: str = "cuda"
+    #: The GPU's memory is the system's, shared with the CPU (DGX Spark's GB10): no driver reports it apart.
+    unified_memory: bool = False
 
     def peak_flops(self, compute: str) -> int:
         """Dense peak for a compute dtype ('bf16' or 'fp8'); fp8 falls back to bf16 without FP8 units.
@@ -192,6 +196,7 @@ ACCELERATORS: dict[str, Accelerator] = {
             _tflops("2614.9"),
             "AMD MI300X datasheet: 5.3 TB/s, BF16 1,307.4 and FP8 2,614.9 TFLOPS dense; "
             "rocm-smi: 206,141,652,992 B",
+            platform="rocm",
         ),
         Accelerator(
             "MI325X",
@@ -206,6 +211,7 @@ ACCELERATORS: dict[str, Accelerator] = {
             "AMD MI325X datasheet: 256 GB HBM3E at 6 TB/s, BF16 1,307.4 and FP8 2,614.9 TFLOPS dense; "
             "memory: the nominal 256 GiB (no device report found)",
             cuda_memory_estimated=True,
+            platform="rocm",
         ),
     )
 }
@@ -319,6 +325,206 @@ LOCAL_ACCELERATORS = (
 )
 ACCELERATORS.update({gpu.name: gpu for gpu in LOCAL_ACCELERATORS})
 
+# --- the accelerators of published runs ----------------------------------------------------------------
+
+#: What nvidia-smi and CUDA report of an H100 SXM5 80GB: the part a Hopper driver keeps (469 MiB), used to
+#: estimate the CUDA totals of the Hopper parts no public print gives.
+H100_SMI_MIB = 81_559
+HOPPER_DRIVER_MIB = H100_SMI_MIB - H100_CUDA_MIB
+#: The same of a B200 (717 MiB), for the Blackwell parts.
+BLACKWELL_DRIVER_MIB = B200_SMI_MIB - B200_CUDA_MIB
+#: rocm-smi's VRAM total of an MI355X and an MI350X, 288 GiB less 16 MiB (public `rocm-smi --showmeminfo
+#: vram --csv` output: 309,220,868,096 B), which HIP reports to a program too (MI300X's does, MI300X_MIB;
+#: recorded device properties of both parts give total_memory 309,220,868,096).
+MI350_MIB = 309_220_868_096 // MIB
+#: CDNA 4's dense matrix FLOPs per compute unit per clock (AMD at ISSCC 2026: FP8 8,192, twice CDNA 3's
+#: 4,096; BF16 half of FP8), and CDNA 3's: MI300X's 1,307.4 TFLOPS = 304 CUs × 2,048 × 2.1 GHz.
+CDNA4_BF16_PER_CU, CDNA3_BF16_PER_CU = 4096, 2048
+
+
+def _cdna(compute_units: int, ghz: str, per_cu: int) -> int:
+    """Dense BF16 FLOP/s of an AMD Instinct part: CUs × FLOPs per CU per clock × its peak clock.
+
+    >>> _cdna(304, "2.1", CDNA3_BF16_PER_CU) / 1e12  # MI300X: its datasheet's 1,307.4 TFLOPS
+    1307.4432
+    >>> _cdna(256, "2.4", CDNA4_BF16_PER_CU)  # MI355X: AMD's "2.5 PFLOPS" FP16/BF16
+    2516582400000000
+    """
+    return int(compute_units * per_cu * Fraction(ghz) * 10**9)
+
+
+def _estimated_cuda(smi_mib: int, driver_mib: int, like: str) -> tuple[int, str]:
+    """A CUDA total no public print gives: the driver's total less what `like`'s driver keeps."""
+    return (
+        smi_mib - driver_mib
+    ) * MIB, f"nvidia-smi's less the {driver_mib} MiB {like}'s driver keeps (an estimate)"
+
+
+PUBLISHED_RUN_ACCELERATORS = (
+    Accelerator(
+        "MI355X",
+        "AMD Instinct MI355X 288GB",
+        MI350_MIB * MIB,
+        "rocm-smi",
+        MI350_MIB * MIB,
+        "HIP's total, the same as rocm-smi's VRAM total (as on the MI300X; recorded device properties agree)",
+        8_000 * 10**9,
+        _cdna(256, "2.4", CDNA4_BF16_PER_CU),
+        2 * _cdna(256, "2.4", CDNA4_BF16_PER_CU),
+        "AMD MI355X: 288 GB HBM3E at 8 TB/s; dense peaks 256 CUs (ROCm GPU specifications) × 4,096 BF16 / "
+        "8,192 FP8 FLOPs per CU per clock (ISSCC 2026) × 2.4 GHz (Hot Chips 2025): 2.5 and 5.0 PFLOPS",
+        platform="rocm",
+    ),
+    Accelerator(
+        "MI350X",
+        "AMD Instinct MI350X 288GB",
+        MI350_MIB * MIB,
+        "rocm-smi",
+        MI350_MIB * MIB,
+        "HIP's total, the same as rocm-smi's VRAM total (recorded device properties: totalGlobalMem "
+        "309,220,868,096)",
+        8_000 * 10**9,
+        _cdna(256, "2.2", CDNA4_BF16_PER_CU),
+        2 * _cdna(256, "2.2", CDNA4_BF16_PER_CU),
+        "AMD MI350X: 288 GB HBM3E at 8 TB/s; dense peaks as the MI355X's at its 2.2 GHz (Hot Chips 2025): "
+        "2.3 and 4.6 PFLOPS",
+        platform="rocm",
+    ),
+    Accelerator(
+        "MI308X",
+        "AMD Instinct MI308X 192GB",
+        MI300X_MIB * MIB,
+        "rocm-smi (assumed: the MI300X's 192 GB HBM3)",
+        MI300X_MIB * MIB,
+        "the MI300X's: same HBM3, HIP's total the same as rocm-smi's; no public MI308X print",
+        5_300 * 10**9,
+        _cdna(80, "2.1", CDNA3_BF16_PER_CU),
+        2 * _cdna(80, "2.1", CDNA3_BF16_PER_CU),
+        "AMD MI308X, an MI300X with 80 of its 304 CUs (gfx942): 5.3 TB/s; dense peaks 80 CUs × 2,048 BF16 / "
+        "4,096 FP8 FLOPs per CU per clock × 2.1 GHz, derived (no datasheet found)",
+        cuda_memory_estimated=True,
+        platform="rocm",
+    ),
+    Accelerator(
+        "B300",
+        "NVIDIA B300 SXM6 AC (HGX, Blackwell Ultra) 288GB",
+        275_040 * MIB,
+        "nvidia-smi",
+        *_estimated_cuda(275_040, BLACKWELL_DRIVER_MIB, "a B200"),
+        8_000 * 10**9,
+        _tflops("2250"),
+        _tflops("4500"),
+        "NVIDIA HGX B300, per GPU: 8 TB/s, BF16 4.5 and FP8 9 PFLOPS with sparsity (36 and 72 for 8 GPUs), "
+        "half dense; nvidia-smi: 275,040 MiB",
+        cuda_memory_estimated=True,
+    ),
+    Accelerator(
+        "GB300",
+        "NVIDIA GB300 NVL72, one Blackwell Ultra GPU 288GB",
+        284_208 * MIB,
+        "nvidia-smi",
+        *_estimated_cuda(284_208, BLACKWELL_DRIVER_MIB, "a B200"),
+        8_000 * 10**9,
+        _tflops("2500"),
+        _tflops("5000"),
+        "NVIDIA GB300 NVL72 over its 72 GPUs: 576 TB/s of HBM and 360 PFLOPS dense FP8, so 8 TB/s and 5 "
+        "PFLOPS each, BF16 half that; nvidia-smi: 284,208 MiB",
+        cuda_memory_estimated=True,
+    ),
+    Accelerator(
+        "GH200-96GB",
+        "NVIDIA GH200 480GB (Grace Hopper, 96 GB HBM3)",
+        97_871 * MIB,
+        "nvidia-smi",
+        97_285 * MIB,
+        "the H20's 97,285 MiB: the same 96 GB of HBM3 under a Hopper driver (an estimate)",
+        4_000 * 10**9,
+        _tflops("989.5"),
+        _tflops("1979"),
+        "NVIDIA GH200 datasheet (96 GB HBM3): 4 TB/s, BF16 1,979 and FP8 3,958 TFLOPS with sparsity, half "
+        "dense; nvidia-smi: 97,871 MiB",
+        cuda_memory_estimated=True,
+    ),
+    Accelerator(
+        "GH200-144GB",
+        "NVIDIA GH200 144G HBM3e (Grace Hopper)",
+        146_831 * MIB,
+        "nvidia-smi",
+        153_008_209_920,
+        "torch.cuda.get_device_properties total_memory=153008209920, as a recorded GH200 144G HBM3e gives it "
+        "(145,920 MiB)",
+        4_900 * 10**9,
+        _tflops("989.5"),
+        _tflops("1979"),
+        "NVIDIA GH200 datasheet (144 GB HBM3e): 4.9 TB/s, BF16 1,979 and FP8 3,958 TFLOPS with sparsity, "
+        "half dense; nvidia-smi: 146,831 MiB",
+    ),
+    Accelerator(
+        "H20-3e",
+        "NVIDIA H20-3e 141GB",
+        143_771 * MIB,
+        "nvidia-smi",
+        143_156 * MIB,
+        "the H200's 143,156 MiB: the same 141 GB of HBM3e and nvidia-smi total (an estimate)",
+        4_800 * 10**9,
+        _tflops("148"),
+        _tflops("296"),
+        "NVIDIA H20-3e: the H20's tensor cores (BF16 148, FP8 296 TFLOPS dense) with the H200's 141 GB HBM3e; "
+        "its 4.8 TB/s assumed (no datasheet found); nvidia-smi: 143,771 MiB",
+        cuda_memory_estimated=True,
+    ),
+    Accelerator(
+        "H100-NVL",
+        "NVIDIA H100 NVL 94GB",
+        95_830 * MIB,
+        "nvidia-smi",
+        *_estimated_cuda(95_830, HOPPER_DRIVER_MIB, "an H100 SXM5"),
+        3_900 * 10**9,
+        _tflops("835.5"),
+        _tflops("1670.5"),
+        "NVIDIA H100 datasheet (NVL, per GPU): 3.9 TB/s, BF16 1,671 and FP8 3,341 TFLOPS with sparsity, half "
+        "dense; nvidia-smi: 95,830 MiB",
+        cuda_memory_estimated=True,
+    ),
+    _local_gpu(
+        "L40",
+        "NVIDIA L40 48GB",
+        46_068,
+        864,
+        "181.05",
+        "362",
+        "NVIDIA L40 datasheet: 864 GB/s, BF16 181.05 and FP8 362 TFLOPS dense (362.1 and 724 with sparsity); "
+        "nvidia-smi: 46,068 MiB with ECC on",
+    ),
+    _local_gpu(
+        "L20",
+        "NVIDIA L20 48GB",
+        46_068,
+        864,
+        "119.5",
+        "239",
+        "NVIDIA L20 as published (not on a datasheet found here): 864 GB/s, BF16 119.5 and FP8 239 TFLOPS "
+        "dense; nvidia-smi: 46,068 MiB with ECC on",
+    ),
+    Accelerator(
+        "DGX-Spark",
+        "NVIDIA DGX Spark (GB10 Grace Blackwell, 128 GB unified LPDDR5X)",
+        128_501_256_192,
+        "the system's memory (sysinfo): nvidia-smi reports none on a GB10, [N/A] (NVIDIA's known issues)",
+        128_501_256_192,
+        "the system's memory, shared with the CPU: what a program gets of it depends on what else runs (an "
+        "estimate)",
+        273 * 10**9,
+        _tflops("125"),
+        _tflops("250"),
+        "NVIDIA DGX Spark: 273 GB/s LPDDR5X, 1 PFLOPS FP4 with sparsity; FP8 and BF16 halved per step and "
+        "dense (an estimate)",
+        cuda_memory_estimated=True,
+        unified_memory=True,
+    ),
+)
+ACCELERATORS.update({gpu.name: gpu for gpu in PUBLISHED_RUN_ACCELERATORS})
+
 #: Other spellings people type for the same parts.
 _ALIASES = {
     "A100": "A100-80GB",
@@ -343,21 +549,63 @@ _ALIASES = {
     "RTXPRO6000BLACKWELL": "RTXPRO6000",
     "RTX-PRO-6000": "RTXPRO6000",
     "A100-40G": "A100-40GB",
+    # the names nvidia-smi, amd-smi / rocm-smi and torch print, and their short forms (NAMES normalizes
+    # them first: upper case, runs of spaces and underscores as one dash, a leading NVIDIA or AMD [Instinct]
+    # dropped)
+    "H100-80GB": "H100",
+    "H100-80GB-HBM3": "H100",
+    "H100-SXM5-80GB": "H100",
+    "H200-141GB": "H200",
+    "H20-96GB": "H20",
+    "B200-192GB": "B200",
+    "MI300X-VF": "MI300X",
+    "B300-SXM6-AC": "B300",
+    "B300-288GB": "B300",
+    "GB300-288GB": "GB300",
+    "GH200": "GH200-96GB",
+    "GH200-480GB": "GH200-96GB",
+    "GH200-144G-HBM3E": "GH200-144GB",
+    "GH200-144G": "GH200-144GB",
+    "H20-3E-141GB": "H20-3e",
+    "H100NVL": "H100-NVL",
+    "RTX-PRO-6000-BLACKWELL-SERVER-EDITION": "RTXPRO6000",
+    "RTX-PRO-6000-BLACKWELL-WORKSTATION-EDITION": "RTXPRO6000",
+    "RTX-PRO-6000-BLACKWELL": "RTXPRO6000",
+    "GB10": "DGX-Spark",
+    "SPARK": "DGX-Spark",
+    "DGXSPARK": "DGX-Spark",
 }
 
 _GPUS = re.compile(
-    r"\s*(?P<count>\d{1,19})\s*(?:[x×*]\s*(?P<kind>[A-Za-z0-9_.-]+))?\s*", re.IGNORECASE | re.ASCII
+    r"\s*(?P<count>\d{1,19})\s*(?:[x×*]\s*(?P<kind>[A-Za-z0-9_.-][A-Za-z0-9_. -]{0,80}))?\s*",
+    re.IGNORECASE | re.ASCII,
 )
 
 
+def accelerator_key(name: str) -> str:
+    """A name as the table looks it up: upper case, runs of spaces and underscores one dash, a leading
+    NVIDIA or AMD [Instinct] dropped, as nvidia-smi and rocm-smi print them.
+
+    >>> accelerator_key("NVIDIA H100 80GB HBM3"), accelerator_key("AMD Instinct MI355X"), accelerator_key("h200")
+    ('H100-80GB-HBM3', 'MI355X', 'H200')
+    """
+    key = re.sub(r"[\s_]+", "-", name.strip().upper())
+    for prefix in ("NVIDIA-", "AMD-INSTINCT-", "AMD-"):
+        key = key.removeprefix(prefix)
+    return key
+
+
 def find_accelerator(name: str) -> Accelerator:
-    """A table entry by name, case-insensitively ('h200', 'H100-SXM', 'A100')."""
-    key = name.strip().upper()
-    by_upper = {n.upper(): n for n in ACCELERATORS}
-    canonical = by_upper.get(key) or _ALIASES.get(key)
+    """A table entry by name, case-insensitively, as people type it or the tools print it ('h200',
+    'H100-SXM', 'A100', 'H100-80GB', 'NVIDIA H100 80GB HBM3', 'AMD Instinct MI355X')."""
+    from kimicount.reading import shorten
+
+    key = accelerator_key(name)
+    by_key = {accelerator_key(n): n for n in ACCELERATORS}
+    canonical = by_key.get(key) or _ALIASES.get(key)
     if canonical is None:
         raise UsageError(
-            f"--gpus: unknown accelerator '{name}' (known: {', '.join(ACCELERATORS)}; "
+            f"--gpus: unknown accelerator '{shorten(name, 40)}' (known: {', '.join(ACCELERATORS)}; "
             "for another one give --gpus N with --gpu-memory SIZE)"
         )
     return ACCELERATORS[canonical]
@@ -365,7 +613,7 @@ def find_accelerator(name: str) -> Accelerator:
 
 #: NODES×N×TYPE: N GPUs of a type in each of NODES nodes (2x8xH800).
 _NODES = re.compile(
-    r"\s*(?P<nodes>\d{1,19})\s*[x×*]\s*(?P<count>\d{1,19})\s*[x×*]\s*(?P<kind>[A-Za-z][A-Za-z0-9_.-]*)\s*",
+    r"\s*(?P<nodes>\d{1,19})\s*[x×*]\s*(?P<count>\d{1,19})\s*[x×*]\s*(?P<kind>[A-Za-z][A-Za-z0-9_. -]{0,80})\s*",
     re.IGNORECASE,
 )
 
@@ -444,8 +692,8 @@ def with_overrides(
     >>> gpu.cuda_memory_bytes == gpu.memory_bytes == 141 * 2**30, gpu.memory_source, gpu.overridden
     (True, '--gpu-memory', ('memory',))
     """
-    changes = {
-        key: value
+    given = {
+        key
         for key, value in (
             ("memory_bytes", memory_bytes),
             ("hbm_bandwidth", hbm_bandwidth),
@@ -454,17 +702,31 @@ def with_overrides(
         )
         if value is not None
     }
-    if not changes:
+    if not given:
         return gpu
-    named = tuple(dict.fromkeys(gpu.overridden + tuple(k.split("_")[0] for k in changes)))
+    named = tuple(
+        dict.fromkeys(gpu.overridden + tuple(key.split("_")[0] for key in sorted(given, key=_ORDER.index)))
+    )
     if memory_bytes is not None:
-        changes.update(
+        gpu = replace(
+            gpu,
+            memory_bytes=memory_bytes,
             memory_source=GIVEN_MEMORY,
             cuda_memory_bytes=memory_bytes,
             cuda_memory_source=GIVEN_CUDA_MEMORY,
             cuda_memory_estimated=False,
         )
-    return replace(gpu, **changes, overridden=named)
+    if hbm_bandwidth is not None:
+        gpu = replace(gpu, hbm_bandwidth=hbm_bandwidth)
+    if bf16_flops is not None:
+        gpu = replace(gpu, bf16_flops=bf16_flops)
+    if fp8_flops is not None:
+        gpu = replace(gpu, fp8_flops=fp8_flops)
+    return replace(gpu, overridden=named)
+
+
+#: The figures a user may replace, in the order `overridden` names them.
+_ORDER = ("memory_bytes", "hbm_bandwidth", "bf16_flops", "fp8_flops")
 
 
 # --- rates typed by the user -----------------------------------------------------------------------

@@ -10,12 +10,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from kimicount.deploy.hardware import GIVEN_MEMORY, Accelerator
+from kimicount.deploy.placement import Kind, Parallel
+from kimicount.deploy.plan import PlanReport, StageMemory, search_limit
+from kimicount.deploy.speed import Step, compute_bound_from
 from kimicount.flow import Mla
-from kimicount.hardware import GIVEN_MEMORY, Accelerator
-from kimicount.placement import Kind, Parallel
-from kimicount.plan import PlanReport, StageMemory, search_limit
-from kimicount.render import Column, fitted, flops_text, human_bytes, plural, say, show, show_fitted
-from kimicount.speed import Step, compute_bound_from
+from kimicount.render import Column, fitted, flops_text, human_bytes, say, show, show_fitted
 from kimicount.storage import quantization_summary
 
 #: The memory bar's width in characters.
@@ -34,8 +34,6 @@ ESTIMATED_INPUTS = {
     "preload": "the estimated memory in use before the weights load",
     "cuda_memory": "the estimated CUDA total",
 }
-#: How each engine is named in prose.
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 def estimated_from(report: PlanReport, names: tuple[str, ...] | None = None) -> str:
@@ -55,7 +53,7 @@ def verdict(report: PlanReport) -> str:
     return text + (f" (estimated: it rests on {estimated_from(report)})" if report.estimate else "")
 
 
-def memory_text(gpu: Accelerator, engine: str = "vllm") -> str:
+def memory_text(gpu: Accelerator, engine: str = "vLLM") -> str:
     """Where the GPU's memory figures come from: the vendor tool's total, shown so the part is
     recognised, and CUDA's, which the engine sizes against and the plan uses."""
     if gpu.memory_source == GIVEN_MEMORY:
@@ -72,7 +70,7 @@ def memory_text(gpu: Accelerator, engine: str = "vllm") -> str:
     about = "an estimated " if gpu.cuda_memory_estimated else ""
     return (
         f"{shown}; the plan uses CUDA's total, {about}{gpu.cuda_memory_bytes // 2**20:,} MiB, which "
-        f"{ENGINE_NAMES[engine]} sizes against ({gpu.cuda_memory_source})"
+        f"{engine} sizes against ({gpu.cuda_memory_source})"
     )
 
 
@@ -82,14 +80,14 @@ def render_plan(console: Console, report: PlanReport, *, verdict_line: bool = Tr
     spec, gpu, parallel = report.spec, report.gpu, report.parallel
     colour = "green" if report.fits else "red"
     if verdict_line:
-        engine = ", as SGLang sizes it" if report.engine == "sglang" else ""
+        engine = report.rules.sized_by(report.release)
         say(
             console,
             f"[bold]{spec.name}[/] ({spec.model_type}) on {report.count} × {gpu.name}, {parallel.label}{engine}: "
             f"[bold {colour}]{verdict(report)}[/]",
         )
     overridden = f"; given: {', '.join(gpu.overridden)}" if gpu.overridden else ""
-    say(console, f"{gpu.name}: {gpu.description}, {memory_text(gpu, report.engine)}{overridden}")
+    say(console, f"{gpu.name}: {gpu.description}, {memory_text(gpu, report.rules.label)}{overridden}")
     say(console)
     say(console, f"Weights on one GPU, as stored: {quantization_summary(spec)}.")
     _weights_table(console, report)
@@ -171,18 +169,8 @@ def _weights_table(console: Console, report: PlanReport) -> None:
     totals = (f"[bold]{human_bytes(report.placement.weight_bytes(i))}[/]" for i in range(stages))
     rows.append(["[bold]Total[/]", "", human_bytes(whole), *totals])
     show_fitted(console, *fitted(console, columns, rows))
-    if report.placement.has(Kind.absorption) and report.engine == "sglang":
-        say(
-            console,
-            "SGLang's BF16 w_kc, w_vc: its DeepSeek model dequantizes an FP8 kv_b_proj into BF16 copies of its "
-            "two halves for the absorbed decode (post_load_weights); not in the checkpoint.",
-        )
-    elif report.placement.has(Kind.absorption):
-        say(
-            console,
-            "vLLM's BF16 W_UK, W_UV: vLLM's MLA layer keeps BF16 copies of an FP8 kv_b_proj's two halves for "
-            "the absorbed decode (it has no FP8 batched matmul for them); not in the checkpoint.",
-        )
+    if report.placement.has(Kind.absorption):
+        say(console, report.rules.absorption_note)
 
 
 def _stages_table(console: Console, report: PlanReport) -> None:
@@ -220,38 +208,25 @@ def _memory(console: Console, report: PlanReport, stage: StageMemory) -> None:
     grid = Table.grid(padding=(0, 2))
     for justify in ("left", "right", "right"):
         grid.add_column(justify=justify)
-    utilization = f"{float(report.utilization):g}"
     about = " (an estimate)" if gpu.cuda_memory_estimated else ""
     grid.add_row(f"CUDA's total{about}", f"{gpu.cuda_memory_bytes:,} B", human_bytes(gpu.cuda_memory_bytes))
-    if report.kv_memory is None and report.engine == "sglang":
-        grid.add_row("− weights", f"{stage.weights:,} B", human_bytes(stage.weights))
-        label = "− kept back (SGLang's rule, below)"
-        grid.add_row(label, f"{stage.reserve:,} B", human_bytes(stage.reserve))
-        pool = "= KV cache pool (an estimate)" if report.estimate else "= KV cache pool"
-        grid.add_row(pool, f"{stage.pool:,} B", _signed(stage.pool))
-    elif report.kv_memory is None:
-        grid.add_row(
-            f"Usable: × {utilization} (--gpu-memory-utilization)",
-            f"{report.usable:,} B",
-            human_bytes(report.usable),
-        )
-        grid.add_row("− weights", f"{stage.weights:,} B", human_bytes(stage.weights))
-        label = "− reserve (an estimate, below)" if report.reserve.estimate else "− reserve (--reserve)"
-        grid.add_row(label, f"{stage.reserve:,} B", human_bytes(stage.reserve))
-        pool = "= KV cache pool (an estimate)" if report.estimate else "= KV cache pool"
-        grid.add_row(pool, f"{stage.pool:,} B", _signed(stage.pool))
+    if report.kv_memory is None:
+        for row in report.rules.memory_rows(report, stage):
+            shown = _signed(row.bytes) if row.signed else human_bytes(row.bytes)
+            grid.add_row(row.label, f"{row.bytes:,} B", shown)
     else:
         grid.add_row("Weights", f"{stage.weights:,} B", human_bytes(stage.weights))
         grid.add_row("KV cache pool (--kv-memory)", f"{stage.pool:,} B", human_bytes(stage.pool))
     show(console, grid)
     for line in _bar(report, stage):
         say(console, line)
-    if report.reserve is not None and report.engine == "sglang":
-        _sglang_reserve(console, report)
-    elif report.reserve is not None and report.reserve.estimate:
-        say(console, f"Reserve, an estimate of {report.reserve.assumes_short}:")
+    lines, terms = report.rules.reserve_lines(report)
+    if report.reserve is not None and terms:
+        *before, after = lines
+        for line in before:
+            say(console, line)
         _show_terms(console, report.reserve.terms)
-        say(console, "--reserve SIZE replaces it; --kv-memory SIZE starts from the pool an engine printed.")
+        say(console, after)
 
 
 def _show_terms(console: Console, terms: tuple[tuple[str, str, int], ...]) -> None:
@@ -262,26 +237,6 @@ def _show_terms(console: Console, terms: tuple[tuple[str, str, int], ...]) -> No
     for name, calculation, bytes_ in terms:
         grid.add_row(f"  {name}", calculation, f"= {bytes_:,} B")
     show(console, grid)
-
-
-def _sglang_reserve(console: Console, report: PlanReport) -> None:
-    """SGLang's rule, its mem_fraction_static and the two terms it keeps back."""
-    fraction = report.static_fraction
-    assert fraction is not None and report.reserve is not None  # SGLang without --kv-memory
-    value = f"{float(fraction.value):g}"
-    if fraction.given:
-        say(console, f"mem_fraction_static {value} (--mem-fraction-static).")
-    else:
-        say(console, f"mem_fraction_static {value}, SGLang's default here: {fraction.calculation}.")
-    say(
-        console,
-        "Kept back, SGLang's rule: pool = free memory before the weights load × mem_fraction_static − weights:",
-    )
-    _show_terms(console, report.reserve.terms)
-    say(
-        console,
-        "--reserve SIZE replaces the memory in use before load; --kv-memory SIZE starts from the pool.",
-    )
 
 
 def bar_parts(report: PlanReport, stage: StageMemory) -> list[tuple[str, int]]:
@@ -371,10 +326,8 @@ def _kv(console: Console, report: PlanReport) -> None:
         )
     elif replicas:
         say(console, f"Tokens: {report.tokens_per_gpu:,} per GPU{replicas}")
-    if report.engine == "sglang":
-        _sglang_capacity(console, report)
-    else:
-        _vllm_concurrency(console, report)
+    for printed in report.rules.printed_lines(report):
+        say(console, printed)
     needs = (
         f"one sequence of {report.max_model_len:,} tokens"
         if report.kv_memory is not None
@@ -393,41 +346,37 @@ def _kv(console: Console, report: PlanReport) -> None:
         )
 
 
-def _sglang_capacity(console: Console, report: PlanReport) -> None:
-    """What SGLang prints at start-up, per DP rank (it prints GiB as "GB")."""
-    per_rank = " (each DP rank's scheduler prints its own)" if report.parallel.dp > 1 else ""
-    say(
-        console,
-        f"SGLang would print: max_total_num_tokens={report.tokens_per_gpu}, "
-        f"max_running_requests={report.max_running_requests}, context_len={report.max_model_len}{per_rank}; "
-        'its memory figures are GiB though it writes "GB".',
-    )
-
-
-def _vllm_concurrency(console: Console, report: PlanReport) -> None:
-    """vLLM's maximum concurrency line."""
-    parallel, page = report.parallel, report.block_size
-    whole = plural(report.sequences_per_replica, "whole sequence")
-    everywhere = f", {report.sequences_per_replica * parallel.dp:,} in all" if parallel.dp > 1 else ""
-    split = f" ÷ ({page} × DCP {parallel.dcp})" if parallel.dcp > 1 else f" ÷ {page}"
-    say(
-        console,
-        f"Maximum concurrency for {report.max_model_len:,} tokens per request: {report.pages_per_gpu:,} pages ÷ "
-        f"{report.sequence_pages:,} (ceil({report.max_model_len:,}{split})) = {report.max_concurrency:.2f}× "
-        f"({whole} per replica{everywhere})",
-    )
-
-
 def min_gpus_text(report: PlanReport) -> str:
     """The --min-gpus sentence, labelled with the estimates the search rests on."""
     names = report.search_estimated_inputs
     estimated = f" (estimated: it rests on {estimated_from(report, names)})" if names else ""
     if report.min_gpus is None:
-        return f"--min-gpus: no layout of up to {search_limit(report.spec):,} × {report.gpu.name} holds it{estimated}."
+        return f"--min-gpus: no layout holds it{estimated}: {_why_none(report)}."
     gpus, parallel = report.min_gpus
     return (
         f"--min-gpus: {gpus} × {report.gpu.name} ({parallel.label}) hold the weights, the reserve and one "
         f"sequence of {report.max_model_len:,} tokens on every GPU{estimated}."
+    )
+
+
+def _why_none(report: PlanReport) -> str:
+    """Why the --min-gpus search found no layout: every layout needs more than a GPU has, or the closest
+    of those it tried up to its largest count still lacks memory."""
+    search, gpu = report.min_gpus_search, report.gpu.name
+    if search is None:  # a report made without the search's record
+        return f"none of up to {search_limit(report.spec):,} × {gpu} does"
+    if search.closest is None and search.largest_tried:
+        return f"none of the layouts it tried, up to {search.largest_tried:,} × {gpu}, is a split the engine can make"
+    if search.closest is None:
+        return (
+            f"every layout needs at least {human_bytes(search.least_need)} on its fullest GPU (the reserve "
+            f"and one layer's KV of one sequence) and each {gpu} has {human_bytes(search.usable)} usable, "
+            "so it tried no count"
+        )
+    gpus, parallel, short = search.closest
+    return (
+        f"it tried up to {search.largest_tried:,} × {gpu}; the closest, {gpus:,} × {gpu} ({parallel.label}), "
+        f"is short by {human_bytes(short)} a GPU, and more GPUs put no less on the fullest one"
     )
 
 
@@ -460,10 +409,10 @@ def render_speed(console: Console, report: PlanReport, step: Step, steps: list[S
     stage = step.slowest
     where = f" (stage {stage.stage}, the slowest)" if len(step.stages) > 1 else ""
     peaks = ", ".join(
-        f"{flops_text(f)} in {dtype} at {gpu.peak_flops(dtype) / 1e12:,.4g} TFLOPS"
+        f"{flops_text(float(f))} in {dtype} at {gpu.peak_flops(dtype) / 1e12:,.4g} TFLOPS"
         for dtype, f in sorted(stage.flops.items())
     )
-    names = "SGLang's BF16 w_kc, w_vc" if report.engine == "sglang" else "vLLM's BF16 W_UK, W_UV"
+    names = report.rules.absorption_copies
     copies = (
         f" ({names} in place of the FP8 kv_b_proj)"
         if step.way is Mla.absorbed and report.placement.has(Kind.absorption)
@@ -503,7 +452,7 @@ def render_speed(console: Console, report: PlanReport, step: Step, steps: list[S
     say(
         console,
         f"[bold]Prefill floor[/] (time to first token) for a prompt of {prefill.context:,} tokens on one replica: "
-        f"{_ms(prefill.time)} ({prefill.bound}-bound, {flops_text(prefill.slowest.total_flops)} on the busiest GPU)"
+        f"{_ms(prefill.time)} ({prefill.bound}-bound, {flops_text(float(prefill.slowest.total_flops))} on the busiest GPU)"
         + ("" if prefill.fits else "; [red]its KV cache does not fit the pool[/]")
         + ".",
     )
@@ -539,7 +488,7 @@ def _sweep_table(console: Console, report: PlanReport, steps: list[Step]) -> Non
                 f"{s.batch:,}",
                 "yes" if s.fits else "no",
                 human_bytes(round(s.slowest.bytes)),
-                flops_text(s.slowest.total_flops),
+                flops_text(float(s.slowest.total_flops)),
                 _ms(s.slowest.memory_time),
                 _ms(s.slowest.compute_time),
                 _ms(s.time),

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
-from kimicount.local.placement import COMPUTE_SOURCE, DeviceLoad
-from kimicount.local.plan import LocalPlan
+from kimicount.deploy.local.placement import COMPUTE_SOURCE, DeviceLoad
+from kimicount.deploy.local.plan import LocalPlan
 
 
 def _device(load: DeviceLoad) -> dict[str, Any]:
@@ -33,7 +34,7 @@ def local_plan_json(plan: LocalPlan) -> dict[str, Any]:
         "route": "local",
         "source": plan.source,
         "estimate": plan.estimate,
-        "engine": options.engine.value,
+        "engine": options.engine.name,
         "build": options.build,
         "gpus": {"count": plan.count, "type": None if plan.gpu is None else plan.gpu.name},
         "ram_bytes": options.ram,
@@ -54,6 +55,7 @@ def local_plan_json(plan: LocalPlan) -> dict[str, Any]:
         "longest_context_limit": plan.fit.limit,
         "fewest_n_cpu_moe": plan.cpu_moe,
         "command": list(plan.flags),
+        "command_line": shlex.join(plan.flags),  # quoted for a shell
         "floor": None
         if floors is None
         else {

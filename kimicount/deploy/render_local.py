@@ -3,12 +3,15 @@ longest context, the flags to pass and the speed floor."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from rich.console import Console
 from rich.table import Table
 
-from kimicount.local.builds import CacheLayout, Engine
-from kimicount.local.placement import COMPUTE_SOURCE, DeviceLoad
-from kimicount.local.plan import LocalPlan
+from kimicount.deploy.local.builds import CacheLayout
+from kimicount.deploy.local.placement import COMPUTE_SOURCE, DeviceLoad
+from kimicount.deploy.local.plan import LocalPlan
+from kimicount.deploy.render_command import command_lines, print_command
 from kimicount.render import human_bytes, plural, say, show
 
 MIB = 2**20
@@ -20,10 +23,7 @@ def mib(count: int) -> str:
 
 
 def _engine(plan: LocalPlan) -> str:
-    options = plan.options
-    if options.engine is Engine.ik_llama_cpp:
-        return "ik_llama.cpp"
-    return "llama.cpp " + ("(newest build)" if options.build is None else f"b{options.build}")
+    return plan.options.engine.describe(plan.options.build)
 
 
 def _box(plan: LocalPlan) -> str:
@@ -59,7 +59,7 @@ def render_local_plan(console: Console, plan: LocalPlan) -> None:
         say(console, line)
     show(console)
     show(console, "Run:" if plan.layout.fits else "Run (as asked; it does not fit: see above):")
-    show(console, "  " + " ".join(plan.flags))
+    print_command(console, command_lines(plan.flags, console.width, lead="  "))
     if plan.floors is not None:
         show(console)
         _floor(console, plan)
@@ -110,7 +110,7 @@ def _holds(plan: LocalPlan, load: DeviceLoad) -> str:
     return ", ".join(parts) + verdict
 
 
-def _notes(plan: LocalPlan):
+def _notes(plan: LocalPlan) -> Iterator[str]:
     host, options = plan.layout.host, plan.options
     gpu_bytes = sum(load.experts + load.other for load in plan.layout.gpus)
     if options.mmap:
@@ -146,7 +146,7 @@ def _notes(plan: LocalPlan):
             f"{on_gpus} on the GPU that holds each block)."
         )
     yield f"Compute buffers: {COMPUTE_SOURCE}."
-    if options.engine is Engine.ik_llama_cpp:
+    if options.engine.computes_missing_attention:
         yield (
             "ik_llama.cpp computes the attention tensors a file lacks at load (attn_kv_b from attn_k_b and "
             "attn_v_b, or the reverse): GPU memory beyond the buffers above, not counted here."

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.local.placement import Layout, Tensor, is_routed_expert, tensor_device
 from kimicount.errors import UsageError
-from kimicount.hardware import Accelerator
-from kimicount.local.placement import Layout, Tensor, is_routed_expert, tensor_device
 from kimicount.spec import ModelSpec
 
 #: PCIe 4.0 x16, one direction: 16 GT/s × 16 lanes × 128/130 encoding ÷ 8 bits.
@@ -102,7 +102,7 @@ def floors(
     if gpu.hbm_bandwidth <= 0 or gpu.bf16_flops <= 0:
         raise UsageError("the speed floor needs the GPU's --hbm-bandwidth and --peak-bf16")
     share = Fraction(spec.num_experts_per_tok, spec.n_routed_experts)
-    from kimicount.local.placement import layer_devices
+    from kimicount.deploy.local.placement import layer_devices
 
     devices = layer_devices(spec.num_hidden_layers, len(layout.gpus), layout.offload)
     slots = len(layout.gpus) + 1

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kimicount.hardware import Accelerator
+from kimicount.deploy.hardware import Accelerator
 from kimicount.spec import ModelSpec
 
 GIB = 2**30
@@ -52,12 +52,16 @@ NON_TORCH_ALLOWANCE = 3 * GIB // 2
 def engine_batch_defaults(gpu: Accelerator) -> tuple[int, int]:
     """(max batched tokens, max sequences) that vLLM picks for this GPU when the user does not.
 
-    >>> from kimicount.hardware import ACCELERATORS
+    >>> from kimicount.deploy.hardware import ACCELERATORS
     >>> engine_batch_defaults(ACCELERATORS["H200"]), engine_batch_defaults(ACCELERATORS["A100-80GB"])
     ((8192, 1024), (2048, 256))
     """
-    large = gpu.cuda_memory_bytes >= 70 * GIB and not gpu.name.startswith("A100")
-    return LARGE_GPU_DEFAULTS if large else SMALL_GPU_DEFAULTS
+    return LARGE_GPU_DEFAULTS if large_gpu(gpu) else SMALL_GPU_DEFAULTS
+
+
+def large_gpu(gpu: Accelerator) -> bool:
+    """Whether vLLM gives this GPU its larger batch defaults: at least 70 GiB, and not an A100."""
+    return gpu.cuda_memory_bytes >= 70 * GIB and not gpu.name.startswith("A100")
 
 
 @dataclass(frozen=True)

@@ -17,32 +17,29 @@ other, and `--kv-memory` skips the whole subtraction, starting from the figure a
 Under pipeline parallelism every stage is sized and the deployment holds what its fullest stage
 allows, as vLLM takes the smallest block count of all its workers.
 
-With `engine` "sglang" the pool follows SGLang's rule instead (engines/sglang.py): the memory free
-before the weights load × mem_fraction_static − weights, in pages of --page-size (1 by default), with
-SGLang's own default mem_fraction_static, its DP attention (dense MLP, shared expert and head over all
-TP × DP ranks) and its max_running_requests. The reserve estimate is engines/reserve.py.
+Each engine's own rule sizes the pool (deploy/engines: one interface, looked up by name): vLLM's above
+(engines/vllm.py, its reserve estimate engines/reserve.py); SGLang's (engines/sglang.py): the memory
+free before the weights load × mem_fraction_static − weights, in pages of --page-size (1 by default),
+with its own default mem_fraction_static by release, its DP attention (dense MLP, shared expert and
+head over all TP × DP ranks) and its max_running_requests. The plan follows one release of its engine,
+the newest kimicount knows unless `release` names another, and says which.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from kimicount.anatomy import Anatomy
-from kimicount.engines.deepep import DeepEPBuffer, low_latency_buffer
-from kimicount.engines.reserve import Reserve, engine_batch_defaults, reserve_estimate
-from kimicount.engines.sglang import (
-    DEFAULT_PAGE_SIZE,
-    PRELOAD_ESTIMATE,
-    StaticFraction,
-    default_mem_fraction_static,
-    max_running_requests,
-    sglang_reserve,
-)
+from kimicount.deploy.engines import DEFAULT_SERVER, server_engine
+from kimicount.deploy.engines.base import Release, ServerEngine, StaticFraction
+from kimicount.deploy.engines.deepep import DeepEPBuffer, low_latency_buffer
+from kimicount.deploy.engines.reserve import Reserve
+from kimicount.deploy.groups import PoolGroup, model_groups
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.placement import Parallel, Placement, parallel_layout, place
 from kimicount.errors import UsageError, require_positive
-from kimicount.hardware import Accelerator
 from kimicount.kvcache import (
     Layout,
     LayoutCache,
@@ -50,28 +47,10 @@ from kimicount.kvcache import (
     bytes_per_token_per_layer,
     default_dtype,
     element_bytes,
-    layers_with_indexer,
-    layout_cache,
 )
-from kimicount.placement import Parallel, Placement, expert_width_per_gpu, parallel_layout, place
 from kimicount.spec import ModelSpec
 
 GIB = 2**30
-
-#: The engines `plan` models.
-ENGINES = ("vllm", "sglang")
-
-
-def usable_memory(gpu: Accelerator, utilization: Fraction) -> int:
-    """What vLLM lets itself use of one GPU, its request_memory: ceil(CUDA's total ×
-    gpu_memory_utilization). [bytes]
-
-    >>> from kimicount.hardware import ACCELERATORS
-    >>> usable_memory(ACCELERATORS["H200"], Fraction(9, 10))  # ceil(143,156 MiB × 0.9)
-    135098951271
-    """
-    return math.ceil(gpu.cuda_memory_bytes * utilization)
-
 
 # --- the KV cache ----------------------------------------------------------------------------------
 
@@ -128,17 +107,27 @@ class DeploymentOptions:
     max_model_len: int | None = None
     mtp: bool = False
     vision: bool = True
-    engine: str = "vllm"
+    engine: str = DEFAULT_SERVER
+    release: str | None = None  # the engine's release whose rules apply; None: the newest kimicount knows
     mem_fraction_static: Fraction | None = None  # SGLang's; None: its default for the GPU and layout
     page_size: int | None = None  # SGLang's page (vLLM keeps block_size); None: 1
     dp_attention: bool = False  # SGLang's --enable-dp-attention
     redundant_experts: int = 0  # vLLM --num-redundant-experts, SGLang --ep-num-redundant-experts
     max_running_requests: int | None = None  # SGLang's; None: its default from the pool
 
+    @property
+    def rules(self) -> ServerEngine:
+        """The engine whose memory rule sizes the pool (deploy/engines)."""
+        return server_engine(self.engine)
+
+    @property
+    def engine_release(self) -> Release:
+        """The release of the engine whose rules the plan follows: `release`, or the newest known."""
+        return self.rules.release(self.release)
+
     def check(self, anatomy: Anatomy) -> None:
-        """Refuse, in one line, an option no engine takes."""
-        if self.engine not in ENGINES:
-            raise UsageError(f"--engine {self.engine}: expected one of {', '.join(ENGINES)}")
+        """Refuse, in one line, an option no engine takes, or one the engine asked for does not."""
+        self.rules.release(self.release)  # an engine and a release kimicount knows
         if not 0 < self.utilization <= 1:
             raise UsageError(
                 f"--gpu-memory-utilization {float(self.utilization):g}: expected a fraction in (0, 1]"
@@ -159,97 +148,28 @@ class DeploymentOptions:
         ):
             if value is not None:
                 require_positive(option, value)
-        self._check_engine()
+        self.rules.check(self)
         if self.mtp and anatomy.mtp is None:
             raise UsageError(
                 f"--mtp: {anatomy.spec.name} has no multi-token-prediction layer (num_nextn_predict_layers 0)"
             )
         element_bytes(self.dtype(anatomy.spec), "--kv-dtype")
 
-    def _check_engine(self) -> None:
-        """Refuse an option of the other engine, naming the one this engine takes."""
-        sglang = self.engine == "sglang"
-        if not sglang:
-            for option, given, instead in (
-                ("--mem-fraction-static", self.mem_fraction_static is not None, "--gpu-memory-utilization"),
-                ("--page-size", self.page_size is not None, "--block-size"),
-                ("--max-running-requests", self.max_running_requests is not None, "--max-num-seqs"),
-                ("--enable-dp-attention", self.dp_attention, "--dp (always data-parallel attention)"),
-            ):
-                if given:
-                    raise UsageError(f"{option} is SGLang's (--engine sglang); vLLM's is {instead}")
-            return
-        for option, given, instead in (
-            ("--gpu-memory-utilization", self.utilization != Fraction(9, 10), "--mem-fraction-static"),
-            ("--block-size", self.block_size != 64, "--page-size"),
-            ("--max-num-seqs", self.max_num_seqs is not None, "--max-running-requests"),
-            (
-                "--max-batched-tokens",
-                self.max_batched_tokens is not None,
-                "--chunked-prefill-size (not modelled)",
-            ),
-        ):
-            if given:
-                raise UsageError(f"{option} is vLLM's; with --engine sglang use SGLang's {instead}")
-        if self.dcp > 1:
-            raise UsageError(f"--dcp {self.dcp}: decode-context parallelism is modelled for vLLM only")
-        if self.dp > 1 and not self.dp_attention:
-            raise UsageError(
-                f"--dp {self.dp} without --enable-dp-attention: SGLang runs {self.dp} independent servers "
-                "behind its router; plan one of them (its share of --gpus), or add --enable-dp-attention"
-            )
-
     def parallel(self, spec: ModelSpec, gpus: int) -> Parallel:
-        """The layout of `gpus` GPUs these options describe, checked (placement.parallel_layout).
-        Under SGLang's DP attention `tp` is SGLang's --tp, all the GPUs of a pipeline stage, and the
-        attention TP group is tp ÷ dp.
+        """The layout of `gpus` GPUs these options describe, checked, in the engine's terms
+        (placement.parallel_layout; under SGLang's DP attention `tp` is its --tp, all the GPUs of a
+        stage, and the attention TP group is tp ÷ dp).
 
         >>> DeploymentOptions(dp=8, ep=8).parallel(k2, 8).label
         'DP8 + EP8'
         >>> DeploymentOptions(engine="sglang", tp=8, dp=8, ep=8, dp_attention=True).parallel(k2, 8).label
         'TP8 + DP8 attention + EP8'
         """
-        tp = self.tp
-        sglang_dp = self.engine == "sglang" and self.dp_attention
-        if sglang_dp:
-            tp_size = gpus // self.pp if tp is None else tp
-            if tp_size % self.dp:
-                raise UsageError(
-                    f"--dp {self.dp}: SGLang's DP attention splits --tp {tp_size} into DP groups; it must divide"
-                )
-            tp = tp_size // self.dp
-        return parallel_layout(
-            spec,
-            gpus,
-            tp=tp,
-            pp=self.pp,
-            dp=self.dp,
-            ep=self.ep,
-            dcp=self.dcp,
-            redundant=self.redundant_experts,
-            sglang_dp=sglang_dp,
-        )
+        return self.rules.parallel(self, spec, gpus)
 
     def page(self) -> int:
         """Tokens per KV page: vLLM's --block-size, SGLang's --page-size (1 unless given)."""
-        if self.engine == "sglang":
-            return DEFAULT_PAGE_SIZE if self.page_size is None else self.page_size
-        return self.block_size
-
-    def static_fraction(self, gpu: Accelerator, parallel: Parallel) -> StaticFraction | None:
-        """SGLang's mem_fraction_static, given or its default for this GPU and layout; None for vLLM."""
-        if self.engine != "sglang":
-            return None
-        if self.mem_fraction_static is not None:
-            return StaticFraction(self.mem_fraction_static, True)
-        return default_mem_fraction_static(
-            gpu,
-            parallel.tp * parallel.dp if parallel.sglang_dp else parallel.tp,
-            parallel.pp,
-            parallel.dp,
-            dp_attention=parallel.sglang_dp,
-            speculative=self.mtp,
-        )
+        return self.rules.page(self)
 
     def context(self, spec: ModelSpec) -> int:
         """max_model_len, or the config's max_position_embeddings. [tokens]"""
@@ -260,23 +180,11 @@ class DeploymentOptions:
         return default_dtype(spec) if self.kv_dtype is None else self.kv_dtype
 
     def reserve_for(self, anatomy: Anatomy, gpu: Accelerator, parallel: Parallel) -> Reserve | None:
-        """What is kept back: None under --kv-memory; for SGLang its rule (engines/sglang.py), --reserve
-        giving the memory in use before the weights load; for vLLM the given --reserve, or the estimate."""
+        """What is kept back: None under --kv-memory; otherwise the engine's rule (--reserve given, or its
+        estimate: vLLM's profile pass, SGLang's memory in use before the weights load and its share)."""
         if self.kv_memory is not None:
             return None
-        fraction = self.static_fraction(gpu, parallel)
-        if fraction is not None:
-            preload = PRELOAD_ESTIMATE if self.reserve is None else self.reserve
-            return sglang_reserve(gpu, fraction.value, preload, self.reserve is not None)
-        if self.reserve is not None:
-            return Reserve(self.reserve, False)
-        tokens, sequences = engine_batch_defaults(gpu)
-        return reserve_estimate(
-            anatomy.spec,
-            expert_width_per_gpu(anatomy.spec, parallel),
-            self.max_batched_tokens or tokens,
-            self.max_num_seqs or sequences,
-        )
+        return self.rules.reserve(self, anatomy, gpu, parallel)
 
 
 @dataclass(frozen=True)
@@ -291,18 +199,20 @@ class StageMemory:
     weights: int
     reserve: int
     pool: int
-    cache: LayoutCache  # bytes per token on this GPU, for its kv_layers
+    groups: tuple[PoolGroup, ...]  # the model's cache on this GPU, for its kv_layers
+    #: Tokens whose KV fits in the pool, in whole pages, as the engine packs the groups (one per-token
+    #: group: floor(pool ÷ (block_size × bytes_per_token)) × block_size). [tokens]
+    tokens: int
+
+    @property
+    def cache(self) -> LayoutCache:
+        """The per-token group's layout: bytes per token on this GPU, for its kv_layers."""
+        return self.groups[0].cache
 
     @property
     def bytes_per_token(self) -> int:
         """KV bytes per token held on this GPU (all its layers). [bytes/token]"""
-        return self.cache.bytes_per_token_per_gpu
-
-    @property
-    def tokens(self) -> int:
-        """Tokens whose KV fits in the pool, in whole pages:
-        floor(pool ÷ (block_size × bytes_per_token)) × block_size. [tokens]"""
-        return self.cache.max_tokens(self.pool) if self.pool > 0 else 0
+        return sum(group.bytes_per_token for group in self.groups)
 
     @property
     def kv_bytes(self) -> int:
@@ -327,6 +237,7 @@ class PlanReport:
     min_gpus: tuple[int, Parallel] | None = None
     min_gpus_asked: bool = False
     static_fraction: StaticFraction | None = None  # SGLang's mem_fraction_static; None for vLLM
+    min_gpus_search: GpuSearch | None = None  # how --min-gpus searched, when asked
 
     @property
     def spec(self) -> ModelSpec:
@@ -334,7 +245,18 @@ class PlanReport:
 
     @property
     def engine(self) -> str:
+        """The engine's name, as --engine takes it."""
         return self.options.engine
+
+    @property
+    def rules(self) -> ServerEngine:
+        """The engine whose memory rule sized the plan."""
+        return self.options.rules
+
+    @property
+    def release(self) -> Release:
+        """The release whose rules the plan applied."""
+        return self.options.engine_release
 
     @property
     def deepep_buffer(self) -> DeepEPBuffer | None:
@@ -346,11 +268,8 @@ class PlanReport:
 
     @property
     def max_running_requests(self) -> int | None:
-        """SGLang's max_running_requests per DP rank, as it prints it (None for vLLM)."""
-        if self.engine != "sglang":
-            return None
-        given = self.options.max_running_requests
-        return max_running_requests(self.tokens_per_gpu, self.max_model_len, given, self.parallel.dp)
+        """SGLang's max_running_requests per DP rank, as it prints it (None for an engine without one)."""
+        return self.rules.max_running(self)
 
     @property
     def utilization(self) -> Fraction:
@@ -373,13 +292,13 @@ class PlanReport:
     def usable(self) -> int:
         """What the engine sizes against: vLLM's usable_memory, ceil(CUDA's total ×
         gpu_memory_utilization); SGLang's whole CUDA total (its share is in the reserve). [bytes]"""
-        return engine_usable(self.gpu, self.options)
+        return self.rules.usable(self.gpu, self.options)
 
     @property
     def reserve_input(self) -> str:
         """What the reserve estimate is called among the estimated inputs: 'reserve' (vLLM's),
         'preload' (the memory in use before SGLang loads the weights)."""
-        return "preload" if self.engine == "sglang" else "reserve"
+        return self.rules.reserve_input
 
     @property
     def estimated_inputs(self) -> tuple[str, ...]:
@@ -460,26 +379,31 @@ class PlanReport:
 def plan_memory(
     anatomy: Anatomy, gpu: Accelerator, parallel: Parallel, options: DeploymentOptions
 ) -> PlanReport:
-    """Place the weights on `parallel.gpus` GPUs and size every stage's KV pool (options checked)."""
-    spec = anatomy.spec
-    placement = place(anatomy, parallel, mtp=options.mtp, vision=options.vision, engine=options.engine)
+    """Place the weights on `parallel.gpus` GPUs and size every stage's KV pool by the engine's rule
+    (options checked)."""
+    spec, rules = anatomy.spec, options.rules
+    placement = place(
+        anatomy, parallel, mtp=options.mtp, vision=options.vision, copies_name=rules.absorption_copies
+    )
+    extras = rules.load_extras(options, anatomy, gpu, placement)
+    if extras:
+        placement = replace(placement, components=placement.components + extras)
     dtype = options.dtype(spec)
     layout = engine_layout(spec, dtype, options.kv_layout)
     reserve = options.reserve_for(anatomy, gpu, parallel)
-    usable = engine_usable(gpu, options)
-    workload = Workload(tokens=options.context(spec), block_size=options.page(), tp=parallel.tp)
+    usable = rules.usable(gpu, options)
+    page = options.page()
+    workload = Workload(tokens=options.context(spec), block_size=page, tp=parallel.tp)
     kept = 0 if reserve is None else reserve.bytes
     weights = [placement.weight_bytes(index) for index in range(len(placement.stages))]
-    # SGLang measures the free memory after loading as the minimum over all ranks (get_available_gpu_memory
-    # with distributed=True), so every stage sizes from the fullest one's; vLLM sizes each worker alone.
-    loaded = [max(weights)] * len(weights) if options.engine == "sglang" else weights
+    loaded = rules.loaded(weights)
     stages = []
     for index, layers in enumerate(placement.stages):
         kv_layers = placement.kv_layers(index)
         pool = options.kv_memory if options.kv_memory is not None else usable - loaded[index] - kept
-        e = element_bytes(dtype, "--kv-dtype")
-        cache = layout_cache(spec, layout, e, kv_layers, workload, layers_with_indexer(spec, kv_layers))
-        stages.append(StageMemory(index, layers, kv_layers, weights[index], kept, pool, cache))
+        groups = model_groups(spec, layout, element_bytes(dtype, "--kv-dtype"), kv_layers, workload)
+        tokens = rules.pool_tokens(pool, groups, page)
+        stages.append(StageMemory(index, layers, kv_layers, weights[index], kept, pool, groups, tokens))
     return PlanReport(
         anatomy,
         gpu,
@@ -491,15 +415,8 @@ def plan_memory(
         layout,
         dtype,
         tuple(stages),
-        static_fraction=options.static_fraction(gpu, parallel),
+        static_fraction=rules.static_fraction(options, anatomy, gpu, parallel),
     )
-
-
-def engine_usable(gpu: Accelerator, options: DeploymentOptions) -> int:
-    """What the engine sizes against: vLLM's usable_memory; SGLang's CUDA total. [bytes]"""
-    if options.engine == "sglang":
-        return gpu.cuda_memory_bytes
-    return usable_memory(gpu, options.utilization)
 
 
 def plan(
@@ -515,7 +432,7 @@ def plan(
     max_model_len (in layouts of its own: the search ignores the options' layout).
 
     >>> from kimicount.anatomy import build_anatomy
-    >>> from kimicount.hardware import ACCELERATORS
+    >>> from kimicount.deploy.hardware import ACCELERATORS
     >>> report = plan(build_anatomy(k2), ACCELERATORS["H200"], 16, DeploymentOptions(kv_memory=40 * 2**30))
     >>> report.parallel.label, report.tokens_per_gpu  # floor(40 GiB ÷ (64 × 70,272 B)) × 64
     ('TP16', 611136)
@@ -524,7 +441,8 @@ def plan(
     report = plan_memory(anatomy, gpu, options.parallel(anatomy.spec, count), options)
     if not min_gpus:
         return report
-    return replace(report, min_gpus=fewest_gpus(anatomy, gpu, options), min_gpus_asked=True)
+    search = search_fewest(anatomy, gpu, options)
+    return replace(report, min_gpus=search.found, min_gpus_asked=True, min_gpus_search=search)
 
 
 # --- the fewest GPUs -------------------------------------------------------------------------------
@@ -534,18 +452,19 @@ MAX_SEARCH_GPUS = 4096
 
 
 def candidate_layouts(
-    spec: ModelSpec, gpus: int, redundant: int = 0, engine: str = "vllm"
+    spec: ModelSpec, gpus: int, redundant: int = 0, dense_over_dp: bool = False
 ) -> Iterator[Parallel]:
     """Layouts of `gpus` GPUs worth trying, simplest first: TP alone, TP with EP, DP attention with EP
-    (SGLang's under `engine` sglang), then TP × PP with and without EP (fewer stages first). Layouts the
-    model cannot run, or whose EP does not divide the experts and `redundant` slots, are skipped."""
+    (SGLang's, dense parts over TP × DP, under `dense_over_dp`), then TP × PP with and without EP (fewer
+    stages first). Layouts the model cannot run, or whose EP does not divide the experts and `redundant`
+    slots, are skipped."""
     tried: list[dict[str, int]] = [{"tp": gpus}, {"tp": gpus, "ep": gpus}, {"tp": 1, "dp": gpus, "ep": gpus}]
     for pp in range(2, min(gpus, spec.num_hidden_layers) + 1):
         if gpus % pp == 0:
             tried += [{"tp": gpus // pp, "pp": pp}, {"tp": gpus // pp, "pp": pp, "ep": gpus // pp}]
     for options in tried:
         try:
-            yield parallel_layout(spec, gpus, **options, redundant=redundant, sglang_dp=engine == "sglang")
+            yield parallel_layout(spec, gpus, **options, redundant=redundant, sglang_dp=dense_over_dp)
         except UsageError:
             continue
 
@@ -570,36 +489,109 @@ def least_need(anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions) -
     layout = engine_layout(spec, dtype, options.kv_layout)
     kv = bytes_per_token_per_layer(spec, layout, element_bytes(dtype, "--kv-dtype"))
     one = sequence_pages(options.context(spec), options.page()) * options.page() * kv
-    if options.engine == "sglang":  # its reserve does not depend on the layout but through the fraction
-        fraction = options.mem_fraction_static or default_mem_fraction_static(gpu, 1).value
-        preload = PRELOAD_ESTIMATE if options.reserve is None else options.reserve
-        return one + sglang_reserve(gpu, fraction, preload, options.reserve is not None).bytes
-    if options.reserve is not None:
-        return one + options.reserve
-    tokens, sequences = engine_batch_defaults(gpu)
-    floor = reserve_estimate(spec, 0, options.max_batched_tokens or tokens, options.max_num_seqs or sequences)
-    return one + floor.bytes
+    return one + options.rules.least_reserve(options, anatomy, gpu)
+
+
+@dataclass(frozen=True)
+class GpuSearch:
+    """What the --min-gpus search found: the fewest GPUs and their layout, or none; the largest count it
+    tried; and the closest miss (the plan that lacked least), to say why none fits."""
+
+    found: tuple[int, Parallel] | None
+    largest_tried: int
+    closest: tuple[int, Parallel, int] | None = None  # (GPUs, layout, bytes short per GPU)
+    least_need: int = 0  # bytes every layout needs on its fullest GPU, however many GPUs
+    usable: int = 0
+    plans: int = 0  # the layouts it planned
+
+
+def layout_families(
+    spec: ModelSpec, limit: int, redundant: int = 0, dense_over_dp: bool = False
+) -> Iterator[list[Parallel]]:
+    """The layouts of up to `limit` GPUs, by family, each in increasing GPUs: TP × PP at one TP size,
+    with or without EP (PP from 1), and DP attention with EP (TP1). Within a family what the fullest GPU
+    needs does not grow with the GPUs (fewer layers a stage, fewer experts a GPU; the reserve and the
+    replicated parts the same), so whether a layout fits is False up to some count and True from it."""
+    for tp in range(1, spec.num_attention_heads + 1):
+        if spec.num_attention_heads % tp:
+            continue
+        for ep in (False, True) if tp > 1 else (False,):
+            family = []
+            for pp in range(1, min(spec.num_hidden_layers, limit // tp) + 1):
+                try:
+                    family.append(
+                        parallel_layout(
+                            spec, tp * pp, tp=tp, pp=pp, ep=tp if ep else None, redundant=redundant
+                        )
+                    )
+                except UsageError:
+                    continue
+            yield family
+    dp_family = []
+    for gpus in range(2, limit + 1):
+        try:
+            dp_family.append(
+                parallel_layout(
+                    spec, gpus, tp=1, dp=gpus, ep=gpus, redundant=redundant, sglang_dp=dense_over_dp
+                )
+            )
+        except UsageError:
+            continue
+    yield dp_family
+
+
+def search_fewest(anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions) -> GpuSearch:
+    """The fewest GPUs of this type, and a layout, on which every GPU holds its weights, the reserve and
+    one sequence of max_model_len; none when no count up to search_limit does, or at once when even
+    least_need exceeds a GPU's usable memory. In bounded time: a binary search in each family of
+    layout_families (about a hundred plans for Kimi K2), then the simplest layout that fits at the
+    fewest count (candidate_layouts' order)."""
+    spec = anatomy.spec
+    usable = options.rules.usable(gpu, options)
+    need = least_need(anatomy, gpu, options)
+    limit = search_limit(spec)
+    if need > usable:
+        return GpuSearch(None, 0, None, need, usable)
+    search = replace(options, kv_memory=None)
+    whole = sum(
+        c.model_bytes for c in place(anatomy, Parallel(), mtp=options.mtp, vision=options.vision).components
+    )
+    start = max(1, whole // usable)
+    closest: tuple[int, Parallel, int] | None = None
+    tried = plans = 0
+
+    def fits(parallel: Parallel) -> bool:
+        nonlocal closest, tried, plans
+        tried, plans = max(tried, parallel.gpus), plans + 1
+        try:
+            report = plan_memory(anatomy, gpu, parallel, search)
+        except UsageError:  # a split an engine cannot make (FP8 blocks, INT4 groups)
+            return False
+        if not report.fits and (closest is None or report.short_by < closest[2]):
+            closest = (parallel.gpus, parallel, report.short_by)
+        return report.fits
+
+    best: int | None = None
+    for family in layout_families(spec, limit, options.redundant_experts, options.rules.dense_over_dp):
+        family = [p for p in family if p.gpus >= start and (best is None or p.gpus < best)]
+        low, high = 0, len(family)  # the first that fits lies in [low, high)
+        while low < high:
+            middle = (low + high) // 2
+            if fits(family[middle]):
+                high = middle
+            else:
+                low = middle + 1
+        if low < len(family):
+            best = family[low].gpus
+    if best is not None:
+        for parallel in candidate_layouts(spec, best, options.redundant_experts, options.rules.dense_over_dp):
+            if fits(parallel):
+                return GpuSearch((best, parallel), tried, closest, need, usable, plans)
+    return GpuSearch(None, tried, closest, need, usable, plans)
 
 
 def fewest_gpus(
     anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions
 ) -> tuple[int, Parallel] | None:
-    """The fewest GPUs of this type, and a layout, on which every GPU holds its weights, the reserve
-    and one sequence of max_model_len; None when no count up to search_limit does, or at once when
-    even least_need exceeds a GPU's usable memory."""
-    spec = anatomy.spec
-    usable = engine_usable(gpu, options)
-    if least_need(anatomy, gpu, options) > usable:
-        return None
-    search = replace(options, kv_memory=None)
-    whole = sum(
-        c.model_bytes for c in place(anatomy, Parallel(), mtp=options.mtp, vision=options.vision).components
-    )
-    for gpus in range(max(1, whole // usable), search_limit(spec) + 1):
-        for parallel in candidate_layouts(spec, gpus, options.redundant_experts, options.engine):
-            try:
-                if plan_memory(anatomy, gpu, parallel, search).fits:
-                    return gpus, parallel
-            except UsageError:  # a split an engine cannot make (FP8 blocks, INT4 groups)
-                continue
-    return None
+    """search_fewest's GPUs and layout, or None."""
+    return search_fewest(anatomy, gpu, options).found

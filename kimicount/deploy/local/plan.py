@@ -7,12 +7,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kimicount.deploy.engines.llama_cpp import LLAMA_CPP, LlamaCpp
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.local.builds import CacheChoice, CacheLayout
+from kimicount.deploy.local.cache import Cache, make_cache, padded_cells
+from kimicount.deploy.local.floor import PCIE4_X16, Floors, floors
+from kimicount.deploy.local.placement import (
+    Fit,
+    Layout,
+    Offload,
+    Tensor,
+    fewest_cpu_moe,
+    longest_context,
+    place,
+)
 from kimicount.errors import UsageError, require_positive
-from kimicount.hardware import Accelerator
-from kimicount.local.builds import CacheChoice, CacheLayout, Engine, cache_layout
-from kimicount.local.cache import Cache, make_cache, padded_cells
-from kimicount.local.floor import PCIE4_X16, Floors, floors
-from kimicount.local.placement import Fit, Layout, Offload, Tensor, fewest_cpu_moe, longest_context, place
 from kimicount.spec import ModelSpec
 
 #: The context shown when none is asked and none fits.
@@ -23,7 +32,7 @@ FALLBACK_CONTEXT = 4096
 class LocalOptions:
     """What the user asked: engine and build (or -mla, or a layout), cache types, offload, context, RAM."""
 
-    engine: Engine = Engine.llama_cpp
+    engine: LlamaCpp = LLAMA_CPP
     build: int | None = None
     mla: int | None = None
     layout: CacheLayout | None = None
@@ -61,7 +70,7 @@ class LocalPlan:
         return self.layout.cache
 
 
-def is_mla_gguf(metadata: dict | object, tensors: Sequence[Tensor]) -> bool:
+def is_mla_gguf(metadata: object, tensors: Sequence[Tensor]) -> bool:
     """Whether a GGUF was written for MLA, as llama.cpp decides it: `attention.key_length_mla` is there
     and not 0 (src/llama-model.cpp reads LLM_KV_ATTENTION_KEY_LENGTH_MLA; llama_hparams::is_mla).
     Without deepseek2 metadata at all, the attn_k_b tensors that only MLA conversions write decide."""
@@ -91,29 +100,31 @@ def local_plan(
         raise UsageError(
             "--n-cpu-moe and --offload experts: give one (every block's experts are in RAM already)"
         )
-    choice = cache_layout(
-        options.engine,
+    choice = options.engine.cache_layout(
         options.build,
         mla_gguf=mla_gguf,
         mla=options.mla,
         flash_attn=options.flash_attn,
         layout=options.layout,
     )
-    ik = options.engine is Engine.ik_llama_cpp
+    ik = options.engine.keeps_2d_by_head
     # with mmap the page cache holds what it can and the rest is read from disk: RAM limits nothing
     # then (the plan says what the page cache would need); with --no-mmap the host copy must fit
-    args = {
-        "ram": None if options.mmap else options.ram,
-        "ubatch": options.ubatch,
-        "flash_attn": options.flash_attn,
-    }
+    ram = None if options.mmap else options.ram
+    ubatch, flash_attn = options.ubatch, options.flash_attn
     probe = make_cache(spec, choice, options.type_k, options.type_v, choice.pad, ik=ik)
-    fit = longest_context(spec, tensors, gpu, count, options.offload, probe, **args)
+    fit = longest_context(
+        spec, tensors, gpu, count, options.offload, probe, ram=ram, ubatch=ubatch, flash_attn=flash_attn
+    )
     context = options.context or fit.longest or FALLBACK_CONTEXT
     cache = make_cache(spec, choice, options.type_k, options.type_v, context, ik=ik)
-    layout = place(spec, tensors, gpu, count, options.offload, cache, **args)
+    layout = place(
+        spec, tensors, gpu, count, options.offload, cache, ram=ram, ubatch=ubatch, flash_attn=flash_attn
+    )
     cpu_moe = (
-        fewest_cpu_moe(spec, tensors, gpu, count, options.offload, cache, **args)
+        fewest_cpu_moe(
+            spec, tensors, gpu, count, options.offload, cache, ram=ram, ubatch=ubatch, flash_attn=flash_attn
+        )
         if gpu is not None and (options.offload.experts_in_ram or options.offload.n_cpu_moe)
         else None
     )
@@ -150,10 +161,7 @@ def local_plan(
 def run_flags(options: LocalOptions, choice: CacheChoice, context: int, model_path: str) -> tuple[str, ...]:
     """The command line: llama-server (or ik_llama.cpp's) with the options this plan assumes."""
     flags = ["llama-server", "-m", model_path]
-    if options.engine is Engine.ik_llama_cpp:
-        from kimicount.local.builds import IK_DEFAULT_MLA
-
-        flags += ["-mla", str(IK_DEFAULT_MLA if options.mla is None else options.mla)]
+    flags += options.engine.mode_flags(options.mla)
     flags += options.offload.flags()
     flags += ["-c", str(context)]
     if options.flash_attn:

@@ -32,6 +32,9 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from kimicount.anatomy import Anatomy, Role, TensorRef, latent_attention
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.placement import Kind, Parallel, Placement, Rule, experts_per_gpu, tensor_rule
+from kimicount.deploy.plan import PlanReport, sequence_pages
 from kimicount.errors import UsageError, require_positive
 from kimicount.flow import (
     Mla,
@@ -43,10 +46,7 @@ from kimicount.flow import (
     prefill_attention_flops,
     ref_flops,
 )
-from kimicount.hardware import Accelerator
 from kimicount.kvcache import Layout, splits_across_ranks
-from kimicount.placement import Kind, Parallel, Placement, Rule, experts_per_gpu, tensor_rule
-from kimicount.plan import PlanReport, sequence_pages
 from kimicount.spec import ModelSpec
 
 #: Batch sizes the sweep tries (sequences per replica).
@@ -298,7 +298,7 @@ def mla_decode_floor(
 
     bytes = weights + batch × context × cache_bytes_per_token;  FLOPs = batch × (2 × matmul params + attention)
 
-    >>> from kimicount.hardware import ACCELERATORS
+    >>> from kimicount.deploy.hardware import ACCELERATORS
     >>> floor = mla_decode_floor(k2, ACCELERATORS["H200"], Mla.absorbed, batch=1, context=2, cache_bytes_per_token=1152)
     >>> floor.bytes == 2 * (7168 * 1536 + 1536 * 12288 + 7168 * 576 + 512 * 16384 + 8192 * 7168) + 2 * 1152
     True

@@ -442,25 +442,31 @@ def _leaves(node: Node) -> Iterator[Node]:
 
 
 def place(
-    anatomy: Anatomy, parallel: Parallel, *, mtp: bool = False, vision: bool = True, engine: str = "vllm"
+    anatomy: Anatomy,
+    parallel: Parallel,
+    *,
+    mtp: bool = False,
+    vision: bool = True,
+    copies_name: str = "",
 ) -> Placement:
     """Each component's bytes on the fullest GPU of every stage.
 
-    The language model's leaves are one row each (the same component of the dense and MoE blocks
-    summed). With `mtp` (speculative decoding) the MTP module's own layer is one row, on the last stage;
-    its embedding and head are the main model's, which engines share with it. With `vision` the vision
-    tower and projector are one row on the first stage (the image encoder runs before layer 0),
-    replicated. When kv_b_proj is quantized, vLLM's BF16 copies of W_UK and W_UV are one row more
-    (ABSORPTION_COPIES): each GPU's kv_b_proj shard again, at 2 bytes an element, not in the checkpoint.
-    SGLang keeps the same, its w_kc and w_vc (deepseek_v2.py's post_load_weights dequantizes a 128 × 128
-    block-FP8 kv_b_proj to BF16 and splits it, unless SGL_USE_DEEPGEMM_BMM), named so for `engine` "sglang".
+        The language model's leaves are one row each (the same component of the dense and MoE blocks
+        summed). With `mtp` (speculative decoding) the MTP module's own layer is one row, on the last stage;
+        its embedding and head are the main model's, which engines share with it. With `vision` the vision
+        tower and projector are one row on the first stage (the image encoder runs before layer 0),
+        replicated. When kv_b_proj is quantized, vLLM's BF16 copies of W_UK and W_UV are one row more
+        (ABSORPTION_COPIES): each GPU's kv_b_proj shard again, at 2 bytes an element, not in the checkpoint.
+        SGLang keeps the same, its w_kc and w_vc (deepseek_v2.py's post_load_weights dequantizes a 128 × 128
+        block-FP8 kv_b_proj to BF16 and splits it, unless SGL_USE_DEEPGEMM_BMM): `copies_name` names the row as
+    the engine calls them (vLLM's by default).
 
-    >>> from kimicount.anatomy import build_anatomy
-    >>> placement = place(build_anatomy(k2), Parallel(tp=8))
-    >>> [(c.name, c.bytes_per_gpu) for c in placement.components][:2]
-    [('Token embedding', (293601280,)), ('Attention RMSNorm', (874496,))]
-    >>> placement.components[-1].name, placement.components[-1].bytes_per_gpu  # 61 × 8 heads × 256 × 512 × 2
-    ("vLLM's BF16 W_UK, W_UV", (127926272,))
+        >>> from kimicount.anatomy import build_anatomy
+        >>> placement = place(build_anatomy(k2), Parallel(tp=8))
+        >>> [(c.name, c.bytes_per_gpu) for c in placement.components][:2]
+        [('Token embedding', (293601280,)), ('Attention RMSNorm', (874496,))]
+        >>> placement.components[-1].name, placement.components[-1].bytes_per_gpu  # 61 × 8 heads × 256 × 512 × 2
+        ("vLLM's BF16 W_UK, W_UV", (127926272,))
     """
     spec = anatomy.spec
     stages = pipeline_stages(spec.num_hidden_layers, parallel.pp)
@@ -506,7 +512,7 @@ def place(
     ]
     if copies.shards:
         rule = f"{ABSORPTION_RULE}, {rule_text(spec, parallel, Rule.heads, copies.shards)}"
-        name = SGLANG_ABSORPTION_COPIES if engine == "sglang" else ABSORPTION_COPIES
+        name = copies_name or ABSORPTION_COPIES
         components.append(PlacedComponent(name, rule, 0, tuple(copies.per_stage), Kind.absorption, False))
     mtp_layers = len(spec.mtp_layers) if mtp and anatomy.mtp is not None else 0
     return Placement(parallel, tuple(stages), tuple(components), mtp_layers)
@@ -515,8 +521,6 @@ def place(
 #: The row of vLLM's BF16 copies of kv_b_proj, and its rule.
 ABSORPTION_COPIES = "vLLM's BF16 W_UK, W_UV"
 ABSORPTION_RULE = "kv_b_proj in BF16"
-#: SGLang's row of the same copies.
-SGLANG_ABSORPTION_COPIES = "SGLang's BF16 w_kc, w_vc"
 
 
 def rules_text(spec: ModelSpec, parallel: Parallel, shards: Sequence[Shard]) -> str:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kimicount.deploy.local.builds import CacheChoice, CacheLayout
 from kimicount.errors import UsageError
-from kimicount.local.builds import CacheChoice, CacheLayout
 from kimicount.spec import ModelSpec
 
 #: The cache types llama.cpp's -ctk / -ctv accept (common/arg.cpp, kv_cache_types).
@@ -113,6 +113,8 @@ def layer_tensors(
     if layout is CacheLayout.per_head:
         k_elements = heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim)
         v_elements = heads * spec.v_head_dim
+        k_row: int | None
+        v_row: int | None
         if ik:
             k_row, v_row = spec.qk_nope_head_dim + spec.qk_rope_head_dim, None
         else:

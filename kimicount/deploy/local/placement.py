@@ -20,7 +20,7 @@ ik_llama.cpp's src/llama.cpp):
 - The KV cache of a layer lives on that layer's device (src/llama-kv-cache.cpp: model.dev_layer(il)),
   so it splits across GPUs by whole layers, following the blocks; a block kept in RAM keeps its cache
   there.
-- A GPU buffer holds each tensor padded as kimicount.local.cache.device_bytes says (that is how the
+- A GPU buffer holds each tensor padded as kimicount.deploy.local.cache.device_bytes says (that is how the
   printed "CUDA0 buffer size" comes out); host tensors are the file's bytes (mmap) or a copy of them.
 
 Compute buffers are an estimate (see `compute_estimate`).
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Protocol
 
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.local.cache import Cache, device_bytes, padded_cells
 from kimicount.errors import UsageError
-from kimicount.hardware import Accelerator
-from kimicount.local.cache import Cache, device_bytes, padded_cells
 from kimicount.spec import ModelSpec
 
 MIB = 2**20
@@ -58,12 +58,16 @@ COMPUTE_SOURCE = (
 
 
 class Tensor(Protocol):
-    """A GGUF tensor as kimicount.gguf lists it."""
+    """A GGUF tensor as kimicount.gguf lists it (read-only: its listings are frozen)."""
 
-    name: str
-    shape: tuple[int, ...]
-    ggml_type: str
-    nbytes: int
+    @property
+    def name(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def ggml_type(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
 
 
 def block_of(name: str) -> int | None:
@@ -242,7 +246,8 @@ def place(
         counts[slot] += 1
     layer_lists: list[list[int]] = [[] for _ in range(gpus + 1)]
     for il in range(n_layer):
-        layer_lists[gpus if devices[il] is None else devices[il]].append(il)
+        device = devices[il]
+        layer_lists[gpus if device is None else device].append(il)
     loads = []
     for i in range(gpus + 1):
         host = i == gpus

@@ -1,26 +1,35 @@
 """The JSON of `kimicount plan`: plain dictionaries of ints and strings, in the style of reports.py.
 
-Keys: `model`, `model_type`, `engine` ('vllm' or 'sglang'), `gpus` (the accelerator and its figures),
+Keys: `model`, `model_type`, `engine` ('vllm' or 'sglang'), `engine_release` (the release whose rules
+the plan applied, e.g. '0.5.8.post1'), `engine_rules` ('SGLang 0.5.8.post1'), `engine_prints` (what the
+engine would print at start-up, in its words), `gpus` (the accelerator and its figures),
 `parallel`, `weights` (the components per GPU), `stages` (each stage's memory), `reserve`, `sglang`
 (SGLang's mem_fraction_static and what it prints; null for vLLM), `deepep_buffer` (under EP, DeepEP's
 low-latency buffer per GPU: an estimate, not in the pool), `kv_cache`, `fits`, `short_by_bytes`,
-`min_gpus`, and `estimate` wherever a figure rests on an estimate: on each stage, on `kv_cache`, on
+`min_gpus`, `min_gpus_search` (under --min-gpus: the largest count tried, the layouts planned, the closest layout that did
+not fit and by how much, the least any layout needs against a GPU's usable memory; else null), and
+`estimate` wherever a figure rests on an estimate: on each stage, on `kv_cache`, on
 `min_gpus` and at the top level (for `fits` and `short_by_bytes`), with `estimated_inputs` naming the
-estimates ('reserve', 'preload' (SGLang's memory in use before the weights load), 'cuda_memory'). Bytes and FLOPs are ints; the speed floor's expected values
+estimates ('reserve', 'preload' (SGLang's memory in use before the weights load), 'cuda_memory').
+Bytes and FLOPs are ints; the speed floor's expected values
 (what the experts a step touches under uniform routing, `"routing": "uniform"`, add) are rounded to
 the nearest byte or FLOP, under keys that say `expected`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kimicount.anatomy import Node
-from kimicount.flow import FlopsReport, Mla, node_calculation, node_compute
-from kimicount.hardware import Accelerator
-from kimicount.placement import Parallel
-from kimicount.plan import PlanReport
-from kimicount.speed import Step, compute_bound_from
+from kimicount.deploy.engines import DEFAULT_SERVER, ENGINES, server_engine
+from kimicount.deploy.engines.base import ServerEngine
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.placement import Parallel
+from kimicount.deploy.plan import GpuSearch, PlanReport
+from kimicount.deploy.speed import Step, compute_bound_from
+
+if TYPE_CHECKING:
+    from kimicount.deploy.request import CompareAnswer, PlanAnswer
+    from kimicount.deploy.serve_command import ServeCommand
 
 
 def accelerator_json(gpu: Accelerator, count: int) -> dict[str, Any]:
@@ -42,40 +51,25 @@ def accelerator_json(gpu: Accelerator, count: int) -> dict[str, Any]:
     }
 
 
-def parallel_json(parallel: Parallel, engine: str = "vllm") -> dict[str, Any]:
+def parallel_json(parallel: Parallel, engine: str = DEFAULT_SERVER) -> dict[str, Any]:
     """The layout's sizes; "ep" is 1 when expert parallelism is off; "tp" is the attention TP group
-    (under SGLang's DP attention its --tp is "dense_tp", all TP × DP ranks)."""
+    (under SGLang's DP attention its --tp is "dense_tp", all TP × DP ranks); "dp_attention" names whose
+    DP attention it is: the dense parts over all TP × DP ranks (SGLang's) or per DP group (vLLM's)."""
+    rules = server_engine(engine)
+    dense = next(e.name for e in ENGINES.values() if isinstance(e, ServerEngine) and e.dense_over_dp)
+    per_group = next(e.name for e in ENGINES.values() if isinstance(e, ServerEngine) and not e.dense_over_dp)
     return {
         "label": parallel.label,
-        "engine": "SGLang" if engine == "sglang" else "vLLM",  # whose layout: DP attention, EP, PP split
+        "engine": rules.label,  # whose layout: DP attention, EP, PP split
         "tp": parallel.tp,
         "pp": parallel.pp,
         "dp": parallel.dp,
-        "dp_attention": "sglang" if parallel.sglang_dp else ("vllm" if parallel.dp > 1 else None),
+        "dp_attention": dense if parallel.sglang_dp else (per_group if parallel.dp > 1 else None),
         "dense_tp": parallel.dense_ranks,
         "ep": parallel.moe_ranks if parallel.ep else 1,
         "redundant_experts": parallel.redundant,
         "dcp": parallel.dcp,
         "gpus": parallel.gpus,
-    }
-
-
-def sglang_json(report: PlanReport) -> dict[str, Any] | None:
-    """SGLang's figures: mem_fraction_static (given or its default, with the calculation) and what it
-    prints at start-up per DP rank (max_total_num_tokens, max_running_requests, context_len, in GiB
-    that it writes "GB"); None for vLLM."""
-    if report.engine != "sglang":
-        return None
-    fraction = report.static_fraction
-    return {
-        "mem_fraction_static": None if fraction is None else float(fraction.value),
-        "mem_fraction_static_given": None if fraction is None else fraction.given,
-        "mem_fraction_static_calculation": None if fraction is None else fraction.calculation,
-        "page_size": report.block_size,
-        "max_total_num_tokens": report.tokens_per_gpu,
-        "max_running_requests": report.max_running_requests,
-        "context_len": report.max_model_len,
-        "estimate": report.estimate,
     }
 
 
@@ -86,10 +80,14 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
     fullest = report.fullest
     line = fullest.cache.attention
     estimate = report.estimate
+    figures_key, figures = report.rules.json_figures(report)
     return {
         "model": spec.name,
         "model_type": spec.model_type,
         "engine": report.engine,
+        "engine_release": str(report.release.version),
+        "engine_rules": f"{report.release}",
+        "engine_prints": report.rules.printed_lines(report),
         "gpus": accelerator_json(report.gpu, report.count),
         "parallel": parallel_json(report.parallel, report.engine),
         "gpu_memory_utilization": float(report.utilization),
@@ -130,7 +128,7 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
             "terms": [{"name": n, "calculation": c, "bytes": b} for n, c, b in reserve.terms],
             "assumes": reserve.assumes,
         },
-        "sglang": sglang_json(report),
+        figures_key: figures,
         "deepep_buffer": None
         if report.deepep_buffer is None
         else {
@@ -170,45 +168,28 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
             "estimate": bool(report.search_estimated_inputs),
             "estimated_inputs": list(report.search_estimated_inputs),
         },
+        "min_gpus_search": None
+        if report.min_gpus_search is None
+        else search_json(report.min_gpus_search, report.engine),
     }
 
 
-def flops_json(report: FlopsReport) -> dict[str, Any]:
-    """`kimicount flops --json`: the tree with each node's matmul FLOPs per token, the attention per way,
-    and the totals."""
-    spec = report.spec
-
-    def node(n: Node) -> dict[str, Any]:
-        return {
-            "name": n.name,
-            "instances": n.instances,
-            "calculation": node_calculation(spec, n),
-            "flops_per_token": report.flops[id(n)],
-            "compute": node_compute(spec, n),
-            "children": [node(c) for c in n.children],
-        }
-
+def search_json(search: GpuSearch, engine: str) -> dict[str, Any]:
+    """How --min-gpus searched: the largest count it tried, the closest layout that did not fit (and by how
+    much a GPU it lacked), and the least any layout needs on its fullest GPU against a GPU's usable memory."""
+    closest = search.closest
     return {
-        "model": spec.name,
-        "model_type": spec.model_type,
-        "tokens": report.tokens,
-        "context": report.context,
-        "layers": report.layers,
-        "matmul_flops_per_token": report.matmul_flops,
-        "tree": node(report.model),
-        "attention": [
-            {
-                "way": way.name,
-                "formula": report.decode(way).formula,
-                "decode_calculation": report.decode(way).calculation,
-                "decode_flops_per_token_per_layer": report.decode(way).flops,
-                "prefill_flops_per_token_per_layer": float(report.prefill(way)),
-                "decode_flops_per_token": report.decode_total(way),
-                "prefill_flops_per_token": float(report.prefill_total(way)),
-            }
-            for way in Mla
-        ],
-        "absorbed_cheaper_than_reexpanded_from": report.crossover,
+        "largest_tried": search.largest_tried,
+        "layouts_planned": search.plans,
+        "closest": None
+        if closest is None
+        else {
+            "count": closest[0],
+            "parallel": parallel_json(closest[1], engine),
+            "short_by_bytes": closest[2],
+        },
+        "least_need_bytes": search.least_need,
+        "usable_bytes": search.usable,
     }
 
 
@@ -261,7 +242,7 @@ def answer_json(
 ) -> dict[str, Any]:
     """The short answer's figures (`answer`) and the ways out (`try`: each a command that fits, with the
     plan it gives), for `plan --json`; `gpus` gains `nodes` where --gpus named them."""
-    from kimicount.plan_answer import limited_by, max_num_seqs, sequence_bytes, verdict_of
+    from kimicount.deploy.answer import limited_by, max_num_seqs, sequence_bytes, verdict_of
 
     per_node = report.count // nodes
     return {
@@ -299,7 +280,7 @@ def answer_json(
 
 def compare_json(spec: Any, gpu: Accelerator, rows: list[Any]) -> dict[str, Any]:
     """`plan --compare --json`: the model, the GPU type, and per layout its plan's figures (or `error`)."""
-    from kimicount.plan_answer import verdict_of
+    from kimicount.deploy.answer import verdict_of
 
     return {
         "model": spec.name,
@@ -326,3 +307,49 @@ def compare_json(spec: Any, gpu: Accelerator, rows: list[Any]) -> dict[str, Any]
             for row in rows
         ],
     }
+
+
+def serve_json(serve: ServeCommand) -> dict[str, Any]:
+    """The serve command a plan read: its engine, launcher (and image, with the release its tag names),
+    model, flags as typed, and what the plan does not model."""
+    return {
+        "engine": serve.engine,
+        "launcher": serve.launcher,
+        "image": serve.image,
+        "release": serve.release,
+        "model": serve.model,
+        "revision": serve.revision,
+        "nodes": serve.nodes,
+        "flags": dict(serve.flags),
+        "unmodelled": list(serve.unmodelled),
+        "memory_unmodelled": list(serve.memory_unmodelled),
+    }
+
+
+def plan_answer_json(answer: PlanAnswer) -> dict[str, Any]:
+    """`kimicount plan --json`: the plan, the short answer and the ways out, --batch max, the serve
+    command and the speed floor, as one document."""
+    report, request = answer.report, answer.request
+    ways = [(way.kind, way.why, command, way.report) for way, command in answer.tries]
+    return {
+        **plan_json(report),
+        **answer_json(report, request.nodes, ways),
+        **(
+            {}
+            if answer.batch_max is None
+            else {
+                "batch_max": {
+                    "batch": answer.batch_max,
+                    "context": answer.positions,
+                    "estimate": report.estimate,
+                }
+            }
+        ),
+        **({} if request.serve is None else {"serve_command": serve_json(request.serve)}),
+        **({} if answer.speed is None else speed_json(report, *answer.speed)),
+    }
+
+
+def compare_answer_json(answer: CompareAnswer) -> dict[str, Any]:
+    """`kimicount plan --compare --json`."""
+    return compare_json(answer.spec, answer.request.gpu, list(answer.rows))

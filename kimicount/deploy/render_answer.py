@@ -7,13 +7,19 @@ memory bar and the reserve's formula are render_plan's (under --detail).
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.text import Text
+import shlex
+from typing import TYPE_CHECKING
 
-from kimicount.plan import PlanReport, sequence_pages
-from kimicount.plan_answer import Compared, Verdict, limited_by, max_num_seqs, sequence_bytes, verdict_of
+from rich.console import Console
+
+from kimicount.deploy.answer import Compared, Verdict, limited_by, max_num_seqs, sequence_bytes, verdict_of
+from kimicount.deploy.plan import PlanReport, sequence_pages
+from kimicount.deploy.render_command import command_lines, print_command
+from kimicount.deploy.render_plan import estimated_from
 from kimicount.render import Column, fitted, human_bytes, plural, say, show_fitted
-from kimicount.render_plan import estimated_from
+
+if TYPE_CHECKING:
+    from kimicount.deploy.request import PlanAnswer
 
 #: The estimates a pool can rest on, in the answer's words.
 ESTIMATES = {
@@ -57,7 +63,7 @@ def answer_lines(report: PlanReport, nodes: int = 1) -> list[str]:
     it; where a TP group spans nodes, that; what is estimated."""
     spec, parallel, stage = report.spec, report.parallel, report.fullest
     colour = "green" if report.fits else "red"
-    engine = ", as SGLang sizes it" if report.engine == "sglang" else ""
+    engine = report.rules.sized_by(report.release)
     lines = [
         (
             f"[bold]{spec.name}[/] on {where(report, nodes)}, {parallel.label}{engine}: "
@@ -77,8 +83,8 @@ def answer_lines(report: PlanReport, nodes: int = 1) -> list[str]:
         f"{report.max_concurrency:.2f}× ({whole} per replica{everywhere})"
     )
     limit = limited_by(report)
-    # SGLang sizes against CUDA's whole total and keeps back its rule's share (render_plan's terms)
-    usable, reserve = ("CUDA total", "kept back") if report.engine == "sglang" else ("usable", "reserve")
+    # the engine's words for what it sizes against and keeps back (SGLang: CUDA's whole total, its share)
+    usable, reserve = report.rules.usable_words
     if limit == "weights" and report.kv_memory is None:
         lines.append(
             f"Limited by the weights: {human_bytes(stage.weights)} per GPU + {human_bytes(stage.reserve)} {reserve} "
@@ -114,6 +120,7 @@ CONTINUATION = "       "
 def try_line(command: str, why: str, width: int) -> list[str]:
     r"""`try: COMMAND  # why` in one line when it fits `width`; otherwise the command broken between its
     options with shell continuations (` \`), so that it still pastes as one command, and the comment last.
+    COMMAND is as shlex.join wrote it: its words are read back and quoted again, none split.
 
     >>> try_line("kimicount plan --gpus 9xH200 --tp 1 --pp 9", "the fewest GPUs", 80)
     ['try: kimicount plan --gpus 9xH200 --tp 1 --pp 9  # the fewest GPUs']
@@ -123,25 +130,7 @@ def try_line(command: str, why: str, width: int) -> list[str]:
            --config fixtures/deepseek-v3 \
            --gpus 16xH800 --tp 16  # why
     """
-    whole = f"try: {command}  # {why}"
-    if len(whole) <= width:
-        return [whole]
-    words = command.split(" ")  # shlex.join quoted every word with a space: no quoted word is split here
-    units: list[str] = []
-    for word in words:  # an option stays with its value
-        if units and units[-1].startswith("-") and " " not in units[-1] and not word.startswith("-"):
-            units[-1] += " " + word
-        else:
-            units.append(word)
-    lines, current = [], "try:"
-    for unit in units:
-        if len(current) + 1 + len(unit) + 2 > width and current != "try:" and current != CONTINUATION:
-            lines.append(current + " \\")
-            current = CONTINUATION
-        current += unit if current == CONTINUATION else " " + unit
-    if len(current) + len(why) + 4 <= width:
-        return [*lines, f"{current}  # {why}"]
-    return [*lines, current, f"{CONTINUATION}# {why}"]
+    return command_lines(shlex.split(command), width, lead="try: ", indent=CONTINUATION, comment=why)
 
 
 def render_answer(
@@ -155,8 +144,7 @@ def render_answer(
         if tries:
             say(console, "Ways out, each a command that fits:")
             for command, why in tries:
-                for line in try_line(command, why, console.width):
-                    console.print(Text(line), soft_wrap=True)
+                print_command(console, try_line(command, why, console.width))
         else:
             say(
                 console, "No way out found: no shorter max-model-len, layout, GPU count or fp8 KV cache fits."
@@ -231,3 +219,26 @@ def render_compare(console: Console, rows: list[Compared]) -> None:
     estimated = [row.report for row in rows if row.report is not None and row.report.estimate]
     if estimated:
         say(console, f"Estimates: each plan rests on {estimated_from(estimated[0])}.")
+
+
+def render_plan_answer(console: Console, answer: PlanAnswer) -> None:
+    """`kimicount plan`: the answer first, then --detail's plan (or --min-gpus's line), --batch max, and
+    the speed floor."""
+    from kimicount.deploy.render_plan import min_gpus_text, render_plan, render_speed
+    from kimicount.render import show
+
+    report, request = answer.report, answer.request
+    render_answer(
+        console, report, request.nodes, [(command, way.why) for way, command in answer.tries], request.detail
+    )
+    if request.detail:
+        say(console)
+        render_plan(console, report, verdict_line=False)
+    elif report.min_gpus_asked:
+        say(console, min_gpus_text(report))
+    if answer.batch_max is not None and answer.positions is not None:
+        say(console)
+        render_batch_max(console, report, answer.batch_max, answer.positions)
+    if answer.speed is not None:
+        show(console)
+        render_speed(console, report, *answer.speed)

@@ -1,0 +1,556 @@
+"""SGLang as the planner sees it: its KV-cache pool as its code sizes it, its default
+mem_fraction_static by release, its flags (engines/sglang_flags.py) and what it prints.
+
+The rule (python/sglang/srt/model_executor/model_runner.py, `profile_max_num_token` and
+`init_memory_pool`; in newer trees `profile_available_bytes` in pool_configurator.py):
+
+    total_gpu_memory = the free memory after the distributed init, before the weights load
+                       (`init_torch_distributed` returns get_available_gpu_memory: the minimum over ranks)
+    rest_memory      = free memory after the weights load − total_gpu_memory × (1 − mem_fraction_static)
+    max_num_token    = int(rest_memory × 2^30) // cell_size
+    max_total_num_tokens = max_num_token // page_size × page_size
+
+so the pool is `free before load × mem_fraction_static − weights` and the share 1 − mem_fraction_static
+of the free memory is left to activations and CUDA graphs. SGLang counts in GiB and prints them as "GB".
+
+The cell (MLATokenToKVPool, mem_cache/memory_pool.py; `_compute_cell_size`): (kv_lora_rank +
+qk_rope_head_dim) × layers × element size, 1,152 B per layer in bf16 and 576 B in fp8; DeepSeek-V3.2's
+NSA pool (DSATokenToKVPool) adds the indexer's keys, index_head_dim fp8 bytes and one F32 scale per 128
+per layer, and stores an fp8 cache as FlashMLA's 656-byte record. The per-token bytes are kvcache's
+layouts, the same as vLLM's.
+
+The default mem_fraction_static (python/sglang/srt/server_args.py, `_handle_gpu_memory_settings`,
+called from ServerArgs.__post_init__: line 730 at v0.5.8.post1, whose line 1006 is inside it, as the
+tracebacks of the published v0.5.8.post1 ROCm image show): the heuristic of PR #10975 (merged
+2025-09-27, so from 0.5.3), then, for a multimodal model not run --language-only,
+`adjust_mem_fraction_for_vlm` (the same file), a factor from the vision tower's size. kimicount knows
+SGLang from 0.5.3 to 0.5.8.post1, the release of the published MI355X Kimi-K2.5 run.
+
+What is an estimate here: the memory already in use before the weights load (the CUDA or HIP context,
+NCCL/RCCL communicators, the custom all-reduce buffers), which decides the free memory SGLang
+measures: 1.5 GiB on CUDA and 4.5 GiB on ROCm (PRELOAD_ESTIMATES, each from a published run);
+`--reserve` replaces it and `--kv-memory` starts from the pool SGLang printed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from kimicount.deploy.engines.base import MemoryRow, Ruled, ServerEngine, StaticFraction, rule_for
+from kimicount.deploy.engines.reserve import Reserve
+from kimicount.deploy.engines.sglang_flags import (
+    KV_CACHE_DTYPES,
+    MTP_ALGORITHMS,
+    SGLANG_FLAGS,
+    UNMODELLED_KV_CACHE_DTYPES,
+)
+from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.placement import Kind, Parallel, PlacedComponent, Placement, parallel_layout
+from kimicount.errors import UsageError
+
+if TYPE_CHECKING:
+    from kimicount.anatomy import Anatomy
+    from kimicount.deploy.plan import DeploymentOptions, PlanReport, StageMemory
+    from kimicount.spec import ModelSpec
+
+GIB = 2**30
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Preload:
+    """The memory in use before the weights load on one platform, and the run it is read from."""
+
+    bytes: int
+    source: str
+
+
+#: The memory in use before the weights load, by platform: an estimate. CUDA: SGLang's Kubernetes guide's
+#: DeepSeek-R1 run on 2 × 8 × H20 implies 1.54 GiB. ROCm: the published GLM-5-FP8 run on 8 × MI355X
+#: (SGLang v0.5.8.post1, TP8, AITER's custom all-reduce) had 283.48 GiB free on its fullest rank before
+#: loading, of the 287.98 GiB HIP reports: 4.50 GiB in use.
+PRELOAD_ESTIMATES = {
+    "cuda": Preload(3 * GIB // 2, "1.5 GiB (an estimate: CUDA context, NCCL, custom all-reduce)"),
+    "rocm": Preload(9 * GIB // 2, "4.5 GiB (an estimate: HIP context, RCCL, AITER's custom all-reduce)"),
+}
+#: The CUDA one, as before there were platforms.
+PRELOAD_ESTIMATE = PRELOAD_ESTIMATES["cuda"].bytes
+#: SGLang's default page size (--page-size); FlashMLA needs 64, CUTLASS MLA 128 (server_args.py).
+DEFAULT_PAGE_SIZE = 1
+#: The bounds of SGLang's default max_running_requests per DP rank (model_runner's max_num_reqs).
+MIN_RUNNING_REQUESTS, MAX_RUNNING_REQUESTS = 2048, 4096
+#: SGLang's row of the BF16 copies of an FP8 kv_b_proj (its w_kc, w_vc).
+SGLANG_ABSORPTION_COPIES = "SGLang's BF16 w_kc, w_vc"
+#: The row of the index buffers its INT4 MoE keeps on ROCm (load_extras).
+INT4_MOE_INDICES = "SGLang's INT4 MoE g_idx buffers (ROCm)"
+
+#: The default mem_fraction_static's heuristic, by release.
+FRACTION_RULE = (
+    Ruled(
+        "512 + max(chunked_prefill_size, 2048) × 1.5 + cuda_graph_max_bs × 2 + tp × pp ÷ 8 × 1,024 MiB reserved "
+        "(+ DP-attention padding), at least 10,240 above 60 GiB, + 2,048 for EAGLE/MTP drafts",
+        "python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings (PR #10975, merged "
+        "2025-09-27; read at v0.5.8.post1, called from __post_init__ at line 730)",
+        since="0.5.3",
+    ),
+)
+#: The factor a multimodal model's fraction is multiplied by, by release.
+VLM_RULE = (
+    Ruled(
+        "× 0.95 × clamp(1 − 0.1 × (vision layers × vision hidden² ÷ (24 × 1,024²) − 1), 0.8, 1.05)",
+        "python/sglang/srt/server_args.py ServerArgs.adjust_mem_fraction_for_vlm (v0.5.8.post1), applied "
+        "when model_config.is_multimodal and not language_only",
+        since="0.5.3",
+    ),
+)
+#: The index buffers SGLang's INT4 MoE keeps on ROCm, by release.
+INT4_MOE_RULE = (
+    Ruled(
+        "2 × experts × (hidden + expert width) × 4 B per MoE layer on each GPU",
+        "python/sglang/srt/layers/quantization/compressed_tensors/compressed_tensors_moe.py: "
+        "CompressedTensorsWNA16MoE.create_weights allocates w13/w2 g_idx and g_idx_sort_indices (int32); "
+        "CompressedTensorsWNA16TritonMoE, the ROCm path ('Using CompressedTensorsWNA16TritonMoE (ROCm)' in "
+        "the v0.5.8.post1 MI355X log), converts the weights but keeps them, where the CUDA path empties them",
+        since="0.5.3",
+    ),
+)
+
+
+def batch_defaults(gpu: Accelerator, tp_size: int) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) SGLang picks by the GPU's memory, nvidia-smi's total in
+    MiB (server_args.py `_handle_gpu_memory_settings`, its get_device_memory_capacity).
+
+    >>> from kimicount.deploy.hardware import ACCELERATORS
+    >>> batch_defaults(ACCELERATORS["H200"], 8), batch_defaults(ACCELERATORS["H20"], 2)
+    ((8192, 512), (8192, 256))
+    """
+    mib = gpu.memory_bytes // MIB
+    if mib < 20 * 1024:
+        return 2048, 8
+    if mib < 35 * 1024:
+        return 2048, 24 if tp_size < 4 else 80
+    if mib < 60 * 1024:
+        return 4096, 32 if tp_size < 4 else 160
+    if mib < 160 * 1024:
+        return 8192, 256 if tp_size < 4 else 512
+    return 16384, 512
+
+
+def default_mem_fraction_static(
+    gpu: Accelerator,
+    tp_size: int,
+    pp_size: int = 1,
+    dp_size: int = 1,
+    *,
+    dp_attention: bool = False,
+    speculative: bool = False,
+    vision: tuple[int, int] | None = None,
+) -> StaticFraction:
+    """SGLang's mem_fraction_static when none is given (server_args.py `_handle_gpu_memory_settings`):
+    reserved MiB = 512 + max(chunked_prefill_size, 2048) × 1.5 + cuda_graph_max_bs × 2
+    + tp_size × pp_size ÷ 8 × 1024 (+ cuda_graph_max_bs × dp_size × 3, and × 1.5 more past 300, under DP
+    attention), at least 10,240 on GPUs over 60 GiB, + 2,048 for EAGLE/MTP drafts; then
+    round((memory − reserved) ÷ memory, 3), memory in MiB as nvidia-smi reports it. A multimodal model
+    (`vision`: its tower's layers and hidden size) then gets `adjust_mem_fraction_for_vlm`'s factor,
+    0.95 × clamp(1 − 0.1 × (layers × hidden² ÷ (24 × 1024²) − 1), 0.8, 1.05), in SGLang's floats.
+
+    >>> from kimicount.deploy.hardware import ACCELERATORS
+    >>> float(default_mem_fraction_static(ACCELERATORS["H200"], 8).value)  # 1 − 14,848 ÷ 143,771
+    0.897
+    """
+    chunk, graph_bs = batch_defaults(gpu, tp_size)
+    mib = gpu.memory_bytes // MIB
+    # (the term in SGLang's numbers, its MiB, what it is for)
+    parts = [
+        ("512", 512.0, "constant metadata"),
+        (
+            f"{max(chunk, 2048):,} × 1.5",
+            max(chunk, 2048) * 1.5,
+            f"the activations of {chunk:,}-token prefill chunks",
+        ),
+        (f"{graph_bs} × 2", graph_bs * 2.0, f"CUDA graphs up to batch {graph_bs}"),
+        (f"{tp_size} × {pp_size} ÷ 8 × 1,024", tp_size * pp_size / 8 * 1024, f"TP{tp_size} × PP{pp_size}"),
+    ]
+    if dp_attention:
+        parts.append(
+            (f"{graph_bs} × {dp_size} × 3", graph_bs * dp_size * 3.0, f"DP{dp_size} attention's padding")
+        )
+        if graph_bs > 300:
+            parts.append((f"{graph_bs} × {dp_size} × 1.5", graph_bs * dp_size * 1.5, "its large CUDA graphs"))
+    reserved = sum(value for _, value, _ in parts)
+    text = " + ".join(name for name, _, _ in parts)
+    words = ", ".join(f"{value:,g} for {what}" for _, value, what in parts)
+    if mib > 60 * 1024 and reserved < 10 * 1024:
+        reserved, text = 10 * 1024.0, f"max({text}, 10,240)"
+        words = f"10,240, its floor above 60 GiB (the terms, {words}, come to less)"
+    if speculative:
+        reserved += 2 * 1024
+        text += " + 2,048 (MTP draft)"
+        words += ", 2,048 for the MTP draft and its CUDA graphs"
+    value = round((mib - reserved) / mib, 3)
+    calculation = f"round(({mib:,} − ({text} = {reserved:,g})) ÷ {mib:,}, 3) MiB = {value:g}"
+    why = [f"SGLang sets aside {reserved:,g} of the {mib:,} MiB the GPU reports: {words}"]
+    printed = value
+    if vision is not None:
+        layers, hidden = vision
+        ratio = layers * hidden**2 / (24 * 1024**2)
+        dynamic = max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+        printed = value * (0.95 * dynamic)  # SGLang: mem_fraction_static * final_overall_factor
+        calculation += (
+            f"; × 0.95 × (1 − 0.1 × ({layers} × {hidden:,}² ÷ (24 × 1,024²) − 1)) = {value:g} × 0.95 × "
+            f"{dynamic!r} = {printed!r} (a multimodal model)"
+        )
+        why[0] += (
+            f"; then, the model being multimodal, it multiplies the fraction by 0.95 × {dynamic!r} for the image "
+            f"encoder's activations: its vision tower ({layers} layers of {hidden:,}) is {ratio:.3g}× a "
+            "ViT-L/14's (adjust_mem_fraction_for_vlm)"
+        )
+    return StaticFraction(Fraction(repr(printed)), False, calculation, repr(printed), tuple(why))
+
+
+def preload_estimate(gpu: Accelerator) -> Preload:
+    """The memory in use before the weights load on this GPU's platform: an estimate (PRELOAD_ESTIMATES)."""
+    return PRELOAD_ESTIMATES[gpu.platform]
+
+
+def sglang_reserve(
+    gpu: Accelerator, fraction: Fraction, preload: int, preload_given: bool, preload_words: str = ""
+) -> Reserve:
+    """What SGLang keeps from the KV pool besides the weights: the memory in use before the weights load
+    and the share 1 − mem_fraction_static of the free memory then. [bytes]
+
+    The pool is then CUDA's total − weights − this = floor(free before load × mem_fraction_static) −
+    weights, SGLang's rest_memory (its int() of a GiB float rounds the same way to the byte).
+
+    >>> from kimicount.deploy.hardware import ACCELERATORS
+    >>> [b for _, _, b in sglang_reserve(ACCELERATORS["H20"], Fraction(93, 100), PRELOAD_ESTIMATE, False).terms]
+    [1610612736, 7028007240]
+    """
+    free = gpu.cuda_memory_bytes - preload
+    kept = free - math.floor(free * fraction)
+    before = (
+        f"{preload / GIB:g} GiB (as given by --reserve)"
+        if preload_given
+        else preload_words or PRELOAD_ESTIMATES["cuda"].source
+    )
+    terms = (
+        ("before load", before, preload),
+        ("static share", f"{free:,} B free × (1 − {float(fraction):g})", kept),
+    )
+    return Reserve(
+        preload + kept,
+        not preload_given,
+        "memory in use before the weights load + free memory then × (1 − mem_fraction_static)",
+        terms,
+        "SGLang's profile_max_num_token: the memory in use before the weights load (CUDA context, NCCL "
+        "communicators, custom all-reduce buffers; an estimate unless --reserve gives it), and the share "
+        "1 − mem_fraction_static of the memory free then, left to activations and CUDA graphs",
+        "SGLang's rule: memory in use before the weights load, and 1 − mem_fraction_static of what is free then",
+    )
+
+
+def max_running_requests(tokens: int, context_len: int, given: int | None, dp: int = 1) -> int:
+    """max_running_requests per DP rank as SGLang prints it (model_runner's max_num_reqs): given ÷ DP,
+    or int(tokens ÷ context_len × 512) within [2,048, 4,096]; at most tokens ÷ 2 either way.
+
+    >>> max_running_requests(712_400, 163_840, None), max_running_requests(712_400, 163_840, 64)
+    (2226, 64)
+    """
+    if given is not None:
+        wanted = given // dp
+    else:
+        wanted = min(max(int(tokens / context_len * 512), MIN_RUNNING_REQUESTS), MAX_RUNNING_REQUESTS)
+    return min(wanted, tokens // 2)
+
+
+def int4_moe_indices(spec: ModelSpec, placement: Placement) -> tuple[int, ...]:
+    """The int32 index buffers of SGLang's INT4 MoE on one GPU of each stage, as the ROCm path keeps
+    them: 2 × (w13 g_idx + sort indices over the hidden size, w2's over the expert's width on the GPU)
+    per expert slot per MoE layer. [bytes]
+
+    >>> from kimicount.anatomy import build_anatomy
+    >>> from kimicount.deploy.placement import place
+    >>> int4_moe_indices(k2, place(build_anatomy(k2), Parallel(tp=8)))  # 60 × 384 × 2 × (7,168 + 256) × 4
+    (1368391680,)
+    """
+    from kimicount.deploy.placement import expert_width_per_gpu, experts_per_gpu
+
+    parallel = placement.parallel
+    experts = experts_per_gpu(spec, parallel) if parallel.ep else spec.n_routed_experts
+    width = expert_width_per_gpu(spec, parallel)
+    return tuple(
+        sum(1 for layer in layers if spec.is_moe_layer(layer)) * 2 * experts * (spec.hidden_size + width) * 4
+        for layers in placement.stages
+    )
+
+
+def packed_experts(anatomy: Anatomy) -> bool:
+    """Whether the routed experts are stored pack-quantized (compressed-tensors INT4, Kimi K2.5's)."""
+    from kimicount.spec import PackedQuantization
+    from kimicount.storage import config_packed
+
+    if not isinstance(anatomy.spec.quantization, PackedQuantization):
+        return False
+    refs = (ref for node in anatomy.model.walk() for ref in node.tensors if ref.experts)
+    first = next(refs, None)
+    return first is not None and config_packed(anatomy.spec, islice(first.names(), 1)) > 0
+
+
+class SGLang(ServerEngine):
+    name = "sglang"
+    label = "SGLang"
+    oldest = "0.5.3"
+    newest = "0.5.8.post1"
+    releases_source = (
+        "its default mem_fraction_static from PR #10975 (0.5.3); read at v0.5.8.post1, the release of the "
+        "published MI355X Kimi-K2.5 run"
+    )
+    sequence_cap = ("max_running_requests", "--max-running-requests")
+    usable_words = ("CUDA total", "kept back")
+    absorption_copies = SGLANG_ABSORPTION_COPIES
+    absorption_note = (
+        "SGLang's BF16 w_kc, w_vc: its DeepSeek model dequantizes an FP8 kv_b_proj into BF16 copies of its "
+        "two halves for the absorbed decode (post_load_weights); not in the checkpoint."
+    )
+    reserve_input = "preload"
+    # layouts are written back as vLLM's (tp per attention group); SGLang's --tp is every GPU of a
+    # stage, so other layouts are offered for vLLM's plans only
+    layouts_as_options = False
+    dense_over_dp = True
+    flags: dict[str, Any] = SGLANG_FLAGS
+    kv_cache_dtypes = KV_CACHE_DTYPES
+    unmodelled_kv_cache_dtypes = UNMODELLED_KV_CACHE_DTYPES
+    mtp_methods = MTP_ALGORITHMS
+    #: Its launchers' modules (`python -m sglang.launch_server`); `sglang serve` too.
+    modules = ("sglang.launch_server", "sglang_router.launch_server")
+    model_flag = "from --model-path"
+    #: Its images take the launcher after them (`docker run … lmsysorg/sglang:… python3 -m sglang.launch_server …`).
+    images = ("lmsysorg/sglang", "rocm/sgl-dev")
+
+    def rules(self) -> dict[str, Sequence[Ruled[Any]]]:
+        return {"mem_fraction_static": FRACTION_RULE, "multimodal": VLM_RULE, "int4_moe_rocm": INT4_MOE_RULE}
+
+    # --- the options -------------------------------------------------------------------------------
+
+    def check(self, options: DeploymentOptions) -> None:
+        """Refuse vLLM's options, naming SGLang's; DCP; DP without DP attention."""
+        for option, given, instead in (
+            ("--gpu-memory-utilization", options.utilization != Fraction(9, 10), "--mem-fraction-static"),
+            ("--block-size", options.block_size != 64, "--page-size"),
+            ("--max-num-seqs", options.max_num_seqs is not None, "--max-running-requests"),
+            (
+                "--max-batched-tokens",
+                options.max_batched_tokens is not None,
+                "--chunked-prefill-size (not modelled)",
+            ),
+        ):
+            if given:
+                raise UsageError(f"{option} is vLLM's; with --engine sglang use SGLang's {instead}")
+        if options.dcp > 1:
+            raise UsageError(f"--dcp {options.dcp}: decode-context parallelism is modelled for vLLM only")
+        if options.dp > 1 and not options.dp_attention:
+            raise UsageError(
+                f"--dp {options.dp} without --enable-dp-attention: SGLang runs {options.dp} independent servers "
+                "behind its router; plan one of them (its share of --gpus), or add --enable-dp-attention"
+            )
+
+    def parallel(self, options: DeploymentOptions, spec: ModelSpec, gpus: int) -> Parallel:
+        """SGLang's terms: under DP attention `tp` is its --tp, all the GPUs of a pipeline stage, and the
+        attention TP group is tp ÷ dp.
+
+        >>> from kimicount.deploy.plan import DeploymentOptions
+        >>> SGLang().parallel(DeploymentOptions(engine="sglang", tp=8, dp=8, ep=8, dp_attention=True), k2, 8).label
+        'TP8 + DP8 attention + EP8'
+        """
+        tp = options.tp
+        if options.dp_attention:
+            tp_size = gpus // options.pp if tp is None else tp
+            if tp_size % options.dp:
+                raise UsageError(
+                    f"--dp {options.dp}: SGLang's DP attention splits --tp {tp_size} into DP groups; it must divide"
+                )
+            tp = tp_size // options.dp
+        return parallel_layout(
+            spec,
+            gpus,
+            tp=tp,
+            pp=options.pp,
+            dp=options.dp,
+            ep=options.ep,
+            dcp=options.dcp,
+            redundant=options.redundant_experts,
+            sglang_dp=options.dp_attention,
+        )
+
+    def page(self, options: DeploymentOptions) -> int:
+        """--page-size (1 unless given)."""
+        return DEFAULT_PAGE_SIZE if options.page_size is None else options.page_size
+
+    # --- the memory rule ---------------------------------------------------------------------------
+
+    def usable(self, gpu: Accelerator, options: DeploymentOptions) -> int:
+        """SGLang sizes against CUDA's whole total (its share is in the reserve). [bytes]"""
+        return gpu.cuda_memory_bytes
+
+    def static_fraction(
+        self, options: DeploymentOptions, anatomy: Anatomy, gpu: Accelerator, parallel: Parallel
+    ) -> StaticFraction:
+        """--mem-fraction-static, or SGLang's default for this GPU, layout and model at the release."""
+        if options.mem_fraction_static is not None:
+            return StaticFraction(
+                options.mem_fraction_static, True, printed=f"{float(options.mem_fraction_static)!r}"
+            )
+        release = options.engine_release.version
+        rule_for(FRACTION_RULE, release)  # the heuristic holds for every release kimicount knows
+        vision = anatomy.spec.vision if options.vision else None
+        if vision is not None:
+            rule_for(VLM_RULE, release)
+        return default_mem_fraction_static(
+            gpu,
+            parallel.tp * parallel.dp if parallel.sglang_dp else parallel.tp,
+            parallel.pp,
+            parallel.dp,
+            dp_attention=parallel.sglang_dp,
+            speculative=options.mtp,
+            vision=None if vision is None else (vision.num_layers, vision.hidden_size),
+        )
+
+    def _preload(self, options: DeploymentOptions, gpu: Accelerator) -> tuple[int, bool, str]:
+        if options.reserve is not None:
+            return options.reserve, True, ""
+        estimate = preload_estimate(gpu)
+        return estimate.bytes, False, estimate.source
+
+    def reserve(
+        self, options: DeploymentOptions, anatomy: Anatomy, gpu: Accelerator, parallel: Parallel
+    ) -> Reserve:
+        """The memory in use before the weights load (--reserve, or the platform's estimate) and the
+        static share of what is free then."""
+        fraction = self.static_fraction(options, anatomy, gpu, parallel)
+        preload, given, words = self._preload(options, gpu)
+        return sglang_reserve(gpu, fraction.value, preload, given, words)
+
+    def least_reserve(self, options: DeploymentOptions, anatomy: Anatomy, gpu: Accelerator) -> int:
+        """Its reserve does not depend on the layout but through the fraction: the largest fraction any
+        layout gets (TP1's). [bytes]"""
+        fraction = self.static_fraction(options, anatomy, gpu, Parallel()).value
+        preload, given, words = self._preload(options, gpu)
+        return sglang_reserve(gpu, fraction, preload, given, words).bytes
+
+    def load_extras(
+        self, options: DeploymentOptions, anatomy: Anatomy, gpu: Accelerator, placement: Placement
+    ) -> tuple[PlacedComponent, ...]:
+        """On ROCm, the index buffers its INT4 (compressed-tensors pack-quantized) MoE keeps (INT4_MOE_RULE)."""
+        spec = anatomy.spec
+        if gpu.platform != "rocm" or not packed_experts(anatomy):
+            return ()
+        rule_for(INT4_MOE_RULE, options.engine_release.version)
+        per_stage = int4_moe_indices(spec, placement)
+        rule = "int32 indices, kept on ROCm"
+        return (PlacedComponent(INT4_MOE_INDICES, rule, 0, per_stage, Kind.weights, False),)
+
+    def loaded(self, weights: Sequence[int]) -> list[int]:
+        """SGLang measures the free memory after loading as the minimum over all ranks
+        (get_available_gpu_memory with distributed=True): every stage sizes from the fullest one's."""
+        return [max(weights)] * len(weights)
+
+    def serve_settings(
+        self, values: dict[str, object], flags: dict[str, str], memory: list[str]
+    ) -> dict[str, object]:
+        """SGLang's --tp-size stays all the GPUs of a stage under DP attention (its rule splits it by
+        dp); --dp-size without DP attention is that many independent servers: one is planned."""
+        settings = dict(values)
+        tp, dp = settings.get("tp", 1), settings.get("dp", 1)
+        assert isinstance(tp, int) and isinstance(dp, int)
+        settings.setdefault("tp", 1)
+        settings.setdefault("pp", 1)
+        settings.setdefault("dp", 1)
+        settings["engine"] = self.name
+        if settings.get("dp_attention"):
+            if tp % dp:
+                raise UsageError(
+                    f"the serve command's {flags['dp']} with {flags.get('tp', '--tp-size 1')}: DP attention needs "
+                    "--dp-size to divide --tp-size"
+                )
+        elif dp > 1:
+            memory.append(
+                f"{flags['dp']} without --enable-dp-attention ({dp} independent copies; planned: one)"
+            )
+            settings["dp"] = 1
+        return settings
+
+    # --- what it prints and how the plan words it ----------------------------------------------------
+
+    def max_running(self, report: PlanReport) -> int:
+        """max_running_requests per DP rank, as it prints it."""
+        given = report.options.max_running_requests
+        return max_running_requests(report.tokens_per_gpu, report.max_model_len, given, report.parallel.dp)
+
+    def max_sequences(self, report: PlanReport) -> int:
+        return self.max_running(report)
+
+    def memory_rows(self, report: PlanReport, stage: StageMemory) -> list[MemoryRow]:
+        return [
+            MemoryRow("− weights", stage.weights),
+            MemoryRow("− kept back (SGLang's rule, below)", stage.reserve),
+            MemoryRow(
+                "= KV cache pool (an estimate)" if report.estimate else "= KV cache pool", stage.pool, True
+            ),
+        ]
+
+    def reserve_lines(self, report: PlanReport) -> tuple[list[str], bool]:
+        fraction = report.static_fraction
+        if report.reserve is None or fraction is None:
+            return [], False
+        value = fraction.printed or f"{float(fraction.value):g}"
+        if fraction.given:
+            first = f"mem_fraction_static {value} (--mem-fraction-static)."
+        else:
+            first = f"mem_fraction_static {value}, {report.release}'s default here: {fraction.calculation}."
+        lines = [first, *(f"{sentence}." for sentence in fraction.why)]
+        lines.append(
+            "Kept back, SGLang's rule: pool = free memory before the weights load × mem_fraction_static − weights:"
+        )
+        lines.append(
+            "--reserve SIZE replaces the memory in use before load; --kv-memory SIZE starts from the pool."
+        )
+        return lines, True
+
+    def printed_lines(self, report: PlanReport) -> list[str]:
+        """What SGLang prints at start-up, per DP rank (it prints GiB as "GB")."""
+        per_rank = " (each DP rank's scheduler prints its own)" if report.parallel.dp > 1 else ""
+        tokens = report.tokens_per_gpu
+        kv = tokens * report.fullest.bytes_per_token / GIB
+        fraction = report.static_fraction
+        printed = "" if fraction is None else f"mem_fraction_static={fraction.printed}; "
+        line = (
+            f"{report.release} would print: {printed}max_total_num_tokens={tokens}, "
+            f"max_running_requests={report.max_running_requests}, context_len={report.max_model_len}; KV Cache "
+            f"is allocated. #tokens: {tokens}, KV size: {kv:.2f} GB{per_rank}; its memory figures are GiB "
+            'though it writes "GB".'
+        )
+        return [line]
+
+    def json_figures(self, report: PlanReport) -> tuple[str, dict[str, Any] | None]:
+        """mem_fraction_static (given or its default, with the calculation) and what it prints at
+        start-up per DP rank (max_total_num_tokens, max_running_requests, context_len, in GiB that it
+        writes "GB")."""
+        fraction = report.static_fraction
+        return "sglang", {
+            "mem_fraction_static": None if fraction is None else float(fraction.value),
+            "mem_fraction_static_given": None if fraction is None else fraction.given,
+            "mem_fraction_static_calculation": None if fraction is None else fraction.calculation,
+            "mem_fraction_static_printed": None if fraction is None else fraction.printed,
+            "mem_fraction_static_why": None if fraction is None else list(fraction.why),
+            "page_size": report.block_size,
+            "max_total_num_tokens": report.tokens_per_gpu,
+            "max_running_requests": report.max_running_requests,
+            "context_len": report.max_model_len,
+            "kv_size_gib": round(report.tokens_per_gpu * report.fullest.bytes_per_token / GIB, 2),
+            "estimate": report.estimate,
+        }

@@ -1,0 +1,255 @@
+"""vLLM as the planner sees it: its memory rule (V1's), its defaults by release, its flags, and what it
+prints.
+
+The rule, vLLM V1's worker (vllm/v1/worker/gpu_worker.py, `Worker.determine_available_memory`):
+request_memory = ceil(CUDA's total × gpu_memory_utilization) (its MemorySnapshot's total, from
+torch.cuda.mem_get_info), less the weights and what the start-up profile adds (engines/reserve.py);
+pages of --block-size tokens. V1 is vLLM's engine by default from 0.8.0 (and its only one from 0.11.0,
+which removed V0); V0's rule (vllm/worker/worker.py, `determine_num_available_blocks`) is not modelled,
+so kimicount knows vLLM from 0.8.0. The newest release it was checked against is 0.15.0: the published
+Kimi-K2.5 run on 8 × H100 (a setup log of 2026-02-09, vLLM 0.15.0) whose reserve tests/test_reserve.py
+reproduces.
+
+What it prints (and the plan prints in its words): "Available KV cache memory: 46.80 GiB"
+(gpu_worker.py), "GPU KV cache size: 715,072 tokens" and "Maximum concurrency for 262,144 tokens per
+request: 2.73x" (vllm/v1/core/kv_cache_utils.py); under DCP the size is per replica (× DCP).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kimicount.deploy.engines.base import MemoryRow, Release, Ruled, ServerEngine, rule_for
+from kimicount.deploy.engines.reserve import Reserve, large_gpu, reserve_estimate
+from kimicount.deploy.engines.vllm_flags import (
+    KV_CACHE_DTYPES,
+    MTP_METHODS,
+    UNMODELLED_KV_CACHE_DTYPES,
+    VLLM_FLAGS,
+)
+from kimicount.deploy.placement import ABSORPTION_COPIES, Parallel, expert_width_per_gpu, parallel_layout
+from kimicount.errors import UsageError
+
+if TYPE_CHECKING:
+    from kimicount.anatomy import Anatomy
+    from kimicount.deploy.hardware import Accelerator
+    from kimicount.deploy.plan import DeploymentOptions, PlanReport, StageMemory
+    from kimicount.spec import ModelSpec
+
+GIB = 2**30
+
+#: What vLLM's pool is, by release: V1's rule from 0.8.0, the first release with V1 by default.
+POOL_RULE = (
+    Ruled(
+        "request_memory − weights − the profile pass's peak (activations, sampler, memory outside torch); "
+        "CUDA graphs are captured after the pool is sized",
+        "vllm/v1/worker/gpu_worker.py Worker.determine_available_memory (V1, the default engine from v0.8.0); "
+        "graphs left out unless VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 (vllm/envs.py, default 0, "
+        "PR #30515); checked on v0.15.0's K2.5 run",
+        since="0.8.0",
+    ),
+)
+#: --block-size when none is given, for MLA: FlashMLA's 64 (vllm/platforms/cuda.py forces 64 for the
+#: FlashMLA backend on Hopper). Blackwell's CUTLASS MLA backend takes 128: give --block-size 128 there.
+BLOCK_SIZE = (Ruled(64, "vllm/platforms/cuda.py: FlashMLA needs a block size of 64 (Hopper)", since="0.8.0"),)
+#: --max-num-batched-tokens and --max-num-seqs by default, on a GPU of at least 70 GiB other than the
+#: A100 and on the others (vllm/engine/arg_utils.py, EngineArgs._set_default_args for the API server).
+BATCH_DEFAULTS = (
+    Ruled(
+        ((8192, 1024), (2048, 256)),
+        "vllm/engine/arg_utils.py EngineArgs._set_default_args (UsageContext.OPENAI_API_SERVER)",
+        since="0.8.0",
+    ),
+)
+
+
+class VLLM(ServerEngine):
+    name = "vllm"
+    label = "vLLM"
+    oldest = "0.8.0"
+    newest = "0.15.0"
+    releases_source = (
+        "V1's memory rule, the default engine from 0.8.0; checked against runs up to 0.15.0; V0 not modelled"
+    )
+    sequence_cap = ("max_num_seqs", "--max-num-seqs")
+    usable_words = ("usable", "reserve")
+    absorption_copies = ABSORPTION_COPIES
+    absorption_note = (
+        "vLLM's BF16 W_UK, W_UV: vLLM's MLA layer keeps BF16 copies of an FP8 kv_b_proj's two halves for "
+        "the absorbed decode (it has no FP8 batched matmul for them); not in the checkpoint."
+    )
+    reserve_input = "reserve"
+    flags: dict[str, Any] = VLLM_FLAGS
+    kv_cache_dtypes = KV_CACHE_DTYPES
+    unmodelled_kv_cache_dtypes = UNMODELLED_KV_CACHE_DTYPES
+    mtp_methods = MTP_METHODS
+    #: `vllm serve MODEL` takes the model first, its positional model_tag (vllm/entrypoints/cli/serve.py);
+    #: the API servers are started as modules.
+    modules = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+    positional_model = True
+    model_flag = "first (vllm serve MODEL) or from --model"
+    #: Its images: vllm/vllm-openai runs `vllm serve` with the arguments after the image (its docs'
+    #: `docker run … vllm/vllm-openai:latest --model …`); ROCm's images take the command after them.
+    images = ("vllm/vllm-openai", "rocm/vllm", "rocm/vllm-dev")
+    image_entrypoint = "vllm serve"
+
+    def rules(self) -> dict[str, Sequence[Ruled[Any]]]:
+        return {"pool": POOL_RULE, "block_size": BLOCK_SIZE, "batch_defaults": BATCH_DEFAULTS}
+
+    # --- the options -------------------------------------------------------------------------------
+
+    def check(self, options: DeploymentOptions) -> None:
+        """Refuse SGLang's options, naming vLLM's."""
+        for option, given, instead in (
+            ("--mem-fraction-static", options.mem_fraction_static is not None, "--gpu-memory-utilization"),
+            ("--page-size", options.page_size is not None, "--block-size"),
+            ("--max-running-requests", options.max_running_requests is not None, "--max-num-seqs"),
+            ("--enable-dp-attention", options.dp_attention, "--dp (always data-parallel attention)"),
+        ):
+            if given:
+                raise UsageError(f"{option} is SGLang's (--engine sglang); vLLM's is {instead}")
+
+    def parallel(self, options: DeploymentOptions, spec: ModelSpec, gpus: int) -> Parallel:
+        """vLLM's terms: `tp` GPUs per attention group, `dp` groups, EP over all TP × DP GPUs.
+
+        >>> from kimicount.deploy.plan import DeploymentOptions
+        >>> VLLM().parallel(DeploymentOptions(dp=8, ep=8), k2, 8).label
+        'DP8 + EP8'
+        """
+        return parallel_layout(
+            spec,
+            gpus,
+            tp=options.tp,
+            pp=options.pp,
+            dp=options.dp,
+            ep=options.ep,
+            dcp=options.dcp,
+            redundant=options.redundant_experts,
+        )
+
+    def page(self, options: DeploymentOptions) -> int:
+        """--block-size (64 unless given: FlashMLA's)."""
+        return options.block_size
+
+    # --- the memory rule ---------------------------------------------------------------------------
+
+    def usable(self, gpu: Accelerator, options: DeploymentOptions) -> int:
+        """vLLM's request_memory: ceil(CUDA's total × gpu_memory_utilization). [bytes]
+
+        >>> from kimicount.deploy.hardware import ACCELERATORS
+        >>> from kimicount.deploy.plan import DeploymentOptions
+        >>> VLLM().usable(ACCELERATORS["H200"], DeploymentOptions())  # ceil(143,156 MiB × 0.9)
+        135098951271
+        """
+        return math.ceil(gpu.cuda_memory_bytes * options.utilization)
+
+    def batch_defaults(self, gpu: Accelerator, release: Release) -> tuple[int, int]:
+        """(max batched tokens, max sequences) vLLM picks for this GPU when the user does not."""
+        large, small = rule_for(BATCH_DEFAULTS, release.version).value
+        return large if large_gpu(gpu) else small
+
+    def reserve(
+        self, options: DeploymentOptions, anatomy: Anatomy, gpu: Accelerator, parallel: Parallel
+    ) -> Reserve:
+        """The given --reserve, or the estimate of V1's profile pass (engines/reserve.py)."""
+        if options.reserve is not None:
+            return Reserve(options.reserve, False)
+        tokens, sequences = self.batch_defaults(gpu, options.engine_release)
+        return reserve_estimate(
+            anatomy.spec,
+            expert_width_per_gpu(anatomy.spec, parallel),
+            options.max_batched_tokens or tokens,
+            options.max_num_seqs or sequences,
+        )
+
+    def least_reserve(self, options: DeploymentOptions, anatomy: Anatomy, gpu: Accelerator) -> int:
+        """The reserve with the narrowest experts (width 0 in the estimate), or the given one. [bytes]"""
+        if options.reserve is not None:
+            return options.reserve
+        tokens, sequences = self.batch_defaults(gpu, options.engine_release)
+        floor = reserve_estimate(
+            anatomy.spec, 0, options.max_batched_tokens or tokens, options.max_num_seqs or sequences
+        )
+        return floor.bytes
+
+    def flag_name(self, typed: str) -> str:
+        """vLLM's FlexibleArgumentParser reads --max_model_len as --max-model-len."""
+        return "--" + typed[2:].replace("_", "-") if typed.startswith("--") else typed
+
+    def count_note(self, setting: str, text: str) -> str | None:
+        """How vLLM reads a token count with a lower-case suffix (256k is 256,000: options.vllm_reading)."""
+        from kimicount.options import vllm_reading
+
+        return vllm_reading(text) if setting in ("max_model_len", "max_batched_tokens") else None
+
+    def serve_settings(
+        self, values: dict[str, object], flags: dict[str, str], memory: list[str]
+    ) -> dict[str, object]:
+        """vLLM's terms are kimicount's: --enable-expert-parallel is EP over TP × DP."""
+        settings = dict(values)
+        tp, dp = settings.get("tp", 1), settings.get("dp", 1)
+        assert isinstance(tp, int) and isinstance(dp, int)
+        settings.setdefault("tp", 1)
+        settings.setdefault("pp", 1)
+        settings.setdefault("dp", 1)
+        if settings.pop("expert_parallel", False):
+            settings["ep"] = tp * dp  # vLLM sizes EP as TP × DP
+            flags["ep"] = flags["expert_parallel"]
+        flags.pop("expert_parallel", None)
+        return settings
+
+    # --- what it prints and how the plan words it ----------------------------------------------------
+
+    def max_sequences(self, report: PlanReport) -> int:
+        """--max-num-seqs, or vLLM's default for the GPU."""
+        return report.options.max_num_seqs or self.batch_defaults(report.gpu, report.release)[1]
+
+    def memory_rows(self, report: PlanReport, stage: StageMemory) -> list[MemoryRow]:
+        utilization = f"{float(report.utilization):g}"
+        reserve = report.reserve
+        assert reserve is not None  # the plan has one unless --kv-memory gave the pool
+        return [
+            MemoryRow(f"Usable: × {utilization} (--gpu-memory-utilization)", report.usable),
+            MemoryRow("− weights", stage.weights),
+            MemoryRow(
+                "− reserve (an estimate, below)" if reserve.estimate else "− reserve (--reserve)",
+                stage.reserve,
+            ),
+            MemoryRow(
+                "= KV cache pool (an estimate)" if report.estimate else "= KV cache pool", stage.pool, True
+            ),
+        ]
+
+    def reserve_lines(self, report: PlanReport) -> tuple[list[str], bool]:
+        reserve = report.reserve
+        if reserve is None or not reserve.estimate:
+            return [], False
+        return [
+            f"Reserve, an estimate of {reserve.assumes_short}:",
+            "--reserve SIZE replaces it; --kv-memory SIZE starts from the pool an engine printed.",
+        ], True
+
+    def printed_lines(self, report: PlanReport) -> list[str]:
+        """vLLM's start-up lines for this plan, and its maximum concurrency in words."""
+        parallel, page = report.parallel, report.block_size
+        whole = f"{report.sequences_per_replica:,} whole sequence" + (
+            "" if report.sequences_per_replica == 1 else "s"
+        )
+        everywhere = f", {report.sequences_per_replica * parallel.dp:,} in all" if parallel.dp > 1 else ""
+        split = f" ÷ ({page} × DCP {parallel.dcp})" if parallel.dcp > 1 else f" ÷ {page}"
+        pool = report.fullest.pool
+        concurrency = (
+            f"Maximum concurrency for {report.max_model_len:,} tokens per request: {report.pages_per_gpu:,} "
+            f"pages ÷ {report.sequence_pages:,} (ceil({report.max_model_len:,}{split})) = "
+            f"{report.max_concurrency:.2f}× ({whole} per replica{everywhere})"
+        )
+        lines = [concurrency]
+        if pool > 0:
+            lines.append(
+                f"{report.release} would print: Available KV cache memory: {pool / GIB:.2f} GiB; GPU KV cache "
+                f"size: {report.tokens_per_replica:,} tokens; Maximum concurrency for {report.max_model_len:,} "
+                f"tokens per request: {report.max_concurrency:.2f}x"
+            )
+        return lines

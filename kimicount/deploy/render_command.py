@@ -1,0 +1,73 @@
+r"""Commands printed to be pasted into a shell (`try:` lines, the local plan's `Run:` line): every word
+shell-quoted (shlex.quote), so that a model path holding `$(…)`, quotes or spaces runs nothing and stays
+one word; one logical line, broken between options with ` \` continuations when it is wider than the
+terminal, an option kept with its value; printed without wrapping (a layout would cut `-fa` from `on`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.text import Text
+
+
+def units(words: Sequence[str]) -> list[str]:
+    """The quoted words, each option with the value that follows it.
+
+    >>> units(["llama-server", "-m", "my model.gguf", "-fa", "on", "--no-mmap"])
+    ['llama-server', "-m 'my model.gguf'", '-fa on', '--no-mmap']
+    """
+    grouped: list[str] = []
+    last_option = False
+    for word in words:
+        quoted = shlex.quote(word)
+        if last_option and not word.startswith("-"):
+            grouped[-1] += " " + quoted
+            last_option = False
+        else:
+            grouped.append(quoted)
+            last_option = word.startswith("-")
+    return grouped
+
+
+def command_lines(
+    words: Sequence[str], width: int, lead: str = "", indent: str = "    ", comment: str | None = None
+) -> list[str]:
+    r"""`lead` and the command (and `  # comment`) on one line when it fits `width`; otherwise broken
+    between its units with ` \`, each further line starting with `indent`, the comment last. A unit wider
+    than the width stays whole (the terminal may fold it; a copy is still one word).
+
+    >>> command_lines(["llama-server", "-m", "$(touch x).gguf", "-c", "4096"], 80, lead="  ")
+    ["  llama-server -m '$(touch x).gguf' -c 4096"]
+    >>> for line in command_lines(["kimicount", "plan", "--config", "a b", "--gpus", "16xH800"], 30, "try: ",
+    ...                           comment="why"):
+    ...     print(line)
+    try: kimicount plan \
+        --config 'a b' \
+        --gpus 16xH800  # why
+    """
+    note = "" if comment is None else f"  # {comment}"
+    parts = units(words)
+    whole = lead + " ".join(parts)
+    if len(whole + note) <= width:
+        return [whole + note]
+    lines, current, fresh = [], lead, True
+    for unit in parts:
+        if not fresh and len(current) + 1 + len(unit) + 2 > width:
+            lines.append(current + " \\")
+            current, fresh = indent, True
+        current += unit if fresh else " " + unit
+        fresh = False
+    if comment is None:
+        return [*lines, current]
+    if len(current + note) <= width:
+        return [*lines, current + note]
+    return [*lines, current, f"{indent}# {comment}"]
+
+
+def print_command(console: Console, lines: Sequence[str]) -> None:
+    """Print a command's lines as they are: no markup read, no wrapping."""
+    for line in lines:
+        console.print(Text(line), soft_wrap=True)

@@ -1,0 +1,48 @@
+"""The JSON of `kimicount flops`: the tree with each node's matmul FLOPs per token, the attention per way
+of running MLA, and the totals; plain dictionaries of ints and strings, in the style of reports.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimicount.anatomy import Node
+from kimicount.flow import FlopsReport, Mla, node_calculation, node_compute
+
+
+def flops_json(report: FlopsReport) -> dict[str, Any]:
+    """`kimicount flops --json`: the tree with each node's matmul FLOPs per token, the attention per way,
+    and the totals."""
+    spec = report.spec
+
+    def node(n: Node) -> dict[str, Any]:
+        return {
+            "name": n.name,
+            "instances": n.instances,
+            "calculation": node_calculation(spec, n),
+            "flops_per_token": report.flops[id(n)],
+            "compute": node_compute(spec, n),
+            "children": [node(c) for c in n.children],
+        }
+
+    return {
+        "model": spec.name,
+        "model_type": spec.model_type,
+        "tokens": report.tokens,
+        "context": report.context,
+        "layers": report.layers,
+        "matmul_flops_per_token": report.matmul_flops,
+        "tree": node(report.model),
+        "attention": [
+            {
+                "way": way.name,
+                "formula": report.decode(way).formula,
+                "decode_calculation": report.decode(way).calculation,
+                "decode_flops_per_token_per_layer": report.decode(way).flops,
+                "prefill_flops_per_token_per_layer": float(report.prefill(way)),
+                "decode_flops_per_token": report.decode_total(way),
+                "prefill_flops_per_token": float(report.prefill_total(way)),
+            }
+            for way in Mla
+        ],
+        "absorbed_cheaper_than_reexpanded_from": report.crossover,
+    }
