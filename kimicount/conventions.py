@@ -72,6 +72,8 @@ FAMILIES = {
     ("deepseek_v2", 27, 2048, 64): "DeepSeek-V2-Lite",
     ("kimi_linear", 27, 2304, 256): "Kimi Linear",
     ("kimi_k3", 93, 7168, 896): "Kimi K3",
+    ("deepseek_v4", 43, 4096, 256): "DeepSeek-V4-Flash",
+    ("deepseek_v4", 61, 7168, 384): "DeepSeek-V4-Pro",
 }
 
 #: The figures quoted for each family, as quoted, with their sources.
@@ -104,6 +106,16 @@ PUBLISHED = {
     "Kimi K3": (
         Figure("2.8T", TOTAL, "vLLM recipes and the Hub's listing of moonshotai/Kimi-K3"),
         Figure("104B", ACTIVATED, "secondary copies of the Kimi K3 model card"),
+    ),
+    "DeepSeek-V4-Flash": (
+        Figure("284B", TOTAL, "DeepSeek-V4 model cards: DeepSeek-V4-Flash with 284B parameters"),
+        Figure("13B", ACTIVATED, "DeepSeek-V4 model cards: (13B activated)"),
+        Figure("158B", TOTAL, "the Hub's safetensors count of deepseek-ai/DeepSeek-V4-Flash (its listing)"),
+    ),
+    "DeepSeek-V4-Pro": (
+        Figure("1.6T", TOTAL, "DeepSeek-V4 model cards: DeepSeek-V4-Pro with 1.6T parameters"),
+        Figure("49B", ACTIVATED, "DeepSeek-V4 model cards: (49B activated)"),
+        Figure("862B", TOTAL, "the Hub's safetensors count of deepseek-ai/DeepSeek-V4-Pro (its listing)"),
     ),
     "DeepSeek-V2-Lite": (
         Figure("15.7B", TOTAL, "DeepSeek-V2-Lite model card"),
@@ -179,6 +191,19 @@ def conventions(anatomy: Anatomy) -> tuple[Convention, ...]:
             model.params - sum(lookups) - sum(heads),
         )
     )
+    tables = sum(
+        node.params for node in model.walk() if node.tensors and all(r.role is Role.INDEX for r in node.tensors)
+    )
+    if tables:
+        found.append(
+            Convention(
+                "parameters_without_hash_tables",
+                "less the int64 token→expert hash tables (tid2eid), looked up, not learned: the "
+                "learned parameters alone",
+                TOTAL,
+                model.params - tables,
+            )
+        )
     if vision is not None:
         found.append(
             Convention(
@@ -189,21 +214,24 @@ def conventions(anatomy: Anatomy) -> tuple[Convention, ...]:
             )
         )
     if mtp is not None:
-        found += [
+        found.append(
             Convention(
                 "parameters_with_mtp",
                 "+ the multi-token-prediction layer's own parameters",
                 TOTAL,
                 model.params + anatomy.mtp_unique,
-            ),
+            )
+        )
+    if mtp is not None and mtp.params != anatomy.mtp_unique:  # DeepSeek V4's MTP stores no copies
+        found.append(
             Convention(
                 "parameters_with_mtp_copies",
                 "+ the MTP layer with its stored copies of the embedding and head: every learned "
                 "tensor of the checkpoint",
                 TOTAL,
                 model.params + mtp.params,
-            ),
-        ]
+            )
+        )
     roots = [root for root in (model, mtp, vision) if root is not None]
     if spec.quantization is not None and modelled(spec):
         found.append(

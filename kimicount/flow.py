@@ -124,6 +124,11 @@ def flow_map(spec: ModelSpec, *roots: Node | None) -> dict[int, Flow]:
 
 @lru_cache(maxsize=16)
 def _flows(spec: ModelSpec) -> dict[str, Flow]:
+    from kimicount.families import family_flows
+
+    own = family_flows(spec)  # a family whose blocks are not MLA's says what flows through them
+    if own is not None:
+        return own
     flows = _language_flows(spec)
     if spec.vision is not None:
         flows.update(_vision_flows(spec))
