@@ -192,14 +192,21 @@ def spec_from_config(config: dict[str, Any], *, name: str, where: str) -> Deepse
     read.bounded("num_hidden_layers", layers + mtp, MAX_LAYERS, "layers with the MTP ones")
     heads = read.integer("num_attention_heads")
     if read.integer("num_key_value_heads", default=1) != 1:
-        raise read.fail("num_key_value_heads", f"{config['num_key_value_heads']}: DeepSeek V4 has one shared KV head")
+        raise read.fail(
+            "num_key_value_heads", f"{config['num_key_value_heads']}: DeepSeek V4 has one shared KV head"
+        )
     head_dim = read.integer("head_dim")
     rope = _rope_width(read, head_dim)
     o_groups = read.integer("o_groups")
     if heads % o_groups:
         raise read.fail("o_groups", f"{o_groups} does not divide num_attention_heads ({heads})")
     experts = read.integer("n_routed_experts")
-    read.bounded("n_routed_experts", experts * (layers + mtp), MAX_EXPERTS, f"routed experts in {layers + mtp:,} layers")
+    read.bounded(
+        "n_routed_experts",
+        experts * (layers + mtp),
+        MAX_EXPERTS,
+        f"routed experts in {layers + mtp:,} layers",
+    )
     per_token = read.integer("num_experts_per_tok")
     if per_token > experts:
         raise read.fail("num_experts_per_tok", f"{per_token} is more than n_routed_experts ({experts})")
@@ -208,7 +215,9 @@ def spec_from_config(config: dict[str, Any], *, name: str, where: str) -> Deepse
     if isinstance(quantization, Fp8Quantization) and quantization.expert_dtype == "fp4":
         for key, size in (("hidden_size", hidden), ("moe_intermediate_size", width)):
             if size % 32:
-                raise read.fail(key, f"{size} is not a multiple of 32, as FP4 experts need (one scale per 32)")
+                raise read.fail(
+                    key, f"{size} is not a multiple of 32, as FP4 experts need (one scale per 32)"
+                )
     return DeepseekV4Spec(
         name=name,
         model_type=model_type,
@@ -248,7 +257,9 @@ def _rope_width(read: ConfigReader, head_dim: int) -> int:
     else:
         factor = config.get("partial_rotary_factor", 64 / 512)
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
-            raise read.fail("partial_rotary_factor", f"expected a number in (0, 1], found {short_json(factor)}")
+            raise read.fail(
+                "partial_rotary_factor", f"expected a number in (0, 1], found {short_json(factor)}"
+            )
         rope = int(head_dim * factor)
     if rope >= head_dim or rope % 2:
         raise read.fail("qk_rope_head_dim", f"{rope}: expected an even width below head_dim ({head_dim})")
@@ -274,9 +285,14 @@ def _compress_ratios(read: ConfigReader, layers: int, mtp: int) -> tuple[int, ..
     types = config.get("layer_types")
     if types is None:
         raise read.fail("compress_ratios", "missing (required, or transformers' layer_types)")
-    rates = config.get("compress_rates") or {"compressed_sparse_attention": CSA, "heavily_compressed_attention": HCA}
+    rates = config.get("compress_rates") or {
+        "compressed_sparse_attention": CSA,
+        "heavily_compressed_attention": HCA,
+    }
     if rates != {"compressed_sparse_attention": CSA, "heavily_compressed_attention": HCA}:
-        raise read.fail("compress_rates", f"only DeepSeek V4's ratios 4 and 128 are modelled, found {short_json(rates)}")
+        raise read.fail(
+            "compress_rates", f"only DeepSeek V4's ratios 4 and 128 are modelled, found {short_json(rates)}"
+        )
     if not isinstance(types, list) or len(types) != layers or not all(t in _LAYER_TYPES for t in types):
         raise read.fail(
             "layer_types", f"expected {layers} of {', '.join(_LAYER_TYPES)}, found {short_json(types)}"
@@ -291,7 +307,9 @@ def _hash_layers(read: ConfigReader, layers: int) -> int:
         count = read.integer("num_hash_layers", minimum=0, default=3)
     else:
         if not isinstance(types, list) or not all(t in ("hash_moe", "moe") for t in types):
-            raise read.fail("mlp_layer_types", f"expected hash_moe and moe entries, found {short_json(types)}")
+            raise read.fail(
+                "mlp_layer_types", f"expected hash_moe and moe entries, found {short_json(types)}"
+            )
         count = next((i for i, t in enumerate(types) if t != "hash_moe"), len(types))
         if "hash_moe" in types[count:]:
             raise read.fail("mlp_layer_types", "hash_moe layers must come first (num_hash_layers)")
@@ -310,7 +328,9 @@ def _quantization(read: ConfigReader) -> Fp8Quantization | PackedQuantization | 
     raw = read.config["quantization_config"]
     value = raw.get("expert_dtype", read.config.get("expert_dtype", "fp4"))
     if value not in ("fp4", "fp8"):
-        raise read.fail("expert_dtype", f"expected fp4 or fp8 (DeepSeek V4's experts), found {short_json(value)}")
+        raise read.fail(
+            "expert_dtype", f"expected fp4 or fp8 (DeepSeek V4's experts), found {short_json(value)}"
+        )
     fp4 = value == "fp4"
     return replace(
         quantization,
@@ -405,7 +425,9 @@ def hyper_connection(spec: DeepseekV4Spec, layers: Sequence[int], site: str) -> 
     return leaf(name, len(layers), tensors, "(2 + hc_mult)·hc_mult × (hc_mult·hidden_size + 1) + 3")
 
 
-def _norm(spec: DeepseekV4Spec, layers: Sequence[int], name: str, suffix: str, width: int, formula: str) -> Node:
+def _norm(
+    spec: DeepseekV4Spec, layers: Sequence[int], name: str, suffix: str, width: int, formula: str
+) -> Node:
     return leaf(name, len(layers), [_tensor(spec, layers, suffix, (width,), Role.NORM)], formula)
 
 
@@ -453,7 +475,11 @@ def lightning_indexer(spec: DeepseekV4Spec, layers: Sequence[int]) -> Node:
         leaf(
             "Indexer head weights",
             count,
-            [_tensor(spec, layers, "attn.indexer.weights_proj.weight", (n, spec.hidden_size), Role.UNQUANTIZED)],
+            [
+                _tensor(
+                    spec, layers, "attn.indexer.weights_proj.weight", (n, spec.hidden_size), Role.UNQUANTIZED
+                )
+            ],
             "hidden_size × index_n_heads",
         ),
         compressor(spec, layers, CSA, "attn.indexer.compressor", d),
@@ -520,7 +546,11 @@ def attention(spec: DeepseekV4Spec, layers: Sequence[int], ratio: int) -> Node:
         parts.append(compressor(spec, layers, ratio, "attn.compressor", d))
     if ratio == CSA:
         parts.append(lightning_indexer(spec, layers))
-    name = {SWA: "Sliding-window attention", CSA: "Compressed sparse attention", HCA: "Heavily compressed attention"}
+    name = {
+        SWA: "Sliding-window attention",
+        CSA: "Compressed sparse attention",
+        HCA: "Heavily compressed attention",
+    }
     return group(name[ratio], parts, n)
 
 
@@ -528,13 +558,28 @@ def routed_experts(spec: DeepseekV4Spec, layers: Sequence[int]) -> Node:
     """n_routed_experts SwiGLU experts (w1 gate, w3 up [width, hidden], w2 down [hidden, width]) per
     layer, num_experts_per_tok of them run per token. transformers fuses each layer's into gate_up_proj
     [E, 2·width, hidden] and down_proj [E, hidden, width]: one instance per layer then. [params]"""
-    n, hidden, width, experts = len(layers), spec.hidden_size, spec.moe_intermediate_size, spec.n_routed_experts
+    n, hidden, width, experts = (
+        len(layers),
+        spec.hidden_size,
+        spec.moe_intermediate_size,
+        spec.n_routed_experts,
+    )
     per_expert = 3 * hidden * width
     activated = n * spec.num_experts_per_tok * per_expert
     if spec.naming == TRANSFORMERS:
         fused = [
-            TensorRef("model.layers.{layer}.mlp.experts.gate_up_proj", (experts, 2 * width, hidden), Role.LINEAR, tuple(layers)),
-            TensorRef("model.layers.{layer}.mlp.experts.down_proj", (experts, hidden, width), Role.LINEAR, tuple(layers)),
+            TensorRef(
+                "model.layers.{layer}.mlp.experts.gate_up_proj",
+                (experts, 2 * width, hidden),
+                Role.LINEAR,
+                tuple(layers),
+            ),
+            TensorRef(
+                "model.layers.{layer}.mlp.experts.down_proj",
+                (experts, hidden, width),
+                Role.LINEAR,
+                tuple(layers),
+            ),
         ]
         return leaf(
             "Routed experts",
@@ -571,7 +616,9 @@ def mixture_of_experts(spec: DeepseekV4Spec, layers: Sequence[int], hashed: bool
         formula += " + n_routed_experts"
     parts = [leaf("Router", n, gate, formula)]
     if hashed:
-        table = _tensor(spec, layers, "ffn.gate.tid2eid", (spec.vocab_size, spec.num_experts_per_tok), Role.INDEX)
+        table = _tensor(
+            spec, layers, "ffn.gate.tid2eid", (spec.vocab_size, spec.num_experts_per_tok), Role.INDEX
+        )
         parts.append(leaf("Hash routing table", n, [table], "vocab_size × num_experts_per_tok (int64)"))
     parts.append(routed_experts(spec, layers))
     if spec.n_shared_experts:
@@ -662,7 +709,9 @@ def language_model(spec: DeepseekV4Spec) -> Node:
     shape = (spec.vocab_size, spec.hidden_size)
     parts = [
         _top(spec, "Token embedding", "embed.weight", shape, Role.EMBEDDING, "vocab_size × hidden_size"),
-        group(f"{spec.num_hidden_layers} transformer blocks", block_groups(spec, range(spec.num_hidden_layers))),
+        group(
+            f"{spec.num_hidden_layers} transformer blocks", block_groups(spec, range(spec.num_hidden_layers))
+        ),
         output_hyper_connection(spec),
         _top(spec, "Final RMSNorm", "norm.weight", (spec.hidden_size,), Role.NORM, "hidden_size"),
     ]
@@ -690,7 +739,10 @@ def multi_token_prediction(spec: DeepseekV4Spec) -> Node | None:
             leaf(
                 "Embedding and hidden projections",
                 1,
-                [_tensor(spec, at, f"{p}.weight", (hidden, hidden), Role.LINEAR) for p in ("e_proj", "h_proj")],
+                [
+                    _tensor(spec, at, f"{p}.weight", (hidden, hidden), Role.LINEAR)
+                    for p in ("e_proj", "h_proj")
+                ],
                 "2 × hidden_size × hidden_size",
             ),
             *block_groups(spec, at),
@@ -770,11 +822,17 @@ def component_flows(spec: DeepseekV4Spec) -> dict[str, Any]:
         "Grouped output projection": Flow(
             (act("o", per_head),), (act("z", Dim(spec.o_groups * spec.o_lora_rank, "groups × rank")),)
         ),
-        "Output projection": Flow((act("z", Dim(spec.o_groups * spec.o_lora_rank, "groups × rank")),), (hidden,)),
+        "Output projection": Flow(
+            (act("z", Dim(spec.o_groups * spec.o_lora_rank, "groups × rank")),), (hidden,)
+        ),
         "KV compressor": Flow((x,), (Activation("kv_C", (B, compressed[HCA], Dim(d, "entry"))),)),
-        "Indexer query heads": Flow((c_q,), (act("q_I", Dim(spec.index_n_heads * spec.index_head_dim, "index heads")),)),
+        "Indexer query heads": Flow(
+            (c_q,), (act("q_I", Dim(spec.index_n_heads * spec.index_head_dim, "index heads")),)
+        ),
         "Indexer head weights": Flow((x,), (act("w", Dim(spec.index_n_heads, "head weights")),)),
-        "Key compressor": Flow((x,), (Activation("k_I", (B, compressed[CSA], Dim(spec.index_head_dim, "index key"))),)),
+        "Key compressor": Flow(
+            (x,), (Activation("k_I", (B, compressed[CSA], Dim(spec.index_head_dim, "index key"))),)
+        ),
         "Router": Flow((x,), (act("scores", Dim(spec.n_routed_experts, "experts")),)),
         "Hash routing table": Flow((tokens,), (act("experts", Dim(k, "chosen experts")),)),
         "Routed experts": Flow(
@@ -794,7 +852,9 @@ def component_flows(spec: DeepseekV4Spec) -> dict[str, Any]:
         "Embedding and hidden projections": Flow((x, act("e", h)), (hidden,)),
         "Output norm": Flow((hidden,), (x,)),
     }
-    flows["Shared expert"] = flows["Shared experts"] = Flow((x,), (act("y", h),), middle=(act("g·u", shared),))
+    flows["Shared expert"] = flows["Shared experts"] = Flow(
+        (x,), (act("y", h),), middle=(act("g·u", shared),)
+    )
     return flows
 
 
@@ -878,7 +938,12 @@ def cache_groups(
         CacheGroup("SWA window", MemoryKind.WINDOWED, every, window=spec.sliding_window, entry=kv),
         CacheGroup("CSA compressed KV", MemoryKind.COMPRESSED, csa, ratio=CSA, entry=kv),
         CacheGroup(
-            "CSA indexer keys", MemoryKind.COMPRESSED, csa, ratio=CSA, entry=indexer_entry(spec, indexer), content=INDEX_KEYS
+            "CSA indexer keys",
+            MemoryKind.COMPRESSED,
+            csa,
+            ratio=CSA,
+            entry=indexer_entry(spec, indexer),
+            content=INDEX_KEYS,
         ),
         CacheGroup("HCA compressed KV", MemoryKind.COMPRESSED, hca, ratio=HCA, entry=kv),
         CacheGroup(
@@ -910,4 +975,3 @@ def cache_groups(
         ),
     ]
     return tuple(g for g in groups if g.layers)
-
