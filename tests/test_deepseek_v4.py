@@ -134,7 +134,7 @@ def header_listing():
     text = (V4 / "header-dtypes-shapes.EXCERPT.txt").read_text()
     rows = [
         ast.literal_eval(m)
-        for m in re.findall(r'^\s+(\("layers\.[23]\.[^"]+",\s*"\w+",\s*\[[\d, ]+\]\)),', text, re.M)
+        for m in re.findall(r'^\s+(\("layers\.[23]\.[^"]+",\s*"\w+",\s*\[[\d, ]+\]\)),', text, re.MULTILINE)
     ]
     experts = re.findall(
         r'\("(layers\.2\.ffn\.experts\.)%d(\.w\d\.weight)" % _e, "(\w+)",\s+(\[[\d, ]+\])\)', text

@@ -754,8 +754,10 @@ def multi_token_prediction(spec: DeepseekV4Spec) -> Node | None:
 
 #: What a reader of these trees needs told.
 NOTES = (
-    "The hash routing tables (tid2eid, int64) are counted as elements of the tree, not learned "
-    "parameters; the headline table gives the totals with and without them.",
+    (
+        "The hash routing tables (tid2eid, int64) are counted as elements of the tree, not learned "
+        "parameters; the headline table gives the totals with and without them."
+    ),
 )
 
 
@@ -793,7 +795,7 @@ def component_flows(spec: DeepseekV4Spec) -> dict[str, Any]:
     >>> component_flows(known_model("deepseek-v4-flash").spec())["Shared key–value head"].text
     'x [B, T, 4,096] → kv [B, T, 512]'
     """
-    from kimicount.flow import B, T, Activation, Dim, Flow
+    from kimicount.flow import Activation, B, Dim, Flow, T
 
     def act(name, *dims, tokens=(B, T)):
         return Activation(name, (*tokens, *dims))
