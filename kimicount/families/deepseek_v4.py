@@ -402,6 +402,10 @@ def _name(spec: DeepseekV4Spec, layers: Sequence[int], suffix: str) -> str:
 
 
 def _tensor(spec: DeepseekV4Spec, layers: Sequence[int], suffix: str, shape, role: Role, **kw) -> TensorRef:
+    if role is Role.NORM and spec.naming == TRANSFORMERS:
+        # transformers keeps every norm in F32 (modeling_deepseek_v4.py lines 1241–1253,
+        # _keep_in_fp32_modules_strict), so its save stores them so
+        role = Role.F32
     return TensorRef(_name(spec, layers, suffix), tuple(shape), role, tuple(layers), **kw)
 
 
