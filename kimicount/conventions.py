@@ -192,7 +192,9 @@ def conventions(anatomy: Anatomy) -> tuple[Convention, ...]:
         )
     )
     tables = sum(
-        node.params for node in model.walk() if node.tensors and all(r.role is Role.INDEX for r in node.tensors)
+        node.params
+        for node in model.walk()
+        if node.tensors and all(r.role is Role.INDEX for r in node.tensors)
     )
     if tables:
         found.append(

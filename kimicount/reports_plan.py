@@ -188,6 +188,29 @@ def flops_json(report: FlopsReport) -> dict[str, Any]:
             "children": [node(c) for c in n.children],
         }
 
+    if report.kinds is not None:  # DeepSeek V4: the attention of each layer kind
+        return {
+            "model": spec.name,
+            "model_type": spec.model_type,
+            "tokens": report.tokens,
+            "context": report.context,
+            "layers": report.layers,
+            "matmul_flops_per_token": report.matmul_flops,
+            "tree": node(report.model),
+            "attention": [
+                {
+                    "kind": k.kind,
+                    "layers": k.layers,
+                    "formula": k.formula,
+                    "decode_calculation": k.calculation,
+                    "decode_flops_per_token_per_layer": k.decode,
+                    "prefill_flops_per_token_per_layer": float(k.prefill),
+                }
+                for k in report.kinds
+            ],
+            "decode_flops_per_token": float(report.kinds_total(True)),
+            "prefill_flops_per_token": float(report.kinds_total(False)),
+        }
     return {
         "model": spec.name,
         "model_type": spec.model_type,

@@ -532,7 +532,11 @@ def _check_unusual(spec, group, name, packed, found, findings: _Findings) -> boo
 
 
 def _classify_the_rest(
-    spec: ModelSpec, groups: list[ExpectedGroup], whole: list[bool], checkpoint: Checkpoint, findings: _Findings
+    spec: ModelSpec,
+    groups: list[ExpectedGroup],
+    whole: list[bool],
+    checkpoint: Checkpoint,
+    findings: _Findings,
 ) -> dict[str, Tally]:
     """Every tensor no group claims: an FP8 scale (its weight's scale was checked with the weight; a
     scale without a quantized weight is a mismatch), a rotary buffer, or unknown. The scales of a group

@@ -260,3 +260,43 @@ def test_storage_roles_match_the_released_checkpoint():
     assert roles["layers.{layer}.attn.compressor.wkv.weight"] is Role.UNQUANTIZED  # BF16, no scale
     params = json.loads(invoke("params", "deepseek-v4-flash", "--json").stdout)
     assert params["total"] == 284_334_567_511 and params["mtp"]["total"] == 6_610_048_891
+
+
+def test_flops_per_layer_kind_by_hand():
+    """Decode at L = 1,048,576: 64 heads × 512 against the one KV head, 2 × 64 × 512 FLOPs a position
+    for the scores and as many for the sum, over the window's 128 positions; CSA also over the
+    indexer's top 512 of the 262,144 compressed entries, plus the indexer's scores over all of them
+    (2 × 64 × 128 each); HCA over all 8,192 of its entries."""
+    out = json.loads(
+        invoke("flops", "deepseek-v4-flash", "--context", "1M", "--tokens", "4", "--json").stdout
+    )
+    kinds = {a["kind"]: a for a in out["attention"]}
+    per = 4 * 64 * 512
+    assert kinds["SWA"]["decode_flops_per_token_per_layer"] == per * 128
+    assert kinds["CSA"]["decode_flops_per_token_per_layer"] == per * (128 + 512) + 2 * 64 * 128 * 262_144
+    assert kinds["HCA"]["decode_flops_per_token_per_layer"] == per * (128 + 8192)
+    # a prefill of 4 tokens: positions 1..4 see 1..4 window entries; CSA's one entry at position 4
+    assert kinds["SWA"]["prefill_flops_per_token_per_layer"] == per * (1 + 2 + 3 + 4) / 4
+    assert kinds["CSA"]["prefill_flops_per_token_per_layer"] == (per * (10 + 1) + 2 * 64 * 128 * 1) / 4
+    assert (kinds["SWA"]["layers"], kinds["CSA"]["layers"], kinds["HCA"]["layers"]) == (2, 21, 20)
+    # the matmuls: twice the activated parameters that multiply (not the embedding, norms, sinks, ape,
+    # hyper-connections, the gates' bias or the hash tables)
+    matmul = 2 * (13_801_959_511 - 529_530_880)
+    matmul -= 2 * (
+        2 * 43 * 4096 + 43 * (1024 + 512 + 64) + 43 * 2 * (24 * 16384 + 24 + 3) + 4 * 16384 + 5 + 4096
+    )
+    matmul -= 2 * (
+        21 * (4 * 1024 + 512 + 4 * 256 + 128) + 20 * (128 * 512 + 512) + 40 * 256 + 3 * 129_280 * 6
+    )
+    assert out["matmul_flops_per_token"] == matmul
+
+
+def test_show_and_explore_read_the_v4_tree(tmp_path, write_config):
+    path = write_config(known_model("deepseek-v4-flash").config())
+    page = invoke("show", "Hash routing table", "--config", str(path), "--json")
+    assert page.exit_code == 0, page.output
+    data = json.loads(page.stdout)
+    assert "layers.{0..2}.ffn.gate.tid2eid" in json.dumps(data)
+    result = invoke("explore", "--config", str(path), "--output", str(tmp_path / "v4.html"))
+    assert result.exit_code == 0, result.output
+    assert "Shared key–value head" in (tmp_path / "v4.html").read_text()

@@ -159,20 +159,22 @@ def kv_cache(
 
     conv_dtype = parse_mamba_dtype(mamba_cache_dtype, "--mamba-cache-dtype")  # a typo costs no model load
     ssm_dtype = parse_mamba_dtype(mamba_ssm_dtype, "--mamba-ssm-dtype")
+    tokens_count, batch_count = count_or_none(tokens, "--tokens"), parse_count(batch, "--batch")
+    dtype = None if dtype is None else parse_dtype(dtype)
     spec = load_model(model, config, repo, revision, token, timeout, live=not as_json, command="kv-cache")
     from kimicount.cache_groups import has_mla_group
     from kimicount.families import cache_groups
 
     if not has_mla_group(cache_groups(spec)):  # DeepSeek V4: its groups carry their own entries
-        _group_cache(ctx, spec, tokens, batch, dtype, layout, block_size, include_mtp, budget, indexer_cache,
-                     max_num_batched_tokens, as_json)  # fmt: skip
+        _group_cache(ctx, spec, tokens_count, batch_count, dtype, layout, block_size, include_mtp, budget,
+                     indexer_cache, max_num_batched_tokens, as_json)  # fmt: skip
         return
     ignored(ctx, f"for {spec.name} (DeepSeek V4's groups only)", "indexer_cache", "max_num_batched_tokens")
     report = kv_cache_report(
         spec,
-        tokens=count_or_none(tokens, "--tokens"),
-        batch=parse_count(batch, "--batch"),
-        dtype=None if dtype is None else parse_dtype(dtype),
+        tokens=tokens_count,
+        batch=batch_count,
+        dtype=dtype,
         layouts=[parse_layout(name) for name in layout or ()],
         block_size=parse_count(block_size, "--block-size"),
         tp=parse_count(tp, "--tp"),
@@ -222,7 +224,7 @@ def _group_cache(
             f"--layout: {spec.name} caches no MLA latent; --dtype fp8 (FlashMLA's 584-B record, what vLLM "
             "and SGLang keep) or bf16 chooses its entries"
         )
-    if dtype is not None and parse_dtype(dtype) not in ("fp8", "bf16"):
+    if dtype is not None and dtype not in ("fp8", "bf16"):
         raise UsageError(f"--dtype {dtype}: {spec.name}'s cache is fp8 (FlashMLA's record) or bf16")
     ignored(ctx, f"for {spec.name} (its cache is replicated on every GPU)", "tp")
     ignored(
@@ -232,9 +234,9 @@ def _group_cache(
     given = ctx.get_parameter_source("block_size")
     report = group_cache_report(
         spec,
-        tokens=count_or_none(tokens, "--tokens"),
-        batch=parse_count(batch, "--batch"),
-        dtype=None if dtype is None else parse_dtype(dtype),
+        tokens=tokens,
+        batch=batch,
+        dtype=dtype,
         indexer=indexer,
         include_mtp=include_mtp,
         block_size=parse_count(block_size, "--block-size") if given and given.name == "COMMANDLINE" else None,

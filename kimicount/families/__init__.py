@@ -153,6 +153,13 @@ def family_flows(spec: Any) -> Any:
     return module.component_flows(spec) if hasattr(module, "component_flows") else None
 
 
+def family_attention(spec: Any, tokens: int, context: int) -> Any:
+    """The attention's own FLOPs per layer kind for a family whose attention is not MLA (DeepSeek V4's
+    attention_flops); None for the MLA families, whose three ways kimicount.flow counts."""
+    module = family_of(spec).load()
+    return module.attention_flops(spec, tokens, context) if hasattr(module, "attention_flops") else None
+
+
 def spec_for_names(spec: Any, names: Any) -> Any:
     """The spec whose tree names tensors as a checkpoint with these names does: a family whose
     checkpoints come in two namings (DeepSeek V4: DeepSeek's own and transformers') picks one; any

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any, ClassVar
 
 from kimicount.anatomy import (
@@ -862,6 +863,99 @@ def component_flows(spec: DeepseekV4Spec) -> dict[str, Any]:
         (x,), (act("y", h),), middle=(act("g·u", shared),)
     )
     return flows
+
+
+# --- the attention's own FLOPs (kimicount flops) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KindAttention:
+    """The attention itself (no parameters) of one layer kind, per token per layer: in a decode step
+    over `context` positions, and averaged over a causal prefill of `tokens`."""
+
+    kind: str
+    layers: int
+    formula: str
+    calculation: str
+    decode: int
+    prefill: Fraction
+
+
+def _sum_min(tokens: int, cap: int) -> int:
+    """Σ_{t=1}^{T} min(t, cap)."""
+    if tokens <= cap:
+        return tokens * (tokens + 1) // 2
+    return cap * (cap + 1) // 2 + (tokens - cap) * cap
+
+
+def _sum_entries(tokens: int, ratio: int, cap: int | None = None) -> int:
+    """Σ_{t=1}^{T} min(⌊t / ratio⌋, cap): the compressed entries each position of a prefill sees (all
+    of them, or the indexer's top `cap`)."""
+    whole = sum_floor(tokens, ratio)
+    if cap is None or tokens < ratio * cap:
+        return whole
+    below = sum_floor(ratio * cap - 1, ratio)  # positions whose entries are fewer than cap
+    return below + (tokens - ratio * cap + 1) * cap
+
+
+def sum_floor(tokens: int, ratio: int) -> int:
+    """Σ_{t=1}^{T} ⌊t / ratio⌋ in closed form.
+
+    >>> sum_floor(10, 4), sum(t // 4 for t in range(1, 11))
+    (10, 10)
+    """
+    q, rem = divmod(tokens, ratio)
+    return ratio * q * (q - 1) // 2 + q * (rem + 1)
+
+
+def attention_flops(spec: DeepseekV4Spec, tokens: int, context: int) -> tuple[KindAttention, ...]:
+    """Scores and weighted sums of each layer kind, per token per layer: one query of num_attention_heads
+    heads of head_dim against the shared key–value head, 2 × H × head_dim FLOPs a position for the
+    scores and as many for the sum (4 × H × head_dim), over the window's min(L, sliding_window)
+    positions and: CSA, the indexer's top min(index_topk, ⌊L / 4⌋) compressed entries, and the indexer's
+    own scores over every compressed key (2 × index_n_heads × index_head_dim × ⌊L / 4⌋); HCA, every
+    ⌊L / 128⌋ compressed entry. [FLOPs/token/layer]
+
+    >>> from kimicount.models import known_model
+    >>> [(k.kind, k.decode) for k in attention_flops(known_model("deepseek-v4-flash").spec(), 4096, 4096)]
+    [('SWA', 16777216), ('CSA', 100663296), ('HCA', 20971520)]
+    """
+    h, d, w = spec.num_attention_heads, spec.head_dim, spec.sliding_window
+    per = 4 * h * d  # scores and sum, one position
+    n, di, top = spec.index_n_heads, spec.index_head_dim, spec.index_topk
+    L = context
+    window = min(L, w)
+    rows = []
+    for ratio in (SWA, CSA, HCA):
+        count = len(spec.layers_of(ratio))
+        if not count:
+            continue
+        if ratio == SWA:
+            decode = per * window
+            formula = "4 × H × head_dim × min(L, sliding_window)"
+            calc = f"4 × {h} × {d} × {window:,}"
+            positions = _sum_min(tokens, w)
+            prefill = Fraction(per * positions, tokens)
+        elif ratio == CSA:
+            entries, chosen = L // CSA, min(top, L // CSA)
+            decode = per * (window + chosen) + 2 * n * di * entries
+            formula = (
+                "4 × H × head_dim × (min(L, sliding_window) + min(index_topk, ⌊L / 4⌋))"
+                " + 2 × index_n_heads × index_head_dim × ⌊L / 4⌋"
+            )
+            calc = f"4 × {h} × {d} × ({window:,} + {chosen:,}) + 2 × {n} × {di} × {entries:,}"
+            total = per * (_sum_min(tokens, w) + _sum_entries(tokens, CSA, top)) + 2 * n * di * sum_floor(
+                tokens, CSA
+            )
+            prefill = Fraction(total, tokens)
+        else:
+            entries = L // HCA
+            decode = per * (window + entries)
+            formula = "4 × H × head_dim × (min(L, sliding_window) + ⌊L / 128⌋)"
+            calc = f"4 × {h} × {d} × ({window:,} + {entries:,})"
+            prefill = Fraction(per * (_sum_min(tokens, w) + sum_floor(tokens, HCA)), tokens)
+        rows.append(KindAttention(KIND_NAMES[ratio], count, formula, calc, decode, prefill))
+    return tuple(rows)
 
 
 # --- spec -> cache groups --------------------------------------------------------------------------
