@@ -102,8 +102,11 @@ class GroupLine:
 
     @property
     def entry_formula(self) -> str:
-        """The entry part by part: '448 × 1 (NoPE values) + 64 × 2 (RoPE values) + ...'."""
-        return " + ".join(f"{p.count:,} × {p.bytes_each} ({p.name})" for p in self.group.entry)
+        """The entry part by part: '448 fp8 NoPE values + 64 bf16 RoPE values × 2 B + ...'."""
+        return " + ".join(
+            f"{p.count:,} {p.name}" + (f" × {p.bytes_each} B" if p.bytes_each != 1 else "")
+            for p in self.group.entry
+        )
 
 
 @dataclass(frozen=True)

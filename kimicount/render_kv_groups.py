@@ -5,54 +5,39 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from kimicount.cache_groups import MemoryKind
 from kimicount.kv_groups import GroupCacheReport, exact
 from kimicount.render import Column, fitted, human_bytes, plural, show, show_fitted
 
 
-def _holds(line) -> str:
-    g = line.group
-    if g.kind is MemoryKind.COMPRESSED:
-        return f"1 entry per {g.ratio} tokens"
-    if g.kind is MemoryKind.WINDOWED:
-        return f"the last {g.window} positions"
-    return "every token"
-
-
-def render_kv_groups(console: Console, report: GroupCacheReport) -> None:
-    """The groups side by side, where each number comes from, and the engines' pages."""
+def render_kv_groups(console: Console, report: GroupCacheReport, *, pages: bool = True) -> None:
+    """The groups side by side with the formula of each term; with `pages`, the engines' pages of them."""
     spec = report.spec
     record = "FlashMLA's 584-B record" if report.dtype == "fp8" else "head_dim values in bf16"
     mtp = (
         f" + {plural(report.mtp_layers, 'MTP layer')}"
         if report.include_mtp and report.mtp_layers
-        else (" (not the MTP layer's: --include-mtp)" if report.mtp_layers else "")
+        else (" (not the MTP layer: --include-mtp)" if report.mtp_layers else "")
     )
     show(
         console,
-        f"[bold]{spec.name}[/] ({spec.model_type}): KV cache in {report.dtype} ({record}; indexer keys in "
-        f"{report.indexer}), {report.tokens:,} tokens × {plural(report.batch, 'sequence')}, "
-        f"{spec.num_hidden_layers} layers{mtp}",
+        f"[bold]{spec.name}[/] ({spec.model_type}): KV cache in {report.dtype} ({record}), "
+        f"{report.tokens:,} tokens × {plural(report.batch, 'sequence')}, {spec.num_hidden_layers} layers{mtp}",
     )
     total = "" if report.batch == 1 else f"{report.batch:,} × "
     columns = [
         Column("Group", wraps=True),
-        Column("Layers", number=True),
-        Column("Each layer keeps", wraps=True, drop=2),
-        Column("Entry", number=True),
+        Column("Bytes for T tokens", drop=3, hint="--json has them"),
         Column("Per token", number=True),
-        Column("Per sequence", number=True, hint="once the windows fill"),
-        Column(f"{total}{report.tokens:,} tokens", number=True),
-        Column("≈", number=True),
+        Column("Per sequence", number=True, drop=1),
+        Column(f"{total}T = {report.tokens:,}", number=True),
+        Column("≈", number=True, drop=2),
     ]
     rows = []
     for line in report.lines:
         rows.append(
             [
                 line.group.name,
-                f"{line.layers}",
-                _holds(line),
-                f"{line.group.entry_bytes:,} B",
+                line.formula,
                 f"{exact(line.per_token)} B" if line.per_token else "—",
                 f"{line.per_sequence:,} B" if line.per_sequence else "—",
                 f"{line.bytes_per_sequence * report.batch:,} B",
@@ -63,8 +48,6 @@ def render_kv_groups(console: Console, report: GroupCacheReport) -> None:
         [
             "[bold]Total[/]",
             "",
-            "",
-            "",
             f"[bold]{exact(report.bytes_per_token)} B[/]",
             f"[bold]{report.bytes_per_sequence:,} B[/]",
             f"[bold]{report.total_bytes:,} B[/]",
@@ -72,28 +55,18 @@ def render_kv_groups(console: Console, report: GroupCacheReport) -> None:
         ]
     )
     show_fitted(console, *fitted(console, columns, rows))
-    show(console)
-    show(console, "One entry, and a sequence of T tokens, group by group:")
-    formula_columns = (
-        Column(""),
-        Column("", wraps=True, drop=2, min_width=30),
-        Column(""),
-    )
-    formula_rows = [
-        (line.group.name, f"{line.entry_formula} = {line.group.entry_bytes:,} B", line.formula)
-        for line in report.lines
-    ]
-    show_fitted(console, *fitted(console, formula_columns, formula_rows, header=False))
+    entries = dict.fromkeys(f"{line.group.entry_bytes:,} B = {line.entry_formula}" for line in report.lines)
+    show(console, "Entries: " + "; ".join(entries) + ".")
     show(
         console,
-        f"Per sequence of T tokens: T × {exact(report.bytes_per_token)} B (the compressed entries) + "
-        f"{report.bytes_per_sequence:,} B (the windows and the compressors' states, once T ≥ 128); "
-        f"exactly, with ⌊T / ratio⌋ entries: {report.sequence_bytes:,} B at T = {report.tokens:,}.",
+        f"A sequence of T tokens: T × {exact(report.bytes_per_token)} B of compressed entries + "
+        f"{report.bytes_per_sequence:,} B of windows and compressor states once T ≥ 128; at T = "
+        f"{report.tokens:,}, with ⌊T / ratio⌋ entries, {report.sequence_bytes:,} B.",
     )
-    if report.vllm is not None:
+    if pages and report.vllm is not None:
         show(console)
         _render_vllm(console, report)
-    if report.sglang is not None:
+    if pages and report.sglang is not None:
         show(console)
         _render_sglang(console, report)
 

@@ -137,6 +137,12 @@ def kv_cache(
     chart: Annotated[
         bool, typer.Option("--chart/--no-chart", help="Chart the cache size against context length.")
     ] = True,
+    pages: Annotated[
+        bool,
+        typer.Option(
+            "--pages/--no-pages", help="DeepSeek V4: vLLM's pages and pool of its groups, and SGLang's pools."
+        ),
+    ] = True,
     plot: Annotated[
         Path | None,
         typer.Option(
@@ -167,9 +173,15 @@ def kv_cache(
 
     if not has_mla_group(cache_groups(spec)):  # DeepSeek V4: its groups carry their own entries
         _group_cache(ctx, spec, tokens_count, batch_count, dtype, layout, block_size, include_mtp, budget,
-                     indexer_cache, max_num_batched_tokens, as_json)  # fmt: skip
+                     indexer_cache, max_num_batched_tokens, pages, as_json)  # fmt: skip
         return
-    ignored(ctx, f"for {spec.name} (DeepSeek V4's groups only)", "indexer_cache", "max_num_batched_tokens")
+    ignored(
+        ctx,
+        f"for {spec.name} (DeepSeek V4's groups only)",
+        "indexer_cache",
+        "max_num_batched_tokens",
+        "pages",
+    )
     report = kv_cache_report(
         spec,
         tokens=tokens_count,
@@ -212,7 +224,19 @@ def kv_cache(
 
 
 def _group_cache(
-    ctx, spec, tokens, batch, dtype, layout, block_size, include_mtp, budget, indexer, max_batched, as_json
+    ctx,
+    spec,
+    tokens,
+    batch,
+    dtype,
+    layout,
+    block_size,
+    include_mtp,
+    budget,
+    indexer,
+    max_batched,
+    pages,
+    as_json,
 ) -> None:
     """kv-cache of a model without an MLA group (DeepSeek V4): its groups, and the engines' pages."""
     from kimicount.errors import UsageError
@@ -251,4 +275,4 @@ def _group_cache(
     from kimicount.render import make_console
     from kimicount.render_kv_groups import render_kv_groups
 
-    render_kv_groups(make_console(), report)
+    render_kv_groups(make_console(), report, pages=pages)

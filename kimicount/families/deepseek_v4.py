@@ -977,14 +977,14 @@ def kv_entry(spec: DeepseekV4Spec, dtype: str) -> tuple[EntryPart, ...]:
     """
     d, rope = spec.head_dim, spec.qk_rope_head_dim
     if dtype == "bf16":
-        return (EntryPart("values", d, 2, "head_dim bf16"),)
+        return (EntryPart("bf16 values", d, 2, "head_dim bf16"),)
     nope = d - rope
     tiles = -(-nope // FP8_NOPE_TILE)
     return (
-        EntryPart("NoPE values", nope, 1, "head_dim − qk_rope_head_dim, fp8"),
-        EntryPart("RoPE values", rope, 2, "qk_rope_head_dim, bf16"),
-        EntryPart("scales", tiles, 1, "one E8M0 per 64 NoPE values"),
-        EntryPart("pad", 1, 1, "a byte"),
+        EntryPart("fp8 NoPE values", nope, 1, "head_dim − qk_rope_head_dim, fp8"),
+        EntryPart("bf16 RoPE values", rope, 2, "qk_rope_head_dim, bf16"),
+        EntryPart("E8M0 scales", tiles, 1, "one E8M0 per 64 NoPE values"),
+        EntryPart("pad byte", 1, 1, "a byte"),
     )
 
 
@@ -996,12 +996,12 @@ def indexer_entry(spec: DeepseekV4Spec, dtype: str) -> tuple[EntryPart, ...]:
     d = spec.index_head_dim
     if dtype == "fp4":
         return (
-            EntryPart("key values", d // 2, 1, "index_head_dim fp4, two a byte"),
-            EntryPart("scales", -(-d // 32), 1, "one E8M0 per 32 values"),
+            EntryPart("bytes of fp4 key values, two a byte", d // 2, 1, "index_head_dim fp4, two a byte"),
+            EntryPart("E8M0 scales", -(-d // 32), 1, "one E8M0 per 32 values"),
         )
     return (
-        EntryPart("key values", d, 1, "index_head_dim fp8"),
-        EntryPart("scales", -(-d // 128), 4, "one F32 per 128 values"),
+        EntryPart("fp8 key values", d, 1, "index_head_dim fp8"),
+        EntryPart("F32 scale", -(-d // 128), 4, "one F32 per 128 values"),
     )
 
 
@@ -1009,7 +1009,7 @@ def state_entry(spec: DeepseekV4Spec, ratio: int, width: int, formula: str) -> t
     """A compressor's running state per position of its window: the kv and gate-score series,
     2 × coff × width F32 values (vLLM deepseek_compressor.py @ 0de10a2, CompressorStateCache
     state_dim; SGLang deepseek_v4_compress_state.py @ 067c8c8, last_dim). [bytes/entry]"""
-    return (EntryPart("kv and score", 2 * spec.coff[ratio] * width, 4, formula),)
+    return (EntryPart("F32 kv and score values", 2 * spec.coff[ratio] * width, 4, formula),)
 
 
 def cache_groups(
