@@ -281,7 +281,9 @@ def conventions(anatomy: Anatomy) -> tuple[Convention, ...]:
             ),
             Convention(
                 "mtp_activated_with_copies",
-                "what the MTP layer runs per token, its embedding and head copies included",
+                "what the MTP layer runs per token, its embedding and head copies included"
+                if mtp.params > anatomy.mtp_unique
+                else "what the MTP layer runs per token (it has no copies: it runs the model's embedding and head)",
                 MTP_ACTIVATED,
                 mtp.activated,
             ),

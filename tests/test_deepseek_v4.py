@@ -70,15 +70,15 @@ def test_the_layer_kinds_and_block_groups():
     assert [(b.name, b.kind, b.instances) for b in blocks] == [
         ("2 SWA hash-MoE blocks (layers 0–1)", "swa-hash", 2),
         ("1 CSA hash-MoE block (layer 2)", "csa-hash", 1),
-        ("20 CSA MoE blocks", "csa-moe", 20),
-        ("20 HCA MoE blocks", "hca-moe", 20),
+        ("20 HCA MoE blocks", "hca-moe", 20),  # layers 3, 5, ..., 41: in the order of their first layers
+        ("20 CSA MoE blocks", "csa-moe", 20),  # 4, 6, ..., 42
     ]
     blocks = build_anatomy(pro()).model.find("61 transformer blocks").children
     assert [(b.name, b.instances) for b in blocks] == [
-        ("1 CSA hash-MoE block (layer 2)", 1),
         ("2 HCA hash-MoE blocks (layers 0–1)", 2),
-        ("29 CSA MoE blocks", 29),
+        ("1 CSA hash-MoE block (layer 2)", 1),
         ("29 HCA MoE blocks", 29),
+        ("29 CSA MoE blocks", 29),
     ]
 
 

@@ -668,11 +668,14 @@ def block_kind(ratio: int, hashed: bool) -> str:
 
 def block_groups(spec: DeepseekV4Spec, layers: Iterable[int]) -> list[Node]:
     """The layers grouped by kind: "2 SWA hash-MoE blocks (layers 0–1)", "20 CSA MoE blocks" (a group's
-    layers are spelled out when they run in at most two spans)."""
+    layers are spelled out when they run in at most two spans), in the order of their first layers."""
     layers = tuple(layers)
     groups = []
-    for ratio, hashed in BLOCK_KINDS:
-        members = tuple(i for i in layers if spec.ratio(i) == ratio and spec.is_hash_layer(i) == hashed)
+    kinds = [
+        tuple(i for i in layers if spec.ratio(i) == ratio and spec.is_hash_layer(i) == hashed)
+        for ratio, hashed in BLOCK_KINDS
+    ]
+    for (ratio, hashed), members in sorted(zip(BLOCK_KINDS, kinds), key=lambda kind: kind[1][:1]):
         if members:
             count = len(members)
             label = f"{KIND_NAMES[ratio]} {'hash-MoE' if hashed else 'MoE'} block{'s' if count > 1 else ''}"
