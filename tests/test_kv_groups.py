@@ -11,7 +11,7 @@ import pytest
 
 from kimicount.kv_groups import group_cache_report
 
-from .helpers import fails_cleanly, invoke
+from .helpers import ROOT, fails_cleanly, invoke
 from .test_deepseek_v4 import flash, pro
 
 T = 1_048_576  # "1M" as kimicount and vLLM read it
@@ -43,6 +43,14 @@ def test_the_card_s_10_percent_of_v3_2_at_1m():
     assert out["layouts"][0]["total_bytes"] == v32_fp8
     out = json.loads(invoke("kv-cache", "deepseek-v4-pro", "--tokens", "1M", "--json").stdout)
     assert out["total_bytes"] == v4 and out["layouts"][0]["total_bytes"] == v4
+    # with FP4 indexer keys (68 B) and against V3.2's bf16 latent, as docs/kv-cache.md tabulates
+    v4_fp4 = group_cache_report(pro(), tokens=T, indexer="fp4").total_bytes
+    v4_bf16 = group_cache_report(pro(), tokens=T, dtype="bf16").total_bytes
+    assert (v4_fp4, v4_bf16) == (5_299_115_008, 9_377_906_688)
+    assert round(100 * v4_fp4 / v32_fp8, 1) == 10.5 and round(100 * v4_bf16 / v32_bf16, 1) == 11.4
+    # README says these figures in prose (a console block of both would not fit its 350 lines)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"gives {v4:,} B, 11.5 % of DeepSeek-V3.2's {v32_fp8:,} B in fp8" in readme
 
 
 def test_v4_flash_groups_and_the_fp4_indexer():
