@@ -188,15 +188,18 @@ def flops_json(report: FlopsReport) -> dict[str, Any]:
             "children": [node(c) for c in n.children],
         }
 
+    head = {
+        "model": spec.name,
+        "model_type": spec.model_type,
+        "tokens": report.tokens,
+        "context": report.context,
+        "layers": report.layers,
+        "matmul_flops_per_token": report.matmul_flops,
+        "tree": node(report.model),
+    }
     if report.kinds is not None:  # DeepSeek V4: the attention of each layer kind
         return {
-            "model": spec.name,
-            "model_type": spec.model_type,
-            "tokens": report.tokens,
-            "context": report.context,
-            "layers": report.layers,
-            "matmul_flops_per_token": report.matmul_flops,
-            "tree": node(report.model),
+            **head,
             "attention": [
                 {
                     "kind": k.kind,
@@ -212,13 +215,7 @@ def flops_json(report: FlopsReport) -> dict[str, Any]:
             "prefill_flops_per_token": float(report.kinds_total(False)),
         }
     return {
-        "model": spec.name,
-        "model_type": spec.model_type,
-        "tokens": report.tokens,
-        "context": report.context,
-        "layers": report.layers,
-        "matmul_flops_per_token": report.matmul_flops,
-        "tree": node(report.model),
+        **head,
         "attention": [
             {
                 "way": way.name,

@@ -1015,6 +1015,21 @@ def state_entry(spec: DeepseekV4Spec, ratio: int, width: int, formula: str) -> t
     return (EntryPart("F32 kv and score values", 2 * spec.coff[ratio] * width, 4, formula),)
 
 
+def _state_group(
+    spec: DeepseekV4Spec, name: str, layers: tuple[int, ...], ratio: int, width: int, formula: str
+) -> CacheGroup:
+    """A compressor's state: windowed over its coff × ratio positions."""
+    return CacheGroup(
+        name,
+        MemoryKind.WINDOWED,
+        layers,
+        ratio=ratio,
+        window=spec.coff[ratio] * ratio,
+        entry=state_entry(spec, ratio, width, formula),
+        content=COMPRESSOR_STATE,
+    )
+
+
 def cache_groups(
     spec: DeepseekV4Spec, include_mtp: bool = False, dtype: str = "fp8", indexer: str = "fp8"
 ) -> tuple[CacheGroup, ...]:
@@ -1049,32 +1064,8 @@ def cache_groups(
             content=INDEX_KEYS,
         ),
         CacheGroup("HCA compressed KV", MemoryKind.COMPRESSED, hca, ratio=HCA, entry=kv),
-        CacheGroup(
-            "CSA compressor state",
-            MemoryKind.WINDOWED,
-            csa,
-            ratio=CSA,
-            window=spec.coff[CSA] * CSA,
-            entry=state_entry(spec, CSA, d, "2 × 2 × head_dim, F32"),
-            content=COMPRESSOR_STATE,
-        ),
-        CacheGroup(
-            "CSA indexer compressor state",
-            MemoryKind.WINDOWED,
-            csa,
-            ratio=CSA,
-            window=spec.coff[CSA] * CSA,
-            entry=state_entry(spec, CSA, di, "2 × 2 × index_head_dim, F32"),
-            content=COMPRESSOR_STATE,
-        ),
-        CacheGroup(
-            "HCA compressor state",
-            MemoryKind.WINDOWED,
-            hca,
-            ratio=HCA,
-            window=spec.coff[HCA] * HCA,
-            entry=state_entry(spec, HCA, d, "2 × head_dim, F32"),
-            content=COMPRESSOR_STATE,
-        ),
+        _state_group(spec, "CSA compressor state", csa, CSA, d, "2 × 2 × head_dim, F32"),
+        _state_group(spec, "CSA indexer compressor state", csa, CSA, di, "2 × 2 × index_head_dim, F32"),
+        _state_group(spec, "HCA compressor state", hca, HCA, d, "2 × head_dim, F32"),
     ]
     return tuple(g for g in groups if g.layers)
