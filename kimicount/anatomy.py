@@ -38,6 +38,7 @@ class Role(str, Enum):
     ROUTER_BIAS = "router_bias"  # e_score_correction_bias, stored in F32
     UNQUANTIZED = "unquantized"  # a weight or bias every checkpoint keeps in the model dtype (MTP eh_proj)
     F32 = "f32"  # a parameter its family's checkpoints keep in F32 (KDA's A_log and dt_bias)
+    INDEX = "index"  # an integer table the forward pass looks up, not learned (DeepSeek V4's tid2eid, I64)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ a compressed cache one per `ratio` positions; a sliding window at most `window` 
     [('MLA', 'per_token', 61)]
 
 A per-token MLA group sizes its entries by layout (kimicount.kvcache.FORMULAS, read from `mla`); a
-per-sequence group by its state tensors, each the shape an engine allocates on one tensor-parallel rank.
+per-sequence group by its state tensors, each the shape an engine allocates on one tensor-parallel rank;
+any other group (DeepSeek V4's compressed, windowed and compressor-state groups) by its `entry`, the
+bytes of one cached entry part by part, and `entries(tokens)`, how many one sequence holds.
 """
 
 from __future__ import annotations
@@ -70,6 +72,29 @@ class StateTensor:
         return math.prod(self.shape(tp))
 
 
+#: What a group's entries are, for engines that page each by its own rule (vLLM's DeepSeek V4 specs:
+#: the attention's compressed KV, the indexer's keys, a compressor's running state).
+KV = "kv"
+INDEX_KEYS = "index keys"
+COMPRESSOR_STATE = "compressor state"
+
+
+@dataclass(frozen=True)
+class EntryPart:
+    """One part of a cached entry: `count` values of `bytes_each` bytes (448 fp8 NoPE values), its
+    count in config keys (`formula`) and what it is."""
+
+    name: str
+    count: int
+    bytes_each: int
+    formula: str
+
+    @property
+    def bytes(self) -> int:
+        """[bytes/entry]"""
+        return self.count * self.bytes_each
+
+
 @dataclass(frozen=True)
 class CacheGroup:
     """Layers (0-based indices) that keep one kind of memory per request. A per-token group of MLA
@@ -80,9 +105,37 @@ class CacheGroup:
     layers: tuple[int, ...]
     mla: MlaSpec | None = None
     state: tuple[StateTensor, ...] = ()
-    #: A compressed group's positions per entry; a windowed group's window (tokens).
+    #: A compressed group's positions per entry; a windowed group's window (tokens). A compressor's
+    #: state keeps the ratio of the compressor it serves.
     ratio: int = 1
     window: int | None = None
+    #: One entry's bytes, part by part, for a group that is neither an MLA latent nor a state.
+    entry: tuple[EntryPart, ...] = ()
+    content: str = KV  # KV | INDEX_KEYS | COMPRESSOR_STATE
+
+    @property
+    def entry_bytes(self) -> int:
+        """[bytes/entry/layer]"""
+        return sum(part.bytes for part in self.entry)
+
+    def entries(self, tokens: int) -> int:
+        """The entries one sequence of `tokens` positions holds in one layer: every position (per
+        token), one per `ratio` positions a window has closed over (compressed), the last `window`
+        positions at most (windowed). [entries/sequence/layer]
+
+        >>> CacheGroup("HCA", MemoryKind.COMPRESSED, (3,), ratio=128).entries(1000)  # 7 windows closed
+        7
+        >>> CacheGroup("SWA", MemoryKind.WINDOWED, (0,), window=128).entries(1000)
+        128
+        """
+        if self.kind is MemoryKind.COMPRESSED:
+            return tokens // self.ratio
+        if self.kind is MemoryKind.WINDOWED:
+            assert self.window is not None  # a family built a windowed group without its window
+            return min(tokens, self.window)
+        if self.kind is MemoryKind.PER_TOKEN:
+            return tokens
+        return 0
 
     def state_bytes_per_layer(self, conv_bytes: int, ssm_bytes: int, tp: int = 1) -> int:
         """What one sequence's state takes in one layer on one of `tp` ranks, at the conv and ssm
@@ -108,3 +161,8 @@ def per_token_group(groups: tuple[CacheGroup, ...]) -> CacheGroup:
 def state_groups(groups: tuple[CacheGroup, ...]) -> tuple[CacheGroup, ...]:
     """The per-sequence groups (none for the DeepSeek-V3 family)."""
     return tuple(g for g in groups if g.kind is MemoryKind.PER_SEQUENCE)
+
+
+def has_mla_group(groups: tuple[CacheGroup, ...]) -> bool:
+    """Whether a model's cache has an MLA latent group (DeepSeek V4's has none: every group an entry)."""
+    return any(g.mla is not None for g in groups)

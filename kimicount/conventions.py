@@ -73,6 +73,8 @@ FAMILIES = {
     ("kimi_linear", 27, 2304, 256): "Kimi Linear",
     ("kimi_k3", 93, 7168, 896): "Kimi K3",
     ("glm_moe_dsa", 78, 6144, 256): "GLM-5",
+    ("deepseek_v4", 43, 4096, 256): "DeepSeek-V4-Flash",
+    ("deepseek_v4", 61, 7168, 384): "DeepSeek-V4-Pro",
 }
 
 #: The figures quoted for each family, as quoted, with their sources.
@@ -109,6 +111,16 @@ PUBLISHED = {
     "GLM-5": (
         Figure("744B", TOTAL, "GLM-5 model card and technical report"),
         Figure("40B", ACTIVATED, "GLM-5 model card and technical report"),
+    ),
+    "DeepSeek-V4-Flash": (
+        Figure("284B", TOTAL, "DeepSeek-V4 model cards: DeepSeek-V4-Flash with 284B parameters"),
+        Figure("13B", ACTIVATED, "DeepSeek-V4 model cards: (13B activated)"),
+        Figure("158B", TOTAL, "the Hub's safetensors count of deepseek-ai/DeepSeek-V4-Flash (its listing)"),
+    ),
+    "DeepSeek-V4-Pro": (
+        Figure("1.6T", TOTAL, "DeepSeek-V4 model cards: DeepSeek-V4-Pro with 1.6T parameters"),
+        Figure("49B", ACTIVATED, "DeepSeek-V4 model cards: (49B activated)"),
+        Figure("862B", TOTAL, "the Hub's safetensors count of deepseek-ai/DeepSeek-V4-Pro (its listing)"),
     ),
     "DeepSeek-V2-Lite": (
         Figure("15.7B", TOTAL, "DeepSeek-V2-Lite model card"),
@@ -184,6 +196,21 @@ def conventions(anatomy: Anatomy) -> tuple[Convention, ...]:
             model.params - sum(lookups) - sum(heads),
         )
     )
+    tables = sum(
+        node.params
+        for node in model.walk()
+        if node.tensors and all(r.role is Role.INDEX for r in node.tensors)
+    )
+    if tables:
+        found.append(
+            Convention(
+                "parameters_without_hash_tables",
+                "less the int64 token→expert hash tables (tid2eid), looked up, not learned: the "
+                "learned parameters alone",
+                TOTAL,
+                model.params - tables,
+            )
+        )
     if vision is not None:
         found.append(
             Convention(

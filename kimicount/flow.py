@@ -35,7 +35,7 @@ from kimicount.anatomy import Node, Role, TensorRef
 from kimicount.errors import require_positive
 from kimicount.kvcache import Layout, bytes_per_token_per_layer
 from kimicount.spec import ModelSpec
-from kimicount.storage import fp8_quantized
+from kimicount.storage import fp4_quantized, fp8_quantized
 
 #: Roles whose tensors are matmul weights [out, in] (the embedding is a lookup).
 _MATMULS = (Role.LINEAR, Role.ROUTER, Role.HEAD, Role.UNQUANTIZED)
@@ -124,6 +124,11 @@ def flow_map(spec: ModelSpec, *roots: Node | None) -> dict[int, Flow]:
 
 @lru_cache(maxsize=16)
 def _flows(spec: ModelSpec) -> dict[str, Flow]:
+    from kimicount.families import family_flows
+
+    own = family_flows(spec)  # a family whose blocks are not MLA's says what flows through them
+    if own is not None:
+        return own
     flows = _language_flows(spec)
     if spec.vision is not None:
         flows.update(_vision_flows(spec))
@@ -265,6 +270,8 @@ def compute_dtype(spec: ModelSpec, ref: TensorRef, way: Mla | None = None) -> st
     """
     if way is Mla.absorbed and is_kv_b_proj(ref):
         return "bf16"
+    if fp4_quantized(spec, ref):  # DeepSeek V4's routed experts: FP4 weights (MXFP4 in vLLM)
+        return "fp4"
     return "fp8" if fp8_quantized(spec, ref.role) else "bf16"
 
 
@@ -447,6 +454,16 @@ class FlopsReport:
     tokens: int
     context: int
     flops: dict[int, int]  # matmul FLOPs per token, by id(node)
+    #: A family whose attention is not MLA (DeepSeek V4): its attention per layer kind, in place of the
+    #: three MLA ways (kimicount.families.family_attention).
+    kinds: tuple | None = None
+
+    def kinds_total(self, decode: bool) -> Fraction:
+        """matmuls + each kind's attention × its layers, a decode token or a prompt token. [FLOPs/token]"""
+        assert self.kinds is not None
+        return self.matmul_flops + sum(
+            (Fraction(k.decode if decode else k.prefill) * k.layers for k in self.kinds), Fraction(0)
+        )
 
     @property
     def layers(self) -> int:
@@ -491,7 +508,10 @@ def flops_report(spec: ModelSpec, model: Node, *, tokens: int, context: int) -> 
     step at `context`."""
     require_positive("--tokens", tokens)
     require_positive("--context", context)
-    return FlopsReport(spec, model, tokens, context, flops_map(spec, model))
+    from kimicount.families import family_attention
+
+    kinds = family_attention(spec, tokens, context)
+    return FlopsReport(spec, model, tokens, context, flops_map(spec, model), kinds)
 
 
 def node_calculation(spec: ModelSpec, node: Node) -> str:

@@ -311,6 +311,30 @@ MODELS: tuple[KnownModel, ...] = (
         "glm-5.2.json",
     ),
     KnownModel(
+        "deepseek-v4-flash",
+        "deepseek-ai/DeepSeek-V4-Flash",
+        "April 2026 preview release",
+        "re-serialized",
+        "config as a public project stores it",
+        "the Hugging Face config.json as ai-dynamo/aiconfigurator stores it (commit 095f58a, "
+        "model_configs/deepseek-ai--DeepSeek-V4-Flash_config.json), copied byte for byte; whether "
+        "that is the raw file is not known",
+        "deepseek-v4-flash.json",
+        aliases=("v4-flash", "deepseek-v4"),
+    ),
+    KnownModel(
+        "deepseek-v4-pro",
+        "deepseek-ai/DeepSeek-V4-Pro",
+        "April 2026 preview release",
+        "re-serialized",
+        "config as a public project stores it",
+        "the Hugging Face config.json as ai-dynamo/aiconfigurator stores it (commit 095f58a, "
+        "model_configs/deepseek-ai--DeepSeek-V4-Pro_config.json), copied byte for byte; whether "
+        "that is the raw file is not known",
+        "deepseek-v4-pro.json",
+        aliases=("v4-pro",),
+    ),
+    KnownModel(
         "moonlight-16b-a3b",
         "moonshotai/Moonlight-16B-A3B",
         "February 2025 release",

@@ -59,7 +59,46 @@ def render_flops(console: Console, report: FlopsReport, *, max_depth: int | None
     )
     show_fitted(console, *fitted(console, columns, rows))
     show(console)
+    if report.kinds is not None:
+        _kinds(console, report)
+        return
     _attention(console, report)
+
+
+def _kinds(console: Console, report: FlopsReport) -> None:
+    """The attention of each layer kind (DeepSeek V4: SWA, CSA, HCA), per token per layer."""
+    assert report.kinds is not None
+    say(
+        console,
+        f"The attention itself (no parameters), per token per layer: prefill averaged over a causal pass of "
+        f"T = {report.tokens:,} tokens, decode over L = {report.context:,} positions.",
+    )
+    columns = (
+        Column("Kind"),
+        Column("Layers", number=True),
+        Column("Prefill per layer", number=True, drop=1),
+        Column("Decode per layer", number=True),
+    )
+    rows = [(k.kind, f"{k.layers}", f"{round(k.prefill):,}", f"{k.decode:,}") for k in report.kinds]
+    show_fitted(console, *fitted(console, columns, rows))
+    show(console)
+    formulas = Table.grid(padding=(0, 2))
+    formulas.add_column()
+    formulas.add_column()
+    for k in report.kinds:
+        formulas.add_row(k.kind, k.formula)
+        formulas.add_row("", f"= {k.calculation} = {k.decode:,}")
+    say(
+        console,
+        "Decode, per token per layer (H = num_attention_heads; one key–value head, read as key and value):",
+    )
+    show(console, formulas)
+    say(
+        console,
+        f"All, matmuls ({report.matmul_flops:,} FLOPs per token) and attention: prefill "
+        f"{flops_text(report.kinds_total(False))}, decode {flops_text(report.kinds_total(True))} per token. "
+        "The hyper-connections' mixing projections (hc_*_fn, F32) are not counted.",
+    )
 
 
 def _attention(console: Console, report: FlopsReport) -> None:

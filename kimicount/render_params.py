@@ -127,7 +127,8 @@ def render_params(
     _totals(console, anatomy, memory)
     if anatomy.mtp is not None:
         show(console)
-        show(console, "[bold]Multi-token prediction[/] (outside the total; dim rows are stored copies)")
+        copies = "; dim rows are stored copies" if anatomy.mtp.params > anatomy.mtp_unique else ""
+        show(console, f"[bold]Multi-token prediction[/] (outside the total{copies})")
         show_fitted(
             console, *component_table(console, anatomy.mtp, max_depth=max_depth, detail=detail, shapes=shapes)
         )

@@ -347,3 +347,108 @@ def _mismatches_json(mismatches) -> list[dict[str, str]]:
     return [
         {"tensor": m.tensor, "kind": m.kind, "expected": m.expected, "found": m.found} for m in mismatches
     ]
+
+
+def group_cache_json(report: Any) -> dict[str, Any]:
+    """kv-cache of a model whose groups carry their entries (DeepSeek V4, kimicount.kv_groups): DESIGN.md's
+    keys (`layouts` holds the one record chosen by --dtype), each group with its entry and formula,
+    then vLLM's layout and SGLang's pools of them. Per-token rates are exact in binary (power-of-two
+    ratios), so they are JSON numbers."""
+    vllm, sglang, tokens = report.vllm, report.sglang, report.tokens
+    return {
+        "model": report.spec.name,
+        "model_type": report.spec.model_type,
+        "dtype": report.dtype,
+        "indexer_dtype": report.indexer,
+        "tokens": tokens,
+        "batch": report.batch,
+        "layers": report.layers,
+        "mtp_layers": report.mtp_layers if report.include_mtp else 0,
+        "layouts": [
+            {
+                "layout": report.dtype,
+                "bytes_per_token_per_layer": None,  # the groups differ by layer kind; see "groups"
+                "bytes_per_token": float(report.bytes_per_token),
+                "total_bytes": report.total_bytes,
+            }
+        ],
+        "bytes_per_token": float(report.bytes_per_token),
+        "bytes_per_sequence": report.bytes_per_sequence,
+        "sequence_bytes": report.sequence_bytes,
+        "total_bytes": report.total_bytes,
+        "groups": [
+            {
+                "name": line.group.name,
+                "kind": line.group.kind.value,
+                "content": line.group.content,
+                "layers": list(line.group.layers),
+                "ratio": line.group.ratio,
+                "window": line.group.window,
+                "entry_bytes": line.group.entry_bytes,
+                "entry": [
+                    {"name": p.name, "count": p.count, "bytes_each": p.bytes_each, "formula": p.formula}
+                    for p in line.group.entry
+                ],
+                "entries_per_layer": line.entries,
+                "bytes_per_token": float(line.per_token),
+                "bytes_per_sequence_when_full": line.per_sequence,
+                "sequence_bytes": line.bytes_per_sequence,
+                "formula": line.formula,
+            }
+            for line in report.lines
+        ],
+        "vllm": None if vllm is None else _vllm_json(report),
+        "sglang": None
+        if sglang is None
+        else [
+            {
+                "pool": pool.name,
+                "layers": pool.layers,
+                "entry_bytes": pool.entry_bytes,
+                "entries_per_page": pool.per_page,
+                "page_bytes_per_layer": pool.page_bytes,
+                "ring_per_request": None
+                if pool.ring is None
+                else {"plain": pool.ring[0], "speculative": pool.ring[1]},
+                "ring_bytes_per_request": pool.ring_bytes,
+            }
+            for pool in sglang
+        ],
+    }
+
+
+def _vllm_json(report: Any) -> dict[str, Any]:
+    layout, tokens, batch = report.vllm, report.tokens, report.max_num_batched_tokens
+    budget = report.budget
+    return {
+        "rule": "vLLM's DeepSeek V4 KV-cache rule, as in v0.22 (kimicount/vllm_deepseek_v4.py)",
+        "block_size": report.block_size,
+        "max_num_batched_tokens": batch,
+        "page_sizes": list(layout.page_sizes),
+        "layer_tuples": layout.layer_tuples,
+        "block_bytes": layout.block_bytes,
+        "groups": [
+            {
+                "holds": group.names,
+                "sliding": group.sliding,
+                "block_size": group.specs[0].block_size,
+                "layers": len(group.specs),
+                "layer_tuples": group.layer_tuples,
+                "page_bytes": sorted({s.page for s in group.specs}, reverse=True),
+                "pages_per_request": group.pages(tokens, batch),
+            }
+            for group in layout.groups
+        ],
+        "pages_per_request": layout.pages(tokens, batch),
+        "memory_bytes": layout.memory_for(tokens, batch),
+        "budget": None
+        if budget is None
+        else {
+            "bytes": budget,
+            "fits": layout.memory_for(tokens, batch) <= budget,
+            "estimated_max_model_len": layout.estimate_max_model_len(budget, tokens, batch),
+            "num_blocks": layout.num_blocks(budget),
+            "max_concurrency": layout.max_concurrency(budget, tokens, batch),
+            "kv_cache_size_tokens": layout.kv_cache_size_tokens(budget, tokens, batch),
+        },
+    }

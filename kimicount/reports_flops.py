@@ -24,7 +24,7 @@ def flops_json(report: FlopsReport) -> dict[str, Any]:
             "children": [node(c) for c in n.children],
         }
 
-    return {
+    head = {
         "model": spec.name,
         "model_type": spec.model_type,
         "tokens": report.tokens,
@@ -32,6 +32,26 @@ def flops_json(report: FlopsReport) -> dict[str, Any]:
         "layers": report.layers,
         "matmul_flops_per_token": report.matmul_flops,
         "tree": node(report.model),
+    }
+    if report.kinds is not None:  # DeepSeek V4: the attention of each layer kind
+        return {
+            **head,
+            "attention": [
+                {
+                    "kind": k.kind,
+                    "layers": k.layers,
+                    "formula": k.formula,
+                    "decode_calculation": k.calculation,
+                    "decode_flops_per_token_per_layer": k.decode,
+                    "prefill_flops_per_token_per_layer": float(k.prefill),
+                }
+                for k in report.kinds
+            ],
+            "decode_flops_per_token": float(report.kinds_total(True)),
+            "prefill_flops_per_token": float(report.kinds_total(False)),
+        }
+    return {
+        **head,
         "attention": [
             {
                 "way": way.name,

@@ -89,10 +89,20 @@ def _show(value: int) -> str:
 
 @dataclass(frozen=True)
 class Fp8Quantization:
-    """`quantization_config` with quant_method "fp8": linear weights in FP8 with one F32 scale per block."""
+    """`quantization_config` with quant_method "fp8": linear weights in FP8 with one F32 scale per block.
+
+    A family whose checkpoints store the block scales otherwise says so in the last three fields:
+    DeepSeek V4 keeps one F8_E8M0 scale per block as `X.scale` (not `X.weight_scale_inv`) and its routed
+    experts in FP4 (`expert_dtype`; transformers' DeepseekV4Config moves that key into the
+    quantization_config). The reader of quantization_config leaves them at DeepSeek-V3's storage."""
 
     fmt: str
     block: tuple[int, int]
+    scale_dtype: str = "F32"
+    #: How a weight's scale is named: appended to `X.weight` (`_scale_inv`), or replacing `.weight` (`.scale`).
+    scale_suffix: str = "_scale_inv"
+    #: The routed experts' storage when it is not the Linears' FP8: "fp4" (E2M1 values, E8M0 scales).
+    expert_dtype: str | None = None
 
 
 #: FP8 formats of DeepSeek's quantization_config `fmt`.

@@ -22,6 +22,9 @@
   no scale; V3.2's norms F32), as the real checkpoints store them (the anatomy gives eh_proj the
   UNQUANTIZED role).
 
+- DeepSeek V4 (`kimicount.families.deepseek_v4`): the same FP8 blocks with one F8_E8M0 scale each,
+  named `X.scale`; routed experts in FP4 (`fp4_e2m1_layout`); int64 hash-routing tables (Role.INDEX).
+
 Scales and packed shapes are quantization metadata, not parameters: counted apart, with their bytes.
 """
 
@@ -79,6 +82,8 @@ def plain_dtypes(spec: ModelSpec, role: Role) -> tuple[str, ...]:
     base = model_dtype(spec)
     if role in (Role.ROUTER_BIAS, Role.F32):
         return ("F32",)
+    if role is Role.INDEX:
+        return ("I64",)
     if role is Role.NORM:
         if base == "F32":
             return (base,)
@@ -91,6 +96,65 @@ def plain_dtypes(spec: ModelSpec, role: Role) -> tuple[str, ...]:
 def fp8_quantized(spec: ModelSpec, role: Role) -> bool:
     """Stored in FP8 with a block scale: the Linear weights of an FP8 checkpoint."""
     return role is Role.LINEAR and isinstance(spec.quantization, Fp8Quantization)
+
+
+def fp4_quantized(spec: ModelSpec, ref: TensorRef) -> bool:
+    """A routed expert's weight that the config stores in FP4 (`expert_dtype: fp4`, DeepSeek V4)."""
+    quantization = spec.quantization
+    return (
+        bool(ref.experts)
+        and ref.role is Role.LINEAR
+        and isinstance(quantization, Fp8Quantization)
+        and quantization.expert_dtype == "fp4"
+    )
+
+
+#: FP4 E2M1 values packed into one byte, and values per E8M0 scale (DeepSeek V4's routed experts).
+FP4_PER_BYTE = 2
+FP4_SCALE_GROUP = 32
+
+
+def fp4_e2m1_layout(weight_shape: tuple[int, ...]) -> dict[str, tuple[tuple[int, int], str]]:
+    """How DeepSeek V4 stores an FP4 expert weight [out, in]: E2M1 values two to a byte as I8 [out,
+    in / 2] under `X.weight`, and one F8_E8M0 scale per 32 inputs [out, in / 32] under `X.scale`
+    (vLLM vllm/model_executor/models/deepseek_v4.py @ 023da1f, DeepseekV4MegaMoEExperts: w13_weight
+    [E, 2·I, H // 2] and w13_weight_scale [E, 2·I, H // 32], uint8; the real V4-Flash headers: w1 I8
+    [2048, 2048], scale F8_E8M0 [2048, 128]). One function, for the FP4 storage of other checkpoints
+    to fold in. [elements]
+
+    >>> fp4_e2m1_layout((2048, 4096))  # V4-Flash's w1: 4,096 inputs
+    {'weight': ((2048, 2048), 'I8'), 'scale': ((2048, 128), 'F8_E8M0')}
+    """
+    out_features, in_features = weight_shape
+    return {
+        "weight": ((out_features, in_features // FP4_PER_BYTE), "I8"),
+        "scale": ((out_features, in_features // FP4_SCALE_GROUP), "F8_E8M0"),
+    }
+
+
+def block_scale_dtype(spec: ModelSpec) -> str:
+    """The dtype of an FP8 weight's block scale: F32, or F8_E8M0 in DeepSeek V4's FP4 checkpoints."""
+    quantization = spec.quantization
+    return quantization.scale_dtype if isinstance(quantization, Fp8Quantization) else "F32"
+
+
+def scale_suffix(spec: ModelSpec) -> str:
+    """How the checkpoint names a weight's block scale: `_scale_inv` after `.weight`, or `.scale`."""
+    quantization = spec.quantization
+    return quantization.scale_suffix if isinstance(quantization, Fp8Quantization) else FP8_SCALE_SUFFIX
+
+
+def scale_names(spec: ModelSpec, weight_names: Iterable[str]) -> list[str]:
+    """The block scale's name of each weight: X.weight -> X.weight_scale_inv, or X.scale (DeepSeek V4).
+
+    >>> scale_names(k2, ["model.layers.0.self_attn.q_a_proj.weight"])
+    ['model.layers.0.self_attn.q_a_proj.weight_scale_inv']
+    """
+    suffix = scale_suffix(spec)
+    if suffix.startswith("."):  # replaces ".weight" (map over str methods: 69,120 expert names)
+        stems = map(str.removesuffix, weight_names, repeat(".weight"))
+        return list(map(str.__add__, stems, repeat(suffix)))
+    return list(map(str.__add__, weight_names, repeat(suffix)))
 
 
 def packable(spec: ModelSpec, role: Role) -> bool:
@@ -245,6 +309,13 @@ def stored_parts(spec: ModelSpec, ref: TensorRef) -> tuple[StoredPart, ...]:
     """
     copies = ref.copies
     plain = plain_dtypes(spec, ref.role)[0]
+    if fp4_quantized(spec, ref):
+        (_, weight), dtype = fp4_e2m1_layout(ref.shape)["weight"]
+        (_, groups), scale_dtype = fp4_e2m1_layout(ref.shape)["scale"]
+        return (
+            StoredPart("weight", ref.owned_rows * weight * copies, dtype),
+            StoredPart("scale", ref.owned_rows * groups * copies, scale_dtype),
+        )
     if fp4_quantizable(spec, ref.role):
         return _fp4_parts(spec, ref, plain)
     if fp8_quantized(spec, ref.role):
@@ -254,7 +325,7 @@ def stored_parts(spec: ModelSpec, ref: TensorRef) -> tuple[StoredPart, ...]:
         owned_blocks = owned_scale_rows(ref.rows, scale_rows, block)
         return (
             StoredPart("weight", ref.elements * copies, plain),
-            StoredPart("scale", owned_blocks * scale_cols * copies, "F32"),
+            StoredPart("scale", owned_blocks * scale_cols * copies, block_scale_dtype(spec)),
         )
     if not packable(spec, ref.role):
         return (StoredPart("weight", ref.elements * copies, plain),)
@@ -427,7 +498,13 @@ def quantization_summary(spec: ModelSpec) -> str:
     if isinstance(quantization, Fp8Quantization):
         rows, cols = quantization.block
         fp8 = plain_dtypes(spec, Role.LINEAR)[0]
-        return f"Linear weights in {fp8} with one F32 scale per {rows} × {cols} block; the rest in {base}"
+        text = f"Linear weights in {fp8} with one {quantization.scale_dtype} scale per {rows} × {cols} block"
+        if quantization.expert_dtype == "fp4":
+            text += (
+                f"; routed experts in FP4 E2M1, {FP4_PER_BYTE} to an I8, one F8_E8M0 scale per "
+                f"{FP4_SCALE_GROUP} inputs"
+            )
+        return f"{text}; the rest in {base}"
     if isinstance(quantization, PackedQuantization):
         group = "row" if quantization.group_size is None else f"{quantization.group_size} inputs"
         return (

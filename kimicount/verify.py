@@ -23,18 +23,22 @@ from kimicount.checkpoint import INDEX_FILE, Checkpoint, Index, paused_gc
 from kimicount.headers import Kind, TensorInfo, kind_of, kind_parts
 from kimicount.spec import ModelSpec
 from kimicount.storage import (
-    FP8_SCALE_SUFFIX,
     PACKED_SUFFIXES,
+    block_scale_dtype,
     config_fp4,
     config_packed,
+    fp4_e2m1_layout,
     fp4_layout,
     fp4_quantizable,
+    fp4_quantized,
     fp8_quantized,
     fp8_scale_shape,
     packable,
     packed_layout,
     plain_dtypes,
     require_modelled,
+    scale_names,
+    scale_suffix,
 )
 
 ROTARY_SUFFIX = ".rotary_emb.inv_freq"
@@ -181,9 +185,14 @@ class ExpectedGroup:
     names: tuple[str, ...]
     layer_counts: tuple[tuple[int | None, int], ...]  # (layer, names in it), in the order of `names`
     dtypes: tuple[str, ...]  # when stored as itself
-    fp8_scale: tuple[int, int] | None  # the block scale each tensor has, in FP8 checkpoints
+    fp8_scale: tuple[int, int] | None  # the block scale each tensor has, in FP8 (and V4's FP4) checkpoints
     packable: bool  # a Linear a pack-quantized checkpoint may store packed
     fp4: bool = False  # a Linear an FP4 checkpoint stores in FP4 when its config says so
+    #: The scale's dtype and names (X.weight_scale_inv in F32; DeepSeek V4: X.scale in F8_E8M0).
+    scale_dtype: str = "F32"
+    scale_of: tuple[str, ...] = field(default=(), repr=False)
+    #: The shape each tensor is stored in when it is not its logical shape (FP4: two values a byte).
+    stored: tuple[int, ...] | None = None
 
     @property
     def elements(self) -> int:
@@ -194,19 +203,31 @@ class ExpectedGroup:
         """Each name's layer index; None outside the language model's layers."""
         return tuple(chain.from_iterable(repeat(layer, n) for layer, n in self.layer_counts))
 
+    @property
+    def stored_shape(self) -> tuple[int, ...]:
+        return self.shape if self.stored is None else self.stored
+
     @cached_property
     def kinds(self) -> frozenset[Kind]:
         """The shape and dtype each tensor may have when stored as itself."""
-        return frozenset(kind_of(dtype, self.shape) for dtype in self.dtypes)
+        return frozenset(kind_of(dtype, self.stored_shape) for dtype in self.dtypes)
 
     @cached_property
     def scale_names(self) -> list[str]:
-        return _suffixed(self.names, FP8_SCALE_SUFFIX)
+        return list(self.scale_of)
 
     @property
     def scale_kind(self) -> Kind:
         assert self.fp8_scale is not None
-        return kind_of("F32", self.fp8_scale)
+        return kind_of(self.scale_dtype, self.fp8_scale)
+
+    def tally(self, found: Counter) -> Tally:
+        """The tensors found of this group (a Counter of kinds), as parameters: their logical elements
+        when stored packed (FP4), else as stored."""
+        if self.stored is None:
+            return _tally(found)
+        stored = _tally(found)
+        return Tally(stored.tensors, stored.tensors * self.elements, stored.bytes)
 
 
 def _suffixed(names: Iterable[str], suffix: str) -> list[str]:
@@ -226,6 +247,13 @@ def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[Expe
         component_id, ref = owners[0]
         module = components[component_id].module
         names, layer_counts = _names(ref)
+        dtypes, stored, scale, scale_dtype = plain_dtypes(spec, ref.role), None, None, "F32"
+        if fp4_quantized(spec, ref):
+            layout = fp4_e2m1_layout(ref.shape)
+            (stored, dtype), (scale, scale_dtype) = layout["weight"], layout["scale"]
+            dtypes = (dtype,)
+        elif fp8_quantized(spec, ref.role):
+            scale, scale_dtype = fp8_scale_shape(spec, ref.shape), block_scale_dtype(spec)
         groups.append(
             ExpectedGroup(
                 shape=ref.shape,
@@ -234,10 +262,13 @@ def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[Expe
                 parts=tuple((owner, r.elements) for owner, r in owners),
                 names=names,
                 layer_counts=layer_counts if module != "vision" else ((None, len(names)),),
-                dtypes=plain_dtypes(spec, ref.role),
-                fp8_scale=fp8_scale_shape(spec, ref.shape) if fp8_quantized(spec, ref.role) else None,
+                dtypes=dtypes,
+                fp8_scale=scale,
                 packable=packable(spec, ref.role) and module != "vision",
                 fp4=fp4_quantizable(spec, ref.role) and module != "vision",
+                scale_dtype=scale_dtype,
+                scale_of=tuple(scale_names(spec, names)) if scale is not None else (),
+                stored=stored,
             )
         )
     return groups
@@ -295,7 +326,7 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
                 parts.add_all(group)
             else:
                 parts.add(group, Counter(zip(group.layers, verified)))
-        kinds = _classify_the_rest(groups, whole, checkpoint, findings)
+        kinds = _classify_the_rest(spec, groups, whole, checkpoint, findings)
         mismatches = findings.mismatches + _check_index(checkpoint)
         by_dtype: dict[str, Tally] = defaultdict(Tally)
         for header in checkpoint.files:  # duplicates too, as stored
@@ -355,7 +386,7 @@ def _check_stored(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint,
     if found.keys() <= group.kinds and (
         group.fp8_scale is None or set(map(kinds.get, group.scale_names)) == {group.scale_kind}
     ):
-        findings.weights[group.module] += _tally(found)
+        findings.weights[group.module] += group.tally(found)
         findings.present += len(group.names) * (1 if group.fp8_scale is None else 2)
         return None
     return _check_each_stored(spec, group, checkpoint.tensors, findings)
@@ -365,11 +396,11 @@ def _check_each_stored(
     spec: ModelSpec, group: ExpectedGroup, found: dict[str, TensorInfo], findings: _Findings
 ):
     """`_check_stored` tensor by tensor, naming each mismatch. Returns which names are verified."""
-    shape, dtypes = group.shape, group.dtypes
+    shape, dtypes = group.stored_shape, group.dtypes
     tensors = [found.get(name) for name in group.names]
     verified = [t is not None and t.shape == shape and t.dtype in dtypes for t in tensors]
     present = [t for t in tensors if t is not None]  # all of them when all are verified
-    findings.weights[group.module] += Tally.of(present)
+    findings.weights[group.module] += group.tally(Counter(_describe(t) for t in present))
     if not all(verified):  # say what is wrong with each tensor that is not
         findings.mismatches += [
             Mismatch(name, "missing", f"{list(shape)} {' or '.join(dtypes)}", "absent")
@@ -386,19 +417,21 @@ def _check_each_stored(
         ]
     if group.fp8_scale is not None:
         findings.mismatches += _check_scales(
-            [t.name + FP8_SCALE_SUFFIX for t in present], group.fp8_scale, found
+            scale_names(spec, [t.name for t in present]), group.fp8_scale, group.scale_dtype, found
         )
     return verified
 
 
-def _check_scales(names: list[str], shape: tuple[int, int], found: dict[str, TensorInfo]) -> list[Mismatch]:
-    """Quantized weights' FP8 block scales: present, one F32 per block."""
+def _check_scales(
+    names: list[str], shape: tuple[int, int], dtype: str, found: dict[str, TensorInfo]
+) -> list[Mismatch]:
+    """Quantized weights' block scales: present, one `dtype` per block (F32; V4's F8_E8M0)."""
     scales = [found.get(name) for name in names]
-    expected = f"{list(shape)} F32"
+    expected = f"{list(shape)} {dtype}"
     return [
         Mismatch(name, "scale", expected, "absent" if scale is None else _describe(scale))
         for name, scale in zip(names, scales)
-        if scale is None or scale.shape != shape or scale.dtype != "F32"
+        if scale is None or scale.shape != shape or scale.dtype != dtype
     ]
 
 
@@ -563,12 +596,16 @@ def _check_each_fp4(spec, group: ExpectedGroup, quantized: list[bool], found, fi
 
 
 def _classify_the_rest(
-    groups: list[ExpectedGroup], whole: list[bool], checkpoint: Checkpoint, findings: _Findings
+    spec: ModelSpec,
+    groups: list[ExpectedGroup],
+    whole: list[bool],
+    checkpoint: Checkpoint,
+    findings: _Findings,
 ) -> dict[str, Tally]:
     """Every tensor no group claims: an FP8 scale (its weight's scale was checked with the weight; a
     scale without a quantized weight is a mismatch), a rotary buffer, or unknown. The scales of a group
     verified whole are all there, of one kind: counted as count × elements. (No name the trees expect
-    or a packed Linear claims is a scale's: those end in `_scale_inv`.)"""
+    or a packed Linear claims is a scale's: those end in `_scale_inv`, or DeepSeek V4's `.scale`.)"""
     kinds = checkpoint.kinds
     rest = _unclaimed(groups, whole, checkpoint, findings)
     scales = Tally()
@@ -581,7 +618,8 @@ def _classify_the_rest(
             present = rest.intersection(group.scale_names)
             scales += _tally(map(kinds.__getitem__, present))
             rest -= present
-    stray_scales = {name for name in rest if name.endswith(FP8_SCALE_SUFFIX)}
+    suffix = scale_suffix(spec)
+    stray_scales = {name for name in rest if name.endswith(suffix)}
     rotary = {name for name in rest if name.endswith(ROTARY_SUFFIX)}
     unknown = sorted(rest - stray_scales - rotary)
     findings.mismatches += [
@@ -776,7 +814,7 @@ def verify_index(anatomy: Anatomy, index: Index, source: str) -> IndexReport:
                     claimed.update(triple)
                     expected += len(triple)
                     continue
-            wanted = [name] + ([name + FP8_SCALE_SUFFIX] if group.fp8_scale is not None else [])
+            wanted = [name] + (scale_names(spec, [name]) if group.fp8_scale is not None else [])
             expected += len(wanted)
             for tensor in wanted:
                 if tensor in listed:

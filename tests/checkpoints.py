@@ -16,7 +16,17 @@ from pathlib import Path
 
 from .helpers import KIMI_K2, real_kimi_k2_tensors
 
-BYTES_PER_ELEMENT = {"F8_E4M3": 1, "BF16": 2, "F16": 2, "F32": 4, "I32": 4, "I64": 8, "U8": 1}
+BYTES_PER_ELEMENT = {
+    "F8_E4M3": 1,
+    "BF16": 2,
+    "F16": 2,
+    "F32": 4,
+    "I32": 4,
+    "I64": 8,
+    "U8": 1,
+    "I8": 1,
+    "F8_E8M0": 1,
+}
 
 Listing = dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, dtype)
 

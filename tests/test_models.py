@@ -212,6 +212,8 @@ def test_models_lists_every_bundled_model():
         "glm-5-fp8",
         "glm-5.1",
         "glm-5.2",
+        "deepseek-v4-flash",
+        "deepseek-v4-pro",
         "moonlight-16b-a3b",
     }
     # the real Kimi Linear index's total_parameters (fixtures/kimi-linear-48b-a3b)
@@ -233,6 +235,12 @@ def test_models_lists_every_bundled_model():
         rows["deepseek-v3"]["repo"] == "deepseek-ai/DeepSeek-V3" and rows["deepseek-v3"]["revision"] is None
     )
     assert rows["deepseek-v3"]["kind"] == "re-serialized"
+    # the DeepSeek V4 cards' "284B" and "1.6T": every tensor of the main model (hand count in
+    # tests/test_deepseek_v4.py), the MTP layer apart
+    assert (rows["deepseek-v4-flash"]["total"], rows["deepseek-v4-pro"]["model_type"]) == (
+        284_334_567_511,
+        "deepseek_v4",
+    )
 
 
 def test_names_are_unique():

@@ -106,6 +106,24 @@ def kv_cache(
             "(auto: float32; vLLM keeps KDA's state in float32 whatever its --mamba-ssm-cache-dtype).",
         ),
     ] = "auto",
+    indexer_cache: Annotated[
+        str,
+        typer.Option(
+            "--indexer-cache",
+            metavar="[fp8|fp4]",
+            help="DeepSeek V4: the dtype of the CSA indexer's keys (fp8: 132 B, fp4: 68 B; SGLang "
+            "allocates 68, vLLM 132 either way).",
+        ),
+    ] = "fp8",
+    max_num_batched_tokens: Annotated[
+        str,
+        typer.Option(
+            "--max-num-batched-tokens",
+            metavar="N",
+            help="DeepSeek V4, vLLM's flag: the chunk its windows' and compressor states' pages are sized "
+            "for (8192: vllm serve's default on a GPU of 70 GiB or more; the LLM class's is 16384).",
+        ),
+    ] = "8192",
     budget: Annotated[
         str | None,
         typer.Option(
@@ -118,6 +136,12 @@ def kv_cache(
     ] = None,
     chart: Annotated[
         bool, typer.Option("--chart/--no-chart", help="Chart the cache size against context length.")
+    ] = True,
+    pages: Annotated[
+        bool,
+        typer.Option(
+            "--pages/--no-pages", help="DeepSeek V4: vLLM's pages and pool of its groups, and SGLang's pools."
+        ),
     ] = True,
     plot: Annotated[
         Path | None,
@@ -141,12 +165,28 @@ def kv_cache(
 
     conv_dtype = parse_mamba_dtype(mamba_cache_dtype, "--mamba-cache-dtype")  # a typo costs no model load
     ssm_dtype = parse_mamba_dtype(mamba_ssm_dtype, "--mamba-ssm-dtype")
+    tokens_count, batch_count = count_or_none(tokens, "--tokens"), parse_count(batch, "--batch")
+    dtype = None if dtype is None else parse_dtype(dtype)
     spec = load_model(model, config, repo, revision, token, timeout, live=not as_json, command="kv-cache")
+    from kimicount.cache_groups import has_mla_group
+    from kimicount.families import cache_groups
+
+    if not has_mla_group(cache_groups(spec)):  # DeepSeek V4: its groups carry their own entries
+        _group_cache(ctx, spec, tokens_count, batch_count, dtype, layout, block_size, include_mtp, budget,
+                     indexer_cache, max_num_batched_tokens, pages, as_json)  # fmt: skip
+        return
+    ignored(
+        ctx,
+        f"for {spec.name} (DeepSeek V4's groups only)",
+        "indexer_cache",
+        "max_num_batched_tokens",
+        "pages",
+    )
     report = kv_cache_report(
         spec,
-        tokens=count_or_none(tokens, "--tokens"),
-        batch=parse_count(batch, "--batch"),
-        dtype=None if dtype is None else parse_dtype(dtype),
+        tokens=tokens_count,
+        batch=batch_count,
+        dtype=dtype,
         layouts=[parse_layout(name) for name in layout or ()],
         block_size=parse_count(block_size, "--block-size"),
         tp=parse_count(tp, "--tp"),
@@ -181,3 +221,58 @@ def kv_cache(
     if chart:
         show(console)
         render_cache_chart(console, context_sweep(report))
+
+
+def _group_cache(
+    ctx,
+    spec,
+    tokens,
+    batch,
+    dtype,
+    layout,
+    block_size,
+    include_mtp,
+    budget,
+    indexer,
+    max_batched,
+    pages,
+    as_json,
+) -> None:
+    """kv-cache of a model without an MLA group (DeepSeek V4): its groups, and the engines' pages."""
+    from kimicount.errors import UsageError
+    from kimicount.kv_groups import group_cache_report
+    from kimicount.options import parse_size
+
+    if layout:
+        raise UsageError(
+            f"--layout: {spec.name} caches no MLA latent; --dtype fp8 (FlashMLA's 584-B record, what vLLM "
+            "and SGLang keep) or bf16 chooses its entries"
+        )
+    if dtype is not None and dtype not in ("fp8", "bf16"):
+        raise UsageError(f"--dtype {dtype}: {spec.name}'s cache is fp8 (FlashMLA's record) or bf16")
+    ignored(ctx, f"for {spec.name} (its cache is replicated on every GPU)", "tp")
+    ignored(
+        ctx, f"for {spec.name} (no layer keeps a recurrent state)", "mamba_cache_dtype", "mamba_ssm_dtype"
+    )
+    ignored(ctx, f"for {spec.name} (the chart is the MLA layouts')", "chart", "plot")
+    given = ctx.get_parameter_source("block_size")
+    report = group_cache_report(
+        spec,
+        tokens=tokens,
+        batch=batch,
+        dtype=dtype,
+        indexer=indexer,
+        include_mtp=include_mtp,
+        block_size=parse_count(block_size, "--block-size") if given and given.name == "COMMANDLINE" else None,
+        max_num_batched_tokens=parse_count(max_batched, "--max-num-batched-tokens"),
+        budget=None if budget is None else parse_size(budget),
+    )
+    if as_json:
+        from kimicount.reports import group_cache_json
+
+        print_json(group_cache_json(report))
+        return
+    from kimicount.render import make_console
+    from kimicount.render_kv_groups import render_kv_groups
+
+    render_kv_groups(make_console(), report, pages=pages)

@@ -82,7 +82,7 @@ def verify(
         _verify_index(ctx, index, model, config, repo, revision, token, timeout, path, as_json)
         return
     from kimicount.anatomy import build_anatomy
-    from kimicount.families import require_command
+    from kimicount.families import require_command, spec_for_names
     from kimicount.source import load_checkpoint
     from kimicount.verify import verify as verify_checkpoint
 
@@ -90,7 +90,8 @@ def verify(
     with progress(not as_json, repo, token, timeout, local_files=True) as activity:
         spec, checkpoint = load_checkpoint(path, repo, revision, config, activity.on_file, activity.hub)
         require_command(spec, "verify")
-        report = verify_checkpoint(build_anatomy(spec), checkpoint)
+        # a family whose checkpoints come in two namings is checked in the one these names use
+        report = verify_checkpoint(build_anatomy(spec_for_names(spec, checkpoint.kinds)), checkpoint)
     # The headers' hundreds of thousands of objects were made with the collector off (checkpoint.paused_gc,
     # while they are read and while they are checked), so they all sit in its youngest generation: the
     # next collection would scan every one. Nothing of them is garbage before the run ends; keep them
@@ -112,6 +113,7 @@ def _verify_index(ctx, index, model, config, repo, revision, token, timeout, pat
     from kimicount.checkpoint import read_index_file
     from kimicount.cli.common import load_model
     from kimicount.errors import UsageError
+    from kimicount.families import spec_for_names
     from kimicount.verify import verify_index
 
     if path is not None:
@@ -119,7 +121,8 @@ def _verify_index(ctx, index, model, config, repo, revision, token, timeout, pat
             "--index checks an index alone: name the model with --config or its name, not --path"
         )
     spec = load_model(model, config, repo, revision, token, timeout, live=not as_json, command="verify")
-    report = verify_index(build_anatomy(spec), read_index_file(index), str(index))
+    listed = read_index_file(index)
+    report = verify_index(build_anatomy(spec_for_names(spec, listed.weight_map)), listed, str(index))
     from kimicount.reports import index_json
 
     def render(console) -> None:

@@ -21,7 +21,10 @@ from kimicount.flow import Activation, Dim, component_flow, flops_map
 from kimicount.kvcache import DEFAULT_LAYOUTS, FORMULAS, default_dtype, element_bytes
 from kimicount.spec import ModelSpec
 from kimicount.storage import (
+    block_scale_dtype,
     config_packed,
+    fp4_e2m1_layout,
+    fp4_quantized,
     fp8_quantized,
     fp8_scale_shape,
     memory_map,
@@ -29,6 +32,7 @@ from kimicount.storage import (
     packable,
     packed_layout,
     plain_dtypes,
+    scale_suffix,
 )
 
 KINDS = {
@@ -279,7 +283,8 @@ def build_pages(anatomy: Anatomy) -> Pages:
     roots = [r for r in (anatomy.model, anatomy.mtp, anatomy.vision) if r is not None]
     memory = memory_map(spec, *roots)
     flops = flops_map(spec, *roots)
-    sizes = w.values(spec)
+    vocabulary = w.vocabulary(spec)
+    sizes = vocabulary.sizes
 
     entries: dict[tuple[str, ...], _Entry] = {}
     ids: set[str] = set()
@@ -342,8 +347,8 @@ def build_pages(anatomy: Anatomy) -> Pages:
         pages[page.id] = page
     activations, operations = [], []
     for kind, specs, listed in (
-        ("activation", w.ACTIVATIONS, activations),
-        ("operation", w.OPERATIONS, operations),
+        ("activation", vocabulary.activations, activations),
+        ("operation", vocabulary.operations, operations),
     ):
         for thing in specs:
             page = _tensor_like_page(spec, kind, thing, pages, entries, sizes)
@@ -378,23 +383,24 @@ def _config_keys(formula: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(re.findall(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]+_size", formula)))
 
 
-def _words(name: str, node: Node, entry: _Entry) -> tuple[w.Words, str]:
+def _words(name: str, node: Node, entry: _Entry, vocabulary: w.Vocabulary) -> tuple[w.Words, str]:
     """The words of a node's page and its kind."""
     if entry.id == "model":
-        return w.MODEL, "model"
+        return vocabulary.model, "model"
     if node.layers and node.kind:
         moe = node.kind == "moe"
+        block = vocabulary.block
         return (
             replace(
-                w.BLOCK,
-                role=w.BLOCK.role.replace("{mlp}", "the mixture of experts" if moe else "a dense MLP"),
-                formula=w.BLOCK.formula.replace("{mlp_symbol}", "MoE" if moe else "MLP"),
+                block,
+                role=block.role.replace("{mlp}", "the mixture of experts" if moe else "a dense MLP"),
+                formula=block.formula.replace("{mlp_symbol}", "MoE" if moe else "MLP"),
             ),
             "block",
         )
     if entry.id == "blocks":
-        return w.BLOCKS, "group"
-    words = w.COMPONENTS.get(name)
+        return vocabulary.blocks, "group"
+    words = vocabulary.components.get(name)
     kind = "component" if node.tensors or words is not None else "group"
     if words is None:
         words = w.Words(role="", prefill="", decode="")
@@ -405,7 +411,7 @@ def _node_page(spec, anatomy, entry: _Entry, entries, sizes, memory, flops, tens
     # the primary node: the one with the most instances (the MoE blocks' copy of an attention part)
     primary_index = max(range(len(entry.nodes)), key=lambda i: entry.nodes[i][1].instances)
     _, node, path = entry.nodes[primary_index]
-    words, kind = _words(node.name, node, entry)
+    words, kind = _words(node.name, node, entry, w.vocabulary(spec))
     flow = component_flow(spec, node)
     where = []
     for group, each, _ in entry.nodes:
@@ -510,6 +516,18 @@ def _kv(spec: ModelSpec, entry: _Entry, node: Node) -> tuple[tuple[KvRow, ...], 
         layers = node.instances
     else:
         return (), ""
+    from kimicount.cache_groups import has_mla_group
+    from kimicount.families import cache_groups
+
+    if not has_mla_group(cache_groups(spec)):  # DeepSeek V4: a cache by layer kind, not MLA layouts
+        from kimicount.kv_groups import exact, group_cache_report
+
+        report = group_cache_report(spec, tokens=spec.sliding_window)
+        return (), (
+            f"The cache by layer kind (kimicount kv-cache): T × {exact(report.bytes_per_token)} B of compressed "
+            f"entries (fp8) + {report.bytes_per_sequence:,} B per sequence for the windows and the compressors' "
+            "states, all layers."
+        )
     e = element_bytes(default_dtype(spec))
     rows = []
     for layout in DEFAULT_LAYOUTS:
@@ -542,13 +560,23 @@ def _storage(spec: ModelSpec, ref: TensorRef) -> tuple[str, str]:
     if not modelled(spec):
         return "", "not modelled (quantization unknown to kimicount)"
     dtype = plain_dtypes(spec, ref.role)[0]
+    if fp4_quantized(spec, ref):  # DeepSeek V4's routed experts
+        layout = fp4_e2m1_layout(ref.shape)
+        (wshape, wdtype), (sshape, sdtype) = layout["weight"], layout["scale"]
+        text = (
+            f"FP4 E2M1, two a byte: [{wshape[0]:,}, {wshape[1]:,}] {wdtype}; scale [{sshape[0]:,}, "
+            f"{sshape[1]:,}] {sdtype}, one per 32 inputs"
+        )
+        return wdtype, text
     if fp8_quantized(spec, ref.role):
         rows, cols = fp8_scale_shape(spec, ref.shape)
         block = spec.quantization.block
-        return (
-            dtype,
-            f"FP8 block scales: weight_scale_inv [{rows:,}, {cols:,}] F32, one per {block[0]} × {block[1]}",
+        name = scale_suffix(spec).lstrip(".") if scale_suffix(spec).startswith(".") else "weight_scale_inv"
+        text = (
+            f"FP8 block scales: {name} [{rows:,}, {cols:,}] {block_scale_dtype(spec)}, one per "
+            f"{block[0]} × {block[1]}"
         )
+        return dtype, text
     if packable(spec, ref.role):
         layout = packed_layout(spec, ref.shape)
         packed = config_packed(spec, ref.names())

@@ -577,3 +577,28 @@ OPERATIONS: tuple[Tensor, ...] = (
         aliases=("silu",),
     ),
 )
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """A model's words: its sizes, components, activations and operations, and the group pages'."""
+
+    sizes: dict[str, str]
+    components: dict[str, Words]
+    activations: tuple[Tensor, ...]
+    operations: tuple[Tensor, ...]
+    model: Words
+    blocks: Words
+    block: Words
+
+
+def vocabulary(spec) -> Vocabulary:
+    """The words of a model's pages: DeepSeek V4's own (kimicount.explorer.words_deepseek_v4), or the
+    MLA families' above."""
+    if getattr(spec, "FAMILY", "") == "deepseek_v4":
+        from kimicount.explorer import words_deepseek_v4 as v4
+
+        return Vocabulary(
+            v4.values(spec), v4.COMPONENTS, v4.ACTIVATIONS, v4.OPERATIONS, v4.MODEL, v4.BLOCKS, v4.BLOCK
+        )
+    return Vocabulary(values(spec), COMPONENTS, ACTIVATIONS, OPERATIONS, MODEL, BLOCKS, BLOCK)

@@ -6,7 +6,7 @@ with its checkpoint tensors and their storage roles (`build_anatomy`), and the s
 groups (`cache_groups`, kimicount.cache_groups). Everything downstream reads the tree and the groups.
 
     >>> family_of(k2).name, [f.name for f in FAMILIES]
-    ('deepseek_v3', ['deepseek_v3', 'kimi_linear'])
+    ('deepseek_v3', ['deepseek_v3', 'kimi_linear', 'deepseek_v4'])
 
 Multimodal wrappers (Kimi K2.5 `kimi_k25`, Kimi K3 `kimi_k3`) keep the language model under
 `text_config`; the wrapper's model_type names the family. A command that cannot serve a family yet
@@ -72,6 +72,15 @@ FAMILIES = (
         "kimicount.families.kimi_linear",
         frozenset({"params", "kv-cache", "verify", "models"}),
     ),
+    Family(
+        "deepseek_v4",
+        "the DeepSeek V4 layout: compressed attention, hyper-connections, FP4 experts",
+        ("deepseek_v4",),
+        (),
+        ("DeepseekV4ForCausalLM",),
+        "kimicount.families.deepseek_v4",
+        frozenset({"params", "kv-cache", "verify", "models", "flops", "show", "explore"}),
+    ),
 )
 
 _BY_NAME = {family.name: family for family in FAMILIES}
@@ -91,7 +100,7 @@ def family_for_config(config: Mapping[str, Any], where: str) -> Family:
     >>> family_for_config({"model_type": "llama"}, "config.json")
     Traceback (most recent call last):
     kimicount.errors.ConfigError: config.json: key 'model_type': unsupported model type 'llama' (supported: \
-kimi_k2, deepseek_v3, deepseek_v32, deepseek_v2, glm_moe_dsa, kimi_linear, kimi_k25, kimi_k3)
+kimi_k2, deepseek_v3, deepseek_v32, deepseek_v2, glm_moe_dsa, kimi_linear, deepseek_v4, kimi_k25, kimi_k3)
     """
     from kimicount.reading import short_json
 
@@ -134,10 +143,34 @@ def build_anatomy(spec: Any) -> Any:
     return family_of(spec).load().build_anatomy(spec)
 
 
-def cache_groups(spec: Any, include_mtp: bool = False) -> tuple[Any, ...]:
+def cache_groups(spec: Any, include_mtp: bool = False, **layout: str) -> tuple[Any, ...]:
     """The cache groups (kimicount.cache_groups.CacheGroup) of the model: with `include_mtp`, the
-    multi-token-prediction layers' caches too (DeepSeek-V3)."""
-    return family_of(spec).load().cache_groups(spec, include_mtp)
+    multi-token-prediction layers' caches too (DeepSeek-V3). `layout` are a family's own cache
+    choices (DeepSeek V4: the cache dtype, the indexer keys' dtype)."""
+    return family_of(spec).load().cache_groups(spec, include_mtp, **layout)
+
+
+def family_flows(spec: Any) -> Any:
+    """The activations into and out of each component (kimicount.flow.Flow by component name), for a
+    family whose blocks are its own (DeepSeek V4); None for the MLA families, which kimicount.flow
+    describes itself."""
+    module = family_of(spec).load()
+    return module.component_flows(spec) if hasattr(module, "component_flows") else None
+
+
+def family_attention(spec: Any, tokens: int, context: int) -> Any:
+    """The attention's own FLOPs per layer kind for a family whose attention is not MLA (DeepSeek V4's
+    attention_flops); None for the MLA families, whose three ways kimicount.flow counts."""
+    module = family_of(spec).load()
+    return module.attention_flops(spec, tokens, context) if hasattr(module, "attention_flops") else None
+
+
+def spec_for_names(spec: Any, names: Any) -> Any:
+    """The spec whose tree names tensors as a checkpoint with these names does: a family whose
+    checkpoints come in two namings (DeepSeek V4: DeepSeek's own and transformers') picks one; any
+    other keeps the spec as it is."""
+    module = family_of(spec).load()
+    return module.spec_for_names(spec, names) if hasattr(module, "spec_for_names") else spec
 
 
 def require_command(spec: Any, command: str) -> None:
