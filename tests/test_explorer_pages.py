@@ -414,7 +414,9 @@ def test_evidence_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
     }
     fake.add_repo("moonshotai/Kimi-K2-Instruct", files, commit=commit)
     env = fake.client_env(httpserver, tmp_path)
-    result = run_kimicount("show", KEY_CONTENT, "--repo", "moonshotai/Kimi-K2-Instruct", "--json", env=env)
+    # a bundled model's repo id reads the Hub at a revision asked for, as in every command
+    args = ("show", KEY_CONTENT, "--repo", "moonshotai/Kimi-K2-Instruct", "--revision", "main", "--json")
+    result = run_kimicount(*args, env=env)
     assert result.returncode == 0, result.stderr
     p = json.loads(result.stdout)
     code = [e for e in p["evidence"] if e["file"] == "modeling_deepseek.py"]

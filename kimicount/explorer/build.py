@@ -6,11 +6,13 @@ Without a modeling file the pages say how to get one; config.json's lines are ci
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from kimicount.anatomy import build_anatomy
+from kimicount.errors import UsageError
 from kimicount.explorer.evidence import Evidence, ModelingError, ModelingIndex, config_evidence
 from kimicount.explorer.modeling import absent_message, find_modeling
 from kimicount.explorer.pages import Page, Pages, build_pages
@@ -22,28 +24,46 @@ _BUNDLED_CONFIG = Path(__file__).resolve().parent.parent / "data" / "kimi-k2-ins
 
 @dataclass(frozen=True)
 class ConfigSource:
-    """The config.json a spec was read from: its text and path, and the commit it is at (None: not
-    known, as for a local file outside the Hub cache or the bundled copy)."""
+    """The config.json a spec was read from: its text and path, the commit it is at (None: not
+    known, as for a local file outside the Hub cache or a bundled copy), the name its lines are cited
+    by, and the repo whose config a bundled copy is (None: not a bundled copy)."""
 
     text: str
     path: Path | None
     revision: str | None
+    file: str = "config.json"
+    bundled: str | None = None
 
 
 def load_model_and_config(
     config: Path | None, repo: str | None, revision: str | None, hub_options: HubOptions | None
 ) -> tuple[ModelSpec, ConfigSource]:
-    """The spec, as kimicount.source.load_spec reads it, and the config.json it came from."""
+    """The spec, as kimicount.source.load_spec reads it, and the config.json it came from: a bundled
+    model's (by name or repo id, or a name given to --config) from kimicount/data, as every command
+    reads it."""
+    from kimicount.models import bundled_note, known_model
     from kimicount.source import load_spec
 
-    if repo is not None and config is None:
+    if config is not None and repo is not None:
+        raise UsageError("name the model once: --config or --repo, not both")
+    known = None
+    if repo is not None and revision is None:
+        known = known_model(repo)
+        if known is not None and "/" in repo:
+            (hub_options or HubOptions()).note(bundled_note(known))
+    elif config is not None and not os.path.lexists(config):
+        known = known_model(str(config))
+    if known is not None:
+        file = "config.json" if known.kind == "raw" and not known.overrides else "config.json (bundled values)"
+        return known.spec(), ConfigSource(known.config_text(), None, None, file, known.repo)
+    if repo is not None:
         hub = hub_module()
         path = hub.download_config(repo, revision, hub_options)
         spec = hub.spec_from_hub_config(path, repo, revision)
         return spec, ConfigSource(path.read_text(encoding="utf-8"), path, _commit(path.parent))
     spec = load_spec(config, repo, revision, hub_options)
     if config is None:
-        return spec, ConfigSource(_BUNDLED_CONFIG.read_text(encoding="utf-8"), None, None)
+        return spec, ConfigSource(_BUNDLED_CONFIG.read_text(encoding="utf-8"), None, None, bundled=BUNDLED_MODEL)
     path = config / "config.json" if config.is_dir() else config
     return spec, ConfigSource(path.read_text(encoding="utf-8"), path, _commit(path.parent))
 
@@ -70,15 +90,16 @@ def explorer_pages(
         found = find_modeling(config, modeling=modeling)
     else:
         try:
+            hub_repo = repo if source.bundled is None else None  # a bundled config fetches nothing
             found = find_modeling(
-                config, config_path=source.path, repo=repo, revision=revision, hub_options=hub_options
+                config, config_path=source.path, repo=hub_repo, revision=revision, hub_options=hub_options
             )
         except ModelingError:  # no auto_map: evidence was not asked for, so the pages say why there is none
             found = None
     note = ""
     index = None
     if found is None:
-        named = repo or (BUNDLED_MODEL if source.path is None else None)
+        named = source.bundled or repo
         note = absent_message(config, named)
         note = note[:1].upper() + note[1:] + "."
     else:
@@ -92,7 +113,9 @@ def explorer_pages(
             evidence += _modeling_evidence(index, page, pages, spec)
             evidence += _passages(page, passages)
         if page.config_keys:
-            evidence += config_evidence(source.text, page.config_keys, revision=source.revision)
+            evidence += config_evidence(
+                source.text, page.config_keys, revision=source.revision, file=source.file
+            )
         findings = tuple(index.findings()[before:]) if index is not None else ()
         with_evidence[page.id] = replace(
             page, evidence=tuple(_unique(evidence)), evidence_note=note, findings=findings

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kimicount.anatomy import Node, TensorRef, build_anatomy
-from kimicount.errors import CheckpointError, ConfigError
+from kimicount.errors import CheckpointError, ConfigError, UsageError
 from kimicount.gguf.reader import GGUFArray, GGUFListing, GGUFTensor
 from kimicount.spec import ModelSpec, spec_from_config
 from kimicount.verify import Mismatch
@@ -87,7 +87,11 @@ def _gguf_tensors(
     if pattern in _TOP_NAMES:
         return [(_TOP_NAMES[pattern], tuple(reversed(ref.shape)), ref.elements)]
     if not pattern.startswith(_LAYER) or pattern[len(_LAYER) :] not in _LAYER_NAMES:
-        raise ValueError(f"no GGUF name for {ref.pattern}")  # a model part llama.cpp's deepseek2 lacks
+        # a part llama.cpp's deepseek2 layout has no tensor for (DeepSeek-V3.2's lightning indexer)
+        raise UsageError(
+            f"{spec.name}: {ref.pattern.replace('{layer}', 'N')} has no tensor in llama.cpp's deepseek2 GGUF layout, the one "
+            "kimicount sizes and checks; a GGUF of this model cannot be planned here"
+        )
     module = pattern[len(_LAYER) :]
     name = "blk.{layer}." + _LAYER_NAMES[module]
     if ref.experts:  # every expert of the layer in one tensor (in, out, E)
