@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from .fakehub import FakeHub
-from .helpers import FIXTURES, KIMI_K2, ROOT, imported_modules, invoke, run_kimicount
+from .helpers import FIXTURES, KIMI_K2, ROOT, fails_cleanly, imported_modules, invoke, run_kimicount
 
 KEY_CONTENT = "Key content up-projection"
 
@@ -168,8 +168,8 @@ def test_an_ambiguous_name_lists_the_candidates_and_exits_2(name, needles):
 @pytest.mark.parametrize(
     "name, needle",
     [
-        ("Latent atention", "(close: Latent attention"),
-        ("kvbproj", "(close: kv_b_proj"),
+        ("Latent atention", "(closest: Latent attention"),
+        ("kvbproj", "(closest: kv_b_proj"),
         ("model.layers.0.mlp.experts.3.up_proj.weight", "has this tensor in layers 1–60, not in layer 0"),
         ("", "NAME is empty"),
     ],
@@ -179,6 +179,34 @@ def test_an_unknown_name_is_one_line_and_exit_2(name, needle):
     assert result.exit_code == 2
     assert result.stderr.startswith("kimicount: error: ") and len(result.stderr.splitlines()) == 1
     assert needle in result.stderr
+
+
+@pytest.mark.parametrize(
+    "name, page",
+    [
+        ("Output projection", "causal-attention"),  # o_proj [7,168, 64 × 128]
+        ("output projection", "causal-attention"),
+        ("MoE gate", "router"),
+        ("gating network", "router"),
+        ("FFN", "dense-mlp"),
+        ("MLA", "latent-attention"),
+        ("W_UK", "key-content-up-projection"),
+        ("gate", "gate"),  # the module attribute stays the tensor's: its own names come first
+    ],
+)
+def test_the_names_people_use_find_the_part(name, page):
+    # issue 27: `show "Output projection"` and `show "MoE gate"` found nothing
+    result = invoke("show", name, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["id"] == page
+
+
+def test_the_hint_ranks_the_closest_names_first():
+    # issue 27: the hint for "Output projection" suggested the key content up-projection
+    line = fails_cleanly(invoke("show", "output projektion"))
+    assert "(closest: Output projection (Causal attention), " in line
+    line = fails_cleanly(invoke("show", "MoE gaet"))
+    assert "(closest: MoE gate (Router)" in line
 
 
 def test_json_shape():

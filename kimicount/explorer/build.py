@@ -54,7 +54,9 @@ def load_model_and_config(
     elif config is not None and not os.path.lexists(config):
         known = known_model(str(config))
     if known is not None:
-        file = "config.json" if known.kind == "raw" and not known.overrides else "config.json (bundled values)"
+        file = (
+            "config.json" if known.kind == "raw" and not known.overrides else "config.json (bundled values)"
+        )
         return known.spec(), ConfigSource(known.config_text(), None, None, file, known.repo)
     if repo is not None:
         hub = hub_module()
@@ -63,7 +65,9 @@ def load_model_and_config(
         return spec, ConfigSource(path.read_text(encoding="utf-8"), path, _commit(path.parent))
     spec = load_spec(config, repo, revision, hub_options)
     if config is None:
-        return spec, ConfigSource(_BUNDLED_CONFIG.read_text(encoding="utf-8"), None, None, bundled=BUNDLED_MODEL)
+        return spec, ConfigSource(
+            _BUNDLED_CONFIG.read_text(encoding="utf-8"), None, None, bundled=BUNDLED_MODEL
+        )
     path = config / "config.json" if config.is_dir() else config
     return spec, ConfigSource(path.read_text(encoding="utf-8"), path, _commit(path.parent))
 

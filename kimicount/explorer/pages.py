@@ -189,6 +189,7 @@ class Page:
     tensors: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
+    synonyms: tuple[str, ...] = ()  # names people use for it besides its own (words.SYNONYMS)
     also_in: tuple[str, ...] = ()
     main: bool = True  # in the main model (not the MTP module or the vision side)
     layers: tuple[int, ...] = ()  # the layers a block group or a checkpoint tensor stands for
@@ -483,6 +484,7 @@ def _node_page(spec, anatomy, entry: _Entry, entries, sizes, memory, flops, tens
         tensors=tuple(dict.fromkeys(r.tensor for r in rows)),
         config_keys=tuple(dict.fromkeys(formula_keys)),
         aliases=(node.name, short(node.name)),
+        synonyms=w.SYNONYMS.get(node.name, ()),
         also_in=tuple(a for a in also if a),
         main=entry.main,
         layers=node.layers if node.layers and node.kind else (),
