@@ -224,8 +224,9 @@ def test_conflicting_model_options():
 
 def test_debug_variable_shows_the_traceback(write_config):
     result = run_kimicount("params", "--config", str(write_config("[]")), env={"KIMICOUNT_DEBUG": "1"})
-    assert result.returncode != 0
+    assert result.returncode == 2  # the traceback comes first; the exit code is bad input's all the same
     assert "Traceback" in result.stderr and "ConfigError" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("kimicount: error: ")
 
 
 def test_subprocess_error_is_one_line(write_config):
