@@ -275,7 +275,7 @@ def _stacked(
     under the label (a tree's guides continued). Every column is kept; numbers stay whole and
     right-aligned, one under the other, text wraps (`_wrapped`), and an empty cell takes no line."""
     labels = [" ".join(_plain(h).split()) for h in headers]
-    label_width = min(max((cell_len(text) for text in labels[1:]), default=0), width // 3)
+    label_width = min(max((cell_len(text) for text in labels[1:]), default=0), width // 2)
     numbers = max((_width(row[i]) for row in rows for i, c in enumerate(columns) if c.number), default=0)
     grid = Table.grid(padding=0)
     grid.add_column(no_wrap=True, overflow="fold")
@@ -288,8 +288,14 @@ def _stacked(
         for i in range(1, len(columns)):
             if not _plain(row[i]).strip():
                 continue
-            label = labels[i]
-            head = label + " " * max(label_width - cell_len(label), 0) + " " * GAP if label else ""
+            label_lines = (
+                [line.plain for line in _wrapped(escape(labels[i]), label_width)] if labels[i] else []
+            )
+            head = (
+                label_lines[-1] + " " * (label_width - cell_len(label_lines[-1]) + GAP) if label_lines else ""
+            )
+            for line in label_lines[:-1]:  # a header longer than the labels' column: its first lines alone
+                lines.append(Text(indent + line))
             value_room = max(room - cell_len(head), 1)
             if columns[i].number and "\n" not in row[i] and _width(row[i]) <= value_room:
                 text = Text.from_markup(row[i])

@@ -158,6 +158,7 @@ def test_python_dash_m_and_no_torch_or_hub_import():
 
 def test_the_root_help_lists_every_command_however_it_is_asked():
     commands = (
+        "compare",  # and its alias diff, hidden
         "explore",
         "flops",
         "gguf",

@@ -111,12 +111,11 @@ def _verify(report: dict[str, Any]) -> list[str]:
 
 
 def _compare_models(report: dict[str, Any]) -> list[str]:
-    return [
-        f"{row['models'][model]['params']:,}"
-        for row in report["rows"]
-        for model in row["models"]
-        if row["models"][model] is not None
-    ]
+    rows = report["components"].values()
+    shown = [row for row in rows if row["depth"] <= 3]
+    figures = [f"{m['params']:,}" for row in shown for m in row["models"].values() if m is not None]
+    kv = [f"{m['bytes_per_token']:,}" for layout in report["kv_cache"].values() for m in layout.values()]
+    return [*figures, *kv, *(row["name"] for row in shown)]
 
 
 CASES: dict[str, tuple[list[str], Callable[[dict[str, Any]], list[str]]]] = {

@@ -51,6 +51,7 @@ def page_json(page: Page, pages: Pages) -> dict[str, Any]:
     return {
         "model": pages.model,
         "id": page.id,
+        "component_ids": list(page.component_ids),
         "name": page.name,
         "kind": page.kind_text,
         "path": list(page.path),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kimicount.anatomy import Anatomy, Node, Role, TensorRef, index_set
+from kimicount.component_ids import tree_ids
 from kimicount.explorer import words as w
 from kimicount.explorer.formula import as_text
 from kimicount.flow import Activation, Dim, component_flow, flops_map
@@ -190,6 +191,9 @@ class Page:
     config_keys: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     synonyms: tuple[str, ...] = ()  # names people use for it besides its own (words.SYNONYMS)
+    #: The stable ids (kimicount.component_ids) of the tree nodes the page stands for (a part of both
+    #: the dense and the MoE blocks: two), the keys on which `params --json` and `compare` join.
+    component_ids: tuple[str, ...] = ()
     also_in: tuple[str, ...] = ()
     main: bool = True  # in the main model (not the MTP module or the vision side)
     layers: tuple[int, ...] = ()  # the layers a block group or a checkpoint tensor stands for
@@ -337,8 +341,10 @@ def build_pages(anatomy: Anatomy) -> Pages:
 
     pages: dict[str, Page] = {}
     tensor_entries = _tensor_pages(spec, roots, entries)
+    ids = tree_ids(anatomy.model, anatomy.mtp, anatomy.vision)
     for entry in entries.values():
-        pages[entry.id] = _node_page(spec, anatomy, entry, entries, sizes, memory, flops, tensor_entries)
+        page = _node_page(spec, anatomy, entry, entries, sizes, memory, flops, tensor_entries)
+        pages[entry.id] = replace(page, component_ids=tuple(ids[id(node)] for _, node, _ in entry.nodes))
     for page in tensor_entries.values():
         pages[page.id] = page
     activations, operations = [], []
