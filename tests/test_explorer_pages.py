@@ -495,3 +495,15 @@ def test_every_page_of_every_model_fits_80_columns(config):
         wide = [line for line in console.file.getvalue().splitlines() if len(line) > 80]
         assert not wide, (p.id, wide[:2])
         json.dumps(page_json(p, pages))  # every value plain data
+
+
+def test_a_page_shows_the_passages_not_the_whole_class():
+    # issue 27: with the modeling file the latent attention's page was 477 lines, DeepseekV3Attention's
+    # 230 (628–857) printed whole before its passages; now the class's head, then the passages
+    page = json.loads(invoke("show", "latent attention", "--modeling", str(MODELING), "--json").stdout)
+    spans = [(e["start"], e["end"]) for e in page["evidence"] if e["file"].startswith("modeling_deepseek")]
+    assert (628, 629) in spans and (628, 857) not in spans
+    assert {(662, 688), (776, 789), (799, 840), (848, 852)} <= set(spans)  # DESIGN.md's passages
+    assert max(end - start + 1 for start, end in spans) <= 60
+    lines = invoke("show", "latent attention", "--modeling", str(MODELING)).stdout.count("\n")
+    assert lines < 250, lines
