@@ -230,11 +230,22 @@ def test_json_shape():
         "evidence_note",
     }
     assert p["model"] == "moonshotai/Kimi-K2-Instruct"
-    # the bundled config has no modeling file beside it: config.json's lines only, and how to get the file
-    assert p["evidence"] and {e["role"] for e in p["evidence"]} == {"config"}
-    assert set(p["evidence"][0]) == {"file", "revision", "start", "end", "role", "excerpt"}
-    assert "--modeling FILE" in p["evidence_note"]
-    assert "hf download moonshotai/Kimi-K2-Instruct modeling_deepseek.py" in p["evidence_note"]
+    # the bundled config has no modeling file beside it: the code's lines from kimicount's index of the
+    # pinned revision, each with its link and no excerpt, config.json's lines, and how to get the file
+    assert p["evidence"] and {e["role"] for e in p["evidence"]} == {"definition", "use", "config"}
+    assert set(p["evidence"][0]) == {"file", "revision", "start", "end", "role", "excerpt", "link"}
+    code = [e for e in p["evidence"] if e["file"] == "modeling_deepseek.py"]
+    assert [(e["start"], e["end"], e["excerpt"]) for e in code[:2]] == [(676, 681, ""), (781, 785, "")]
+    assert code[0]["revision"] == "fd1984e2b7a3350dbf7305fe73a4ede25c14de50"
+    assert code[0]["link"] == (
+        "https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/fd1984e2b7a3350dbf7305fe73a4ede25c14de50"
+        "/modeling_deepseek.py#L676-L681"
+    )
+    assert p["evidence_note"].endswith(", --modeling DIR/modeling_deepseek.py.")
+    assert (
+        "hf download moonshotai/Kimi-K2-Instruct modeling_deepseek.py --revision "
+        "fd1984e2b7a3350dbf7305fe73a4ede25c14de50" in p["evidence_note"]
+    )
     assert set(p["links"]) == {"parent", "children", "reads", "writes", "tensors"}
 
 

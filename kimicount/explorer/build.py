@@ -14,8 +14,9 @@ from typing import Any
 from kimicount.anatomy import build_anatomy
 from kimicount.errors import UsageError
 from kimicount.explorer.evidence import Evidence, ModelingError, ModelingIndex, config_evidence
-from kimicount.explorer.modeling import absent_message, find_modeling
+from kimicount.explorer.modeling import ModelingFile, absent_message, find_modeling
 from kimicount.explorer.pages import Page, Pages, build_pages
+from kimicount.explorer.pinned import PinnedModel, git_blob, known_file, pinned_model
 from kimicount.source import HubOptions, hub_module
 from kimicount.spec import BUNDLED_MODEL, ModelSpec
 
@@ -102,9 +103,12 @@ def explorer_pages(
             found = None
     note = ""
     index = None
+    pinned = pinned_model(source.bundled) if found is None else None
     if found is None:
         named = source.bundled or repo
         note = absent_message(config, named)
+        if pinned is not None:  # the lines are known: only the excerpts need the file
+            note = _pinned_note(pinned)
         note = note[:1].upper() + note[1:] + "."
     else:
         index = found.index()
@@ -116,6 +120,8 @@ def explorer_pages(
         if index is not None:
             evidence += _modeling_evidence(index, page, pages, spec)
             evidence += _passages(page, passages)
+        elif pinned is not None:
+            evidence += pinned.evidence(page.id)
         if page.config_keys:
             evidence += config_evidence(
                 source.text, page.config_keys, revision=source.revision, file=source.file
@@ -132,17 +138,42 @@ def explorer_pages(
             owned = [f for t in page.tensors for f in with_evidence[t].findings if t in with_evidence]
             shown = everything if page_id == "model" else (*page.findings, *owned)
             with_evidence[page_id] = replace(page, findings=tuple(dict.fromkeys(shown)))
-    origin = (
-        f"{found.name} ({found.origin}{', ' + found.revision[:12] if found.revision else ''})"
-        if found
-        else ""
-    )
+    origin = ""
+    if found is not None:
+        origin = f"{found.name} ({found.origin}, {_revision_text(found)})"
+    elif pinned is not None:
+        origin = f"{pinned.file} at {pinned.revision or 'its first release'}, from kimicount's index (no file here)"
     return replace(
         pages,
         pages=with_evidence,
         findings=tuple(index.findings()) if index is not None else (),
         evidence_source=origin,
     )
+
+
+def _pinned_note(pinned: PinnedModel) -> str:
+    """What a page without the modeling file says of the lines it cites from the pinned index."""
+    if pinned.revision is None:
+        return (
+            f"the lines are kimicount's index of {pinned.repo}'s {pinned.file} as first released; "
+            f"for their excerpts give that file with --modeling FILE"
+        )
+    return (
+        f"lines from kimicount's index at {pinned.revision[:12]}; for excerpts: `hf download {pinned.repo} "
+        f"{pinned.file} --revision {pinned.revision} --local-dir DIR`, --modeling DIR/{pinned.file}"
+    )
+
+
+def _revision_text(found: ModelingFile) -> str:
+    """Which revision a modeling file is: the commit its Hub cache folder names, else the file kimicount
+    has indexed that its git blob hash matches, else unknown."""
+    if found.revision:
+        return f"revision {found.revision[:12]}"
+    known = known_file(found.text.encode("utf-8"))
+    if known is not None:
+        return f"{known.description}: git blob {known.blob[:12]}"
+    blob = git_blob(found.text.encode("utf-8"))
+    return f"revision unknown: git blob {blob[:12]} is no file kimicount has indexed"
 
 
 #: The passages of the attention's code each page cites besides its own lines (ModelingIndex.

@@ -82,7 +82,8 @@ class Evidence:
     start: int  # 1-based, inclusive
     end: int
     role: str  # "definition" | "use" | "config"
-    excerpt: str  # those lines, verbatim
+    excerpt: str  # those lines, verbatim ("" when the file is not here: lines from the pinned index)
+    link: str | None = None  # the lines at that revision on the Hub, when the revision is known
 
     @property
     def lines(self) -> str:
@@ -97,6 +98,7 @@ class Evidence:
             "end": self.end,
             "role": self.role,
             "excerpt": self.excerpt,
+            "link": self.link,
         }
 
 

@@ -168,16 +168,29 @@ def _links(console: Console, page: Page, pages: Pages) -> None:
         show(console, links)
 
 
+def _lines(e) -> str:
+    return f"line {e.start}" if e.start == e.end else f"lines {e.start}–{e.end}"
+
+
 def _evidence(console: Console, page: Page, pages: Pages) -> None:
     if not page.evidence and not page.evidence_note and not page.findings:
         return
     _heading(console, "Evidence")
-    if pages.evidence_source:
+    indexed = [e for e in page.evidence if not e.excerpt]  # lines of the pinned index: no file here
+    if pages.evidence_source and not indexed:
         show(console, Text(f"Modeling file: {pages.evidence_source}", style="dim"))
+    if indexed:
+        first = indexed[0]
+        spans = ", ".join(f"{_lines(e)} ({e.role})" for e in indexed)
+        revision = f"@{first.revision[:12]}" if first.revision else ""
+        show(console, Text(f"{first.file}{revision} {spans}", style="bold"))
+        if first.link:  # the file at that revision: each line's link is in --json and the HTML
+            show(console, Text(first.link.split("#", 1)[0], style="dim"))
     for e in page.evidence:
-        lines = f"line {e.start}" if e.start == e.end else f"lines {e.start}–{e.end}"
+        if not e.excerpt:
+            continue
         revision = f"@{e.revision[:12]}" if e.revision else ""
-        show(console, Text(f"{e.file}{revision} {lines} ({e.role})", style="bold"))
+        show(console, Text(f"{e.file}{revision} {_lines(e)} ({e.role})", style="bold"))
         # a long line folds under its own code, not under the line numbers
         excerpt = Table.grid(padding=(0, 2))
         excerpt.add_column(justify="right", no_wrap=True)
