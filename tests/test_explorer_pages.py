@@ -518,3 +518,55 @@ def test_a_page_shows_the_passages_not_the_whole_class():
     assert max(end - start + 1 for start, end in spans) <= 60
     lines = invoke("show", "latent attention", "--modeling", str(MODELING)).stdout.count("\n")
     assert lines < 250, lines
+
+
+# --- issue 27: the smaller points ------------------------------------------------------------------------
+
+
+def test_deepseek_v3s_tensor_ranges_keep_the_mtp_layer_apart():
+    # the router's weight is stored in layers 3–60 (the 58 MoE blocks) and in layer 61, the MTP layer:
+    # once named model.layers.{3..61}.mlp.gate.weight against "58 MoE blocks (layers 3–60)"
+    page = json.loads(invoke("show", "deepseek-v3", "gate", "--json").stdout)
+    assert page["name"] == "model.layers.{3..60}.mlp.gate.weight"
+    where = [(x["where"], x["instances"], x["params"]) for x in page["parameters"]["where"]]
+    assert where == [
+        ("the model (layers 3–60)", 58, 58 * 256 * 7168),
+        ("Multi-token prediction (layer 61)", 1, 256 * 7168),
+    ]
+    names = [t["name"] for t in page["parameters"]["tensors"]]
+    assert names == ["model.layers.{3..60}.mlp.gate.weight", "model.layers.61.mlp.gate.weight"]
+
+
+def test_the_router_page_says_how_it_routes_and_its_weights_alone():
+    k2 = json.loads(invoke("show", "router", "--json").stdout)
+    assert "No group routing (n_group 1)" in k2["explanation"]
+    assert "× 2.827 (routed_scaling_factor)" in k2["explanation"]  # Kimi K2's config.json
+    lines = {e["start"]: e["excerpt"] for e in k2["evidence"] if e["file"] == "config.json"}
+    assert lines[49].strip() == '"routed_scaling_factor": 2.827,'  # the real config's line 49
+    v3 = json.loads(invoke("show", "deepseek-v3", "router", "--json").stdout)
+    assert (
+        "the experts in 8 groups (n_group), a token's experts chosen from its best 4 groups"
+        in v3["explanation"]
+    )
+    assert "× 2.5 (routed_scaling_factor)" in v3["explanation"]
+    # DESIGN.md: the router is gate.weight [384, 7,168] + e_score_correction_bias [384], 2,752,896 per MoE
+    # block; the weight alone over the 60 blocks: 384 × 7,168 × 60 = 165,150,720
+    text = " ".join(invoke("show", "router").stdout.split())
+    assert (
+        "By tensor mlp.gate.weight 165,150,720; mlp.gate.e_score_correction_bias 23,040 (× 60 instances)"
+        in text
+    )
+
+
+def test_a_tensor_page_names_its_tensor_once():
+    lines = invoke("show", "gate").stdout.splitlines()
+    assert lines[0] == "model.layers.{1..60}.mlp.gate.weight"
+    assert lines[1].startswith("checkpoint tensor")
+    # a concrete name shows the pattern it belongs to under it
+    lines = invoke("show", "model.layers.5.mlp.gate.weight").stdout.splitlines()
+    assert lines[:2] == ["model.layers.5.mlp.gate.weight", "model.layers.{1..60}.mlp.gate.weight"]
+
+
+def test_params_help_describes_every_detail():
+    text = " ".join(invoke("params", "--help").stdout.split())
+    assert "shapes (the activations in and out, with named dimensions)" in text

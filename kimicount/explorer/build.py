@@ -91,6 +91,7 @@ def explorer_pages(
     """Every page of the model, each with its evidence (or the note saying how to get it)."""
     pages = build_pages(build_anatomy(spec))
     config: dict[str, Any] = json.loads(source.text)
+    pages = _with_routing(pages, config)
     if modeling is not None:
         found = find_modeling(config, modeling=modeling)
     else:
@@ -149,6 +150,52 @@ def explorer_pages(
         findings=tuple(index.findings()) if index is not None else (),
         evidence_source=origin,
     )
+
+
+#: The config keys of the router's choice that no count reads: MoEGate's (modeling_deepseek.py).
+ROUTING_KEYS = (
+    "scoring_func",
+    "topk_method",
+    "n_group",
+    "topk_group",
+    "norm_topk_prob",
+    "routed_scaling_factor",
+)
+
+
+def routing_text(config: dict[str, Any]) -> str:
+    """What the router's config keys say of its choice, in a sentence: group routing (n_group groups,
+    the best topk_group of them first) or none, the weights' normalisation and their scale.
+
+    >>> print(routing_text({"n_group": 8, "topk_group": 4, "norm_topk_prob": True, "routed_scaling_factor": 2.5}))
+    Group routing: the experts in 8 groups (n_group), a token's experts chosen from its best 4 groups (topk_group); the chosen weights normalised (norm_topk_prob), then × 2.5 (routed_scaling_factor).
+    """
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    groups, top = text.get("n_group"), text.get("topk_group")
+    if isinstance(groups, int) and groups > 1 and isinstance(top, int):
+        grouped = f"the experts in {groups} groups (n_group), a token's experts chosen from its best {top}"
+        parts = [f"Group routing: {grouped} groups (topk_group)"]
+    else:
+        parts = ["No group routing (n_group 1): a token's experts chosen from all of them"]
+    normalise = "normalised (norm_topk_prob)" if text.get("norm_topk_prob") else "not normalised"
+    scale = text.get("routed_scaling_factor")
+    scaled = f", then × {scale} (routed_scaling_factor)" if isinstance(scale, int | float) else ""
+    parts.append(f"the chosen weights {normalise}{scaled}")
+    return "; ".join(parts) + "."
+
+
+def _with_routing(pages: Pages, config: dict[str, Any]) -> Pages:
+    """The router's pages with what the config says of its choice, and those keys' lines."""
+    routers = {
+        page.id: replace(
+            page,
+            explanation=f"{page.explanation} {routing_text(config)}".strip(),
+            config_keys=tuple(dict.fromkeys((*page.config_keys, *ROUTING_KEYS))),
+        )
+        for page in pages
+        if page.kind == "component" and page.name == "Router"
+    }
+    return replace(pages, pages={**pages.pages, **routers})
 
 
 def _pinned_note(pinned: PinnedModel) -> str:

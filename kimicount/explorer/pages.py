@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kimicount.anatomy import Anatomy, Node, Role, TensorRef, index_set
+from kimicount.anatomy import Anatomy, Node, Role, TensorRef, index_set, layer_span
 from kimicount.component_ids import tree_ids
 from kimicount.explorer import words as w
 from kimicount.explorer.formula import as_text
@@ -608,10 +608,15 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
         for _, node, _ in entry.nodes:
             owner_ids[id(node)] = entry.id
     main_patterns = set()
+    #: each pattern's layers, by the tree they are in: the main model's ("" ) and the MTP module's
+    #: (DeepSeek-V3's layer 61 stores the same names as its layers 3–60), shown apart
+    in_tree: dict[str, dict[str, set[int]]] = {}
     for root in roots:
+        tree = "" if root is roots[0] else root.name
         for node in root.walk():
             for ref in node.tensors:
                 refs.setdefault(ref.pattern, []).append((ref, owner_ids[id(node)]))
+                in_tree.setdefault(ref.pattern, {}).setdefault(tree, set()).update(ref.layers)
                 if root is roots[0]:
                     main_patterns.add(ref.pattern)
     modules = {pattern: _module_path(spec, pattern) for pattern in refs}
@@ -634,8 +639,14 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
         )
         first = found[0][0]
         layers = tuple(sorted({layer for ref, _ in found for layer in ref.layers}))
-        name = pattern.format(layer=index_set(layers), expert=index_set(tuple(range(first.experts))))
+        experts = index_set(tuple(range(first.experts)))
+        trees = in_tree[pattern]
+        named = tuple(sorted(trees.get("", ()))) or layers  # the main model's layers, where it has them
+        name = pattern.format(layer=index_set(named), expert=experts)
         copies = max(len(layers), 1) * max(first.experts, 1)
+        owner_layers: dict[str, set[int]] = {}
+        for ref, owner in found:
+            owner_layers.setdefault(owner, set()).update(ref.layers)
         dtype, storage = _storage(spec, first)
         elements = 1
         for d in first.shape:
@@ -643,7 +654,7 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
         rows = tuple(
             TensorRow(
                 tensor=tensor_id,
-                name=name,
+                name=pattern.format(layer=index_set(tuple(sorted(owner_layers[owner]))), expert=experts),
                 part=ref.part,
                 shape=ref.shape,
                 layout=_layout(ref),
@@ -658,7 +669,16 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
         )
         # dense and MoE copies of one part are one row
         unique_rows = tuple({(r.part, r.owner): r for r in rows}.values())
-        where = (Where("every copy", copies, elements * copies),)
+        where: tuple[Where, ...] = (Where("every copy", copies, elements * copies),)
+        if len(trees) > 1:  # the main model's copies and the MTP module's apart
+            where = tuple(
+                Where(
+                    f"{tree or 'the model'} ({layer_span(tuple(sorted(held)))})",
+                    len(held) * max(first.experts, 1),
+                    elements * len(held) * max(first.experts, 1),
+                )
+                for tree, held in trees.items()
+            )
         module = modules[pattern]
         attribute = module.split(".")[-1] if module.split(".")[-1] not in ("weight",) else module
         pages[pattern] = Page(

@@ -33,7 +33,8 @@ def _link(pages: Pages, page_id: str) -> str:
 
 def render_page(console: Console, page: Page, pages: Pages) -> None:
     show(console, Text(page.name, style="bold"))
-    show(console, Text(" › ".join(page.path)))
+    if page.path != (page.name,):  # a tensor's page is its own path: its name once
+        show(console, Text(" › ".join(page.path)))
     kind = page.kind_text + (f"; also in {', '.join(page.also_in)}" if page.also_in else "")
     show(console, Text(kind + f" · {pages.model}", style="dim"))
 
@@ -118,6 +119,9 @@ def _parameters(console: Console, page: Page, pages: Pages) -> None:
         rows.append(("All", f"{p.instances:,}", "", f"{p.total:,}"))
     show_fitted(console, *fitted(console, columns, rows))
     extra = _grid()
+    if len(p.rows) > 1 and page.kind != "tensor":  # each tensor's share: the Router's weight without its bias
+        shares = "; ".join(f"{_short(r.name)} {r.elements * p.instances:,}" for r in p.rows)
+        extra.add_row("By tensor", Text(f"{shares} (× {p.instances:,} instances)"))
     if p.activated is not None:
         extra.add_row("Activated", Text(f"{p.activated:,} per token"))
     if p.stored_bytes is not None:
@@ -166,6 +170,11 @@ def _links(console: Console, page: Page, pages: Pages) -> None:
     if links.row_count:
         _heading(console, "Links")
         show(console, links)
+
+
+def _short(name: str) -> str:
+    """A tensor's name without its layer: model.layers.{1..60}.mlp.gate.weight -> mlp.gate.weight."""
+    return name.split("}.", 1)[-1] if "}." in name else name
 
 
 def _lines(e) -> str:

@@ -222,7 +222,7 @@ COMPONENTS: dict[str, Words] = {
         "MoEGate",
         ("weight", "e_score_correction_bias"),
         explanation="The bias e_score_correction_bias only chooses the experts; the weights g_i are the "
-        "sigmoid scores of the chosen ones, normalised.",
+        "sigmoid scores of the chosen ones.",
     ),
     "Routed experts": Words(
         "{E} SwiGLU MLPs {moe_inter} wide; each token runs the {k} its router chose",
