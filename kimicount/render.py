@@ -230,6 +230,8 @@ def fitted(
         wrapped = {i: _wrapped(row[i], widths[i]) for i in kept if columns[i].wraps} if widths else {}
         guide = continuation[n] if continuation is not None else ""
         first = Text.from_markup(row[kept[0]])
+        if kept[0] in wrapped:  # a wrapping first column breaks as the others do (after a name's dots)
+            first = Text("\n").join(wrapped[kept[0]])
         if under is not None and row[under]:
             indent = Text(guide + " " * GAP)
             lines = _wrapped(row[under], widths[kept[0]] - indent.cell_len)

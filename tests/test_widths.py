@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from rich.cells import cell_len
 
-from .checkpoints import kimi_k2_layout
-from .helpers import KIMI_K2, invoke
+from .checkpoints import kimi_k2_layout, tampered_kimi_k2
+from .helpers import KIMI_K2, invoke, real_kimi_k2_tensors
 
 WIDTHS = (60, 80, 100, 120, 200)
 
@@ -85,6 +85,15 @@ def _plan(report: dict[str, Any]) -> list[str]:
     return [*figures, f"{stage['weights_bytes']:,} B", *(row["name"] for row in report["weights"])]
 
 
+def _flops(report: dict[str, Any]) -> list[str]:
+    ways = [f"{int(w['decode_flops_per_token_per_layer']):,}" for w in report["attention"]]
+    return [*tree("flops_per_token")(report), *ways]
+
+
+def _stages(report: dict[str, Any]) -> list[str]:
+    return [f"{stage['kv_tokens']:,}" for stage in report["stages"]]
+
+
 def _gguf(report: dict[str, Any]) -> list[str]:
     by_type = report["by_type"]
     return [f"{report['file_bytes']:,}", *(f"{row['tensors']:,}" for row in by_type.values()), *by_type]
@@ -129,8 +138,9 @@ CASES: dict[str, tuple[list[str], Callable[[dict[str, Any]], list[str]]]] = {
         ["kv-cache", "--tokens", "128K", "--tp", "8", "--budget", "141GiB", "--no-chart"],
         _kv_tp,
     ),
-    "flops": (["flops"], tree("flops_per_token")),
+    "flops": (["flops"], _flops),
     "plan --detail": (["plan", "--gpus", "16xH200", "--detail"], _plan),
+    "plan, two stages": (["plan", "--gpus", "16xH200", "--pp", "2", "--detail"], _stages),
     "plan --compare": (["plan", "--gpus", "8xH200", "--compare", "tp8,dp8ep8,tp8pp2"], _compare),
     "plan, local": (
         ["plan", "--gpus", "1xRTX4090", "--quant", "Q3_K_M", "--ram", "512GiB", "--offload", "experts"],
@@ -172,8 +182,17 @@ def _check(args: list[str], figures: Callable[[dict[str, Any]], list[str]]) -> N
 
 def _whole(figure: str, text: str) -> bool:
     """Whether `figure` is in `text` whole: a number as one token, never a piece of a longer one; a
-    label of several words, each word whole (a cell folds between words, onto the row's next line)."""
-    return all(re.search(rf"(?<![\w,.]){re.escape(word)}(?![\w,])", text) for word in figure.split())
+    label of several words, each word whole (a cell folds between words, onto the row's next line), and
+    a name each of its dotted parts (a tensor name folds after a dot: model.layers.3. / self_attn.…)."""
+
+    def found(word: str) -> bool:
+        return bool(re.search(rf"(?<![\w,.]){re.escape(word)}(?![\w,])", text))
+
+    return all(
+        found(word)
+        or (re.search(r"[A-Za-z]", word) and all(p in text for p in re.split(r"(?<=[./])", word) if p))
+        for word in figure.split()
+    )
 
 
 def _run(args: list[str], width: int) -> str:
@@ -201,6 +220,17 @@ def kimi_k2_checkpoint(tmp_path_factory):
 
 def test_verify_at_every_width(kimi_k2_checkpoint):
     _check(["verify", "--path", str(kimi_k2_checkpoint)], _verify)
+
+
+def test_verify_mismatches_at_every_width(kimi_k2_checkpoint, tmp_path):
+    listing = real_kimi_k2_tensors()
+    listing["model.layers.3.self_attn.kv_b_proj.weight"] = ((16384, 511), "F8_E4M3")
+    folder = tampered_kimi_k2(kimi_k2_checkpoint, tmp_path / "t", listing)
+
+    def mismatches(report: dict[str, Any]) -> list[str]:
+        return [s for m in report["mismatches"] for s in (m["tensor"], m["expected"], m["found"])]
+
+    _check(["verify", "--path", str(folder)], mismatches)
 
 
 def test_the_issue_figures_at_80_columns():

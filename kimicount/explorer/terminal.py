@@ -192,9 +192,8 @@ def _evidence(console: Console, page: Page, pages: Pages) -> None:
         first = indexed[0]
         spans = ", ".join(f"{_lines(e)} ({e.role})" for e in indexed)
         revision = f"@{first.revision[:12]}" if first.revision else ""
+        # each piece's link to its lines at that revision is in --json and the HTML (a terminal folds a URL)
         show(console, Text(f"{first.file}{revision} {spans}", style="bold"))
-        if first.link:  # the file at that revision: each line's link is in --json and the HTML
-            show(console, Text(first.link.split("#", 1)[0], style="dim"))
     for e in page.evidence:
         if not e.excerpt:
             continue
