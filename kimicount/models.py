@@ -245,9 +245,9 @@ def resolve(
     repo: str, revision: str | None, note: Callable[[str], None], from_hub: Callable[[str], ModelSpec]
 ) -> ModelSpec:
     """The spec a repo id or short name names: the bundled config of a known model (said in one `note`
-    when a repo id was given, where the Hub's may be expected), unless a revision is asked for; then, and for a repo kimicount does not know, `from_hub(repo id)`.
-    An unreachable Hub falls back to the bundled config of a known model, with a warning; for any other
-    repo its error suggests --config."""
+    when a repo id was given, where the Hub's may be expected), unless a revision is asked for; then,
+    and for a repo kimicount does not know, `from_hub(repo id)`. An unreachable Hub falls back to the
+    bundled config of a known model, with a warning; for any other repo its error suggests --config."""
     from kimicount.errors import SourceError, UnreachableError
 
     known = known_model(repo)

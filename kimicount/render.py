@@ -187,6 +187,8 @@ def fitted(
     wrapping text, which breaks between words and, in a word too long for its line, only after a `.`, `/`
     or `,` between the parts of a name (never inside a number). Ties keep more columns. Each layout takes
     fewer lines the wider the console, so a wider console never prints more lines than a narrower one.
+    Where none fits even so (a table of many number columns at 60 or 80 columns), the rows are
+    stacked instead (`_stacked`): no number is cut and no row loses its label, whatever the width.
     `continuation` (per row) fills the first column's extra lines, e.g. with a tree's guides.
     `header=False` gives a grid."""
     rows = [list(row) for row in rows]
