@@ -66,6 +66,13 @@ class KnownModel:
         where = f"bundled {self.repo} config ({self.base}" + (" + changes" if self.overrides else "") + ")"
         return spec_from_config(self.config(), name=self.repo, where=where)
 
+    def config_text(self) -> str:
+        """The config as text, for the lines the explorer cites: the bundled file itself where it is the
+        raw config.json, else its values laid out by json.dumps (indent 2), which no repo holds."""
+        if self.kind == "raw" and not self.overrides:
+            return (DATA / self.base).read_text(encoding="utf-8")
+        return json.dumps(self.config(), indent=2) + "\n"
+
     def names(self) -> tuple[str, ...]:
         """Every name this entry answers to, lower-case."""
         return tuple(n.lower() for n in (self.repo, self.repo.split("/")[-1], self.name, *self.aliases))
@@ -368,10 +375,10 @@ def short_names() -> str:
 def resolve(
     repo: str, revision: str | None, note: Callable[[str], None], from_hub: Callable[[str], ModelSpec]
 ) -> ModelSpec:
-    """The spec a repo id or short name names: the bundled config of a known model (said in one `note`),
-    unless a revision is asked for; then, and for a repo kimicount does not know, `from_hub(repo id)`.
-    An unreachable Hub falls back to the bundled config of a known model, with a warning; for any other
-    repo its error suggests --config."""
+    """The spec a repo id or short name names: the bundled config of a known model (said in one `note`
+    when a repo id was given, where the Hub's may be expected), unless a revision is asked for; then,
+    and for a repo kimicount does not know, `from_hub(repo id)`. An unreachable Hub falls back to the
+    bundled config of a known model, with a warning; for any other repo its error suggests --config."""
     from kimicount.errors import SourceError, UnreachableError
 
     known = known_model(repo)
@@ -384,16 +391,22 @@ def resolve(
                 "them): give its config.json with --config PATH"
             ) from error
     if revision is None:
-        note(
-            f"{known.repo}: the bundled config ({known.kind}; `kimicount models` says where it is from); "
-            "--revision REV reads the Hub's"
-        )
+        if "/" in repo:  # a repo id, where the Hub's config may be expected; a short name asks for this one
+            note(bundled_note(known))
         return known.spec()
     try:
         return from_hub(known.repo)
     except UnreachableError as error:
         note(f"warning: {error}; using the bundled config of {known.repo} instead of revision {revision}")
         return known.spec()
+
+
+def bundled_note(known: KnownModel) -> str:
+    """The line that says a repo id was read from its bundled config, not from the Hub."""
+    return (
+        f"{known.repo}: the bundled config ({known.kind}; `kimicount models` says where it is from); "
+        "--revision REV reads the Hub's"
+    )
 
 
 def spec_for_config_option(path: Path, read: Callable[[Path], ModelSpec]) -> ModelSpec:

@@ -187,6 +187,8 @@ def fitted(
     wrapping text, which breaks between words and, in a word too long for its line, only after a `.`, `/`
     or `,` between the parts of a name (never inside a number). Ties keep more columns. Each layout takes
     fewer lines the wider the console, so a wider console never prints more lines than a narrower one.
+    Where none fits even so (a table of many number columns at 60 or 80 columns), the rows are
+    stacked instead (`_stacked`): no number is cut and no row loses its label, whatever the width.
     `continuation` (per row) fills the first column's extra lines, e.g. with a tree's guides.
     `header=False` gives a grid."""
     rows = [list(row) for row in rows]
@@ -207,7 +209,9 @@ def fitted(
         layout = _Layout(list(range(len(columns))), None)
     else:
         layout = _fewest_lines(console.width, columns, headers, cells, natural, narrowest, continuation)
-    kept, widths, under = layout
+        if layout.overflows:  # no layout fits: each row becomes a block of lines instead
+            return _stacked(console.width, columns, headers, rows, styles, continuation), []
+    kept, widths, under, _ = layout
     if header:
         table = Table(box=None, pad_edge=False, header_style="bold", show_header=True)
     else:
@@ -228,6 +232,8 @@ def fitted(
         wrapped = {i: _wrapped(row[i], widths[i]) for i in kept if columns[i].wraps} if widths else {}
         guide = continuation[n] if continuation is not None else ""
         first = Text.from_markup(row[kept[0]])
+        if kept[0] in wrapped:  # a wrapping first column breaks as the others do (after a name's dots)
+            first = Text("\n").join(wrapped[kept[0]])
         if under is not None and row[under]:
             indent = Text(guide + " " * GAP)
             lines = _wrapped(row[under], widths[kept[0]] - indent.cell_len)  # type: ignore[index]  # set with `under`
@@ -250,12 +256,67 @@ def fitted(
 
 
 class _Layout(NamedTuple):
-    """Which columns a table keeps, their widths (None: as wide as their contents), and the wrapping
-    column whose text goes on indented lines under each row's first cell instead of a column (None: none)."""
+    """Which columns a table keeps, their widths (None: as wide as their contents), the wrapping
+    column whose text goes on indented lines under each row's first cell instead of a column (None:
+    none), and whether even this layout is wider than the console (then the rows are stacked)."""
 
     kept: list[int]
     widths: list[int] | None
     under: int | None = None
+    overflows: bool = False
+
+
+def _stacked(
+    width: int,
+    columns: Sequence[Column],
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    styles: Sequence[str | None] | None,
+    continuation: Sequence[str] | None,
+) -> Table:
+    """The rows of a table too wide for `width` in any layout, each as a block: its first cell (the
+    row's label) on a line of its own, then one line per other cell, its header beside it, indented
+    under the label (a tree's guides continued). Every column is kept; numbers stay whole and
+    right-aligned, one under the other, text wraps (`_wrapped`), and an empty cell takes no line."""
+    labels = [" ".join(_plain(h).split()) for h in headers]
+    label_width = min(max((cell_len(text) for text in labels[1:]), default=0), width // 2)
+    numbers = max((_width(row[i]) for row in rows for i, c in enumerate(columns) if c.number), default=0)
+    grid = Table.grid(padding=0)
+    grid.add_column(no_wrap=True, overflow="fold")
+    for n, row in enumerate(rows):
+        guide = continuation[n] if continuation is not None else ""
+        style = styles[n] if styles else None
+        lines = list(_wrapped(row[0], width))
+        indent = guide + " " * GAP
+        room = max(width - cell_len(indent), 1)
+        for i in range(1, len(columns)):
+            if not _plain(row[i]).strip():
+                continue
+            label_lines = (
+                [line.plain for line in _wrapped(escape(labels[i]), label_width)] if labels[i] else []
+            )
+            head = (
+                label_lines[-1] + " " * (label_width - cell_len(label_lines[-1]) + GAP) if label_lines else ""
+            )
+            for line in label_lines[:-1]:  # a header longer than the labels' column: its first lines alone
+                lines.append(Text(indent + line))
+            value_room = max(room - cell_len(head), 1)
+            if columns[i].number and "\n" not in row[i] and _width(row[i]) <= value_room:
+                text = Text.from_markup(row[i])
+                pad = min(numbers, value_room) - text.cell_len
+                pieces = [Text(" " * max(pad, 0)) + text]
+            else:
+                pieces = list(_wrapped(row[i], value_room))
+            for k, piece in enumerate(pieces):
+                lead = head if k == 0 else " " * cell_len(head)
+                lines.append(Text(indent + lead) + piece)
+        for line in lines:
+            grid.add_row(line, style=style)
+    return grid
+
+
+def _plain(markup: str) -> str:
+    return Text.from_markup(markup).plain
 
 
 def _total(widths: Iterable[int]) -> int:
@@ -323,7 +384,8 @@ def _fewest_lines(
                     lines = note + _under_lines(columns, headers, cells, kept, widths, under, continuation)
                     consider((0, lines, rank, 1, -level), _Layout(kept, widths, under))
     assert best is not None
-    return best[1]
+    key, layout = best
+    return layout._replace(overflows=bool(key[0]))
 
 
 def _under_headers(headers: Sequence[str], first: int, under: int) -> list[str]:

@@ -119,7 +119,7 @@ def _formula_table(console: Console, report: KvCacheReport) -> tuple[Table, list
         Column("the formulas in config keys", wraps=True, drop=2, min_width=40, hint="--json has them"),
         Column(""),
         Column("", number=True),
-        Column("the notes", wraps=True, drop=1, min_width=20),
+        Column("the notes", wraps=True, min_width=20),  # wrapped, never left out: each says why
     )
     lines = [(cache.layout.value, cache.attention) for cache in report.caches]
     if report.indexer is not None:

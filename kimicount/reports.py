@@ -13,6 +13,7 @@ from kimicount.kvcache import CacheLine, KvCacheReport, LayoutCache, splits_acro
 # Annotations only: kv-cache pays for neither the anatomy nor storage, nothing for verify or torch.
 if TYPE_CHECKING:
     from kimicount.anatomy import Anatomy, Node, TensorRef
+    from kimicount.compare import Comparison
     from kimicount.conventions import Figure, Reconciliation
     from kimicount.flow import Flow
     from kimicount.measure import Measurement
@@ -32,10 +33,16 @@ def tensor_json(tensor: TensorRef) -> dict[str, Any]:
 
 
 def node_json(
-    node: Node, memory: dict[int, Memory] | None, flows: dict[int, Flow] | None = None
+    node: Node,
+    memory: dict[int, Memory] | None,
+    flows: dict[int, Flow] | None = None,
+    ids: dict[int, str] | None = None,
 ) -> dict[str, Any]:
+    """A node and its children; `id` is its stable component id (kimicount.component_ids), the key
+    on which two models' trees join."""
     flow = None if flows is None else flows.get(id(node))
     return {
+        "id": None if ids is None else ids[id(node)],
         "name": node.name,
         "params_per_instance": node.params_per_instance,
         "instances": node.instances,
@@ -47,7 +54,7 @@ def node_json(
         "bf16_bytes": memory[id(node)].bf16 if memory else None,
         "tensors": [tensor_json(t) for t in node.tensors],
         "flow": None if flow is None else flow_json(flow),
-        "children": [node_json(c, memory, flows) for c in node.children],
+        "children": [node_json(c, memory, flows, ids) for c in node.children],
     }
 
 
@@ -71,6 +78,7 @@ def flow_json(flow: Flow) -> dict[str, Any]:
 
 
 def params_json(anatomy: Anatomy) -> dict[str, Any]:
+    from kimicount.component_ids import tree_ids
     from kimicount.conventions import reconcile
     from kimicount.flow import flow_map
     from kimicount.storage import memory_map, quantization_summary
@@ -78,13 +86,14 @@ def params_json(anatomy: Anatomy) -> dict[str, Any]:
     spec = anatomy.spec
     memory = memory_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
     flows = flow_map(spec, anatomy.model, anatomy.mtp, anatomy.vision)
+    ids = tree_ids(anatomy.model, anatomy.mtp, anatomy.vision)
     mtp = vision = None
     if anatomy.mtp is not None:
         mtp = {
             "total": anatomy.mtp.params,
             "unique": anatomy.mtp_unique,
             "activated": anatomy.mtp_activated,
-            "tree": node_json(anatomy.mtp, memory, flows),
+            "tree": node_json(anatomy.mtp, memory, flows, ids),
         }
     if anatomy.vision is not None:
         tower, projector = anatomy.vision.children
@@ -92,7 +101,7 @@ def params_json(anatomy: Anatomy) -> dict[str, Any]:
             "total": anatomy.vision.params,
             "tower": tower.params,
             "projector": projector.params,
-            "tree": node_json(anatomy.vision, memory, flows),
+            "tree": node_json(anatomy.vision, memory, flows, ids),
         }
     return {
         "model": spec.name,
@@ -104,7 +113,7 @@ def params_json(anatomy: Anatomy) -> dict[str, Any]:
             "bf16_bytes": memory[id(anatomy.model)].bf16 if memory else None,
             "storage": quantization_summary(spec),
         },
-        "tree": node_json(anatomy.model, memory, flows),
+        "tree": node_json(anatomy.model, memory, flows, ids),
         "layers": [
             {"index": row.index, "kind": row.kind, "params": row.params, "activated": row.activated}
             for row in anatomy.layers()
@@ -174,7 +183,8 @@ def verify_json(report: VerifyReport) -> dict[str, Any]:
         "by_dtype": {dtype: _tally_json(tally) for dtype, tally in report.by_dtype.items()},
         "index": {"total_size": report.index_total_size, "header_data_bytes": report.data_bytes},
         "components": [
-            {"name": c.name, "depth": c.depth, **_counts_json(c.counts)} for c in report.components
+            {"id": c.id, "name": c.name, "depth": c.depth, **_counts_json(c.counts)}
+            for c in report.components
         ],
         "layers": [{"index": x.index, "kind": x.kind, **_counts_json(x.counts)} for x in report.layers],
         "mismatches": _mismatches_json(report.mismatches),
@@ -450,5 +460,48 @@ def _vllm_json(report: Any) -> dict[str, Any]:
             "num_blocks": layout.num_blocks(budget),
             "max_concurrency": layout.max_concurrency(budget, tokens, batch),
             "kv_cache_size_tokens": layout.kv_cache_size_tokens(budget, tokens, batch),
+        },
+    }
+
+
+def compare_json(comparison: Comparison) -> dict[str, Any]:
+    """`compare`: the models, then `components` keyed by stable component id (the same id in every
+    model that has the part; null where a model has none), each model's KV cache per token in each
+    layout, and its weights on one GPU under TP."""
+    models = comparison.models
+    return {
+        "models": list(models),
+        "tp": comparison.tp,
+        "components": {
+            row.id: {
+                "name": row.label,
+                "depth": row.depth,
+                "models": {
+                    model: None
+                    if node is None
+                    else {
+                        "name": node.name,
+                        "params_per_instance": node.params_per_instance,
+                        "instances": node.instances,
+                        "params": node.params,
+                        "activated": node.activated,
+                    }
+                    for model, node in zip(models, row.nodes)
+                },
+            }
+            for row in comparison.rows
+        },
+        "kv_cache": {
+            kv.layout: {
+                model: {"dtype": dtype, "bytes_per_token": total, "bytes_per_token_per_gpu": per_gpu}
+                for model, dtype, total, per_gpu in zip(
+                    models, comparison.kv_dtypes, kv.per_token, kv.per_token_per_gpu
+                )
+            }
+            for kv in comparison.kv
+        },
+        "weights_per_gpu": {
+            model: {"layout": w.label, "bytes": w.bytes_per_gpu, "routed_expert_bytes": w.routed_expert_bytes}
+            for model, w in zip(models, comparison.weights)
         },
     }

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from kimicount.anatomy import Anatomy, Node, Role, TensorRef
 from kimicount.checkpoint import INDEX_FILE, Checkpoint, Index, paused_gc
+from kimicount.component_ids import tree_ids
 from kimicount.headers import Kind, TensorInfo, kind_of, kind_parts
 from kimicount.spec import ModelSpec
 from kimicount.storage import (
@@ -94,6 +95,7 @@ class ComponentCheck:
     name: str
     depth: int  # in the component tree, root = 0
     counts: Counts
+    id: str = ""  # its stable component id (kimicount.component_ids)
 
 
 @dataclass(frozen=True)
@@ -153,15 +155,17 @@ class _Component(NamedTuple):
     depth: int
     chain: tuple[int, ...]  # ids of the component's ancestors, root first, ending with its own
     module: str  # model | mtp | vision
+    id: str  # the stable component id
 
 
 def _components(anatomy: Anatomy) -> list[_Component]:
     """Every node of the trees (model, MTP, vision) in display order, numbered by position."""
     rows: list[_Component] = []
+    ids = tree_ids(anatomy.model, anatomy.mtp, anatomy.vision)
 
     def visit(node: Node, depth: int, ancestors: tuple[int, ...], module: str) -> None:
         chain = (*ancestors, len(rows))
-        rows.append(_Component(node, depth, chain, module))
+        rows.append(_Component(node, depth, chain, module, ids[id(node)]))
         for child in node.children:
             visit(child, depth + 1, chain, module)
 
@@ -746,7 +750,10 @@ class _PartCounts:
                     verified_elements[ancestor] += verified_count * elements
         return tuple(
             ComponentCheck(
-                c.node.name, c.depth, Counts(tensors[i], c.node.params, verified[i], verified_elements[i])
+                c.node.name,
+                c.depth,
+                Counts(tensors[i], c.node.params, verified[i], verified_elements[i]),
+                c.id,
             )
             for i, c in enumerate(self.components)
         )

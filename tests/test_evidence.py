@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from kimicount.explorer.modeling import (
 from kimicount.spec import bundled_spec, spec_from_path
 
 from .fakehub import FakeHub
-from .helpers import KIMI_K2, ROOT
+from .helpers import KIMI_K2, ROOT, invoke
 
 MODELING = ROOT / "tests" / "data" / "modeling_deepseek.py.txt"
 TEXT = MODELING.read_text(encoding="utf-8")
@@ -254,11 +255,13 @@ def test_components_of_the_tree():
     key_heads = attention.find("Key heads")
     up = key_heads.find("Key content up-projection")
     assert spans(index.component_evidence(up, key_heads)) == [(676, 681, "definition"), (781, 785, "use")]
-    # Latent attention is the decoder layer's self_attn (1148–1150, called at 1203–1211) and the class
+    # Latent attention is the decoder layer's self_attn (1148–1150, called at 1203–1211) and the class:
+    # its head (628 and the docstring at 629), not its 230 lines (issue 27: a page of 477 lines); its
+    # forward's passages are cited apart
     assert spans(index.component_evidence(attention, moe)) == [
         (1148, 1150, "definition"),
         (1203, 1211, "use"),
-        (628, 857, "definition"),
+        (628, 629, "definition"),
     ]
     # Key heads sit in self_attn beside other components: the evidence of its two parts
     assert spans(index.component_evidence(key_heads, attention)) == [
@@ -276,11 +279,11 @@ def test_components_of_the_tree():
     ]
     dense = model.find("61 transformer blocks", "1 dense block (layer 0)")
     assert spans(index.component_evidence(dense.find("Dense MLP"), dense))[-1] == (374, 390, "definition")
-    assert spans(index.component_evidence(moe.find("Mixture of experts"), moe))[-1] == (
-        476,
-        609,
-        "definition",
-    )
+    # the MoE class (476–609) by its head, 476–479 with the docstring, and its short forward, 523–533
+    assert spans(index.component_evidence(moe.find("Mixture of experts"), moe))[-2:] == [
+        (476, 479, "definition"),
+        (523, 533, "use"),
+    ]
     assert index.findings() == []
 
 
@@ -695,3 +698,73 @@ def test_cycles_and_chains_in_a_modeling_file_end():
     assert index.linear_shape("Inner", "wide") == (6, 4)
     outer = text.split("\n").index("class Outer(Outer):") + 1
     assert spans(index.class_("Outer")) == [(outer, outer + 3, "definition")]
+
+
+# --- the pinned index: lines without the file (issue 27) ------------------------------------------------
+
+INDEX_SCRIPT = ROOT / "benchmarks" / "evidence_index.py"
+
+
+def _shipped_index() -> dict:
+    return json.loads((ROOT / "kimicount" / "data" / "evidence-index.json").read_text(encoding="utf-8"))
+
+
+def test_the_shipped_index_has_the_reference_lines():
+    k2 = _shipped_index()["models"]["moonshotai/Kimi-K2-Instruct"]
+    assert k2["revision"] == "fd1984e2b7a3350dbf7305fe73a4ede25c14de50"
+    spans = {page: {(s, e) for s, e, _ in lines} for page, lines in k2["pages"].items()}
+    # the issue's reference lines: definitions 662–688, latent 776–789, prefill attention 799–840,
+    # output 848–852; RMSNorm 94–111; kv_b_proj's definition 676–681
+    assert {(662, 688), (776, 789), (799, 840), (848, 852)} <= spans["latent-attention"]
+    assert (94, 111) in spans["attention-rmsnorm"]
+    assert (676, 681) in spans["key-content-up-projection"]
+
+
+def test_the_index_made_from_a_file_of_the_same_structure_is_the_shipped_one(tmp_path):
+    # the maintenance script, run on the file written with the real one's structure: every page's lines
+    # agree with the index made from the real file
+    out = tmp_path / "index.json"
+    result = subprocess.run(
+        [sys.executable, str(INDEX_SCRIPT), str(MODELING), "--output", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    made, shipped = json.loads(out.read_text(encoding="utf-8")), _shipped_index()
+    assert made["models"].keys() == shipped["models"].keys()
+    for repo, model in made["models"].items():
+        assert model["pages"] == shipped["models"][repo]["pages"], repo
+        assert model["blob"] != shipped["models"][repo]["blob"]  # another file, the same lines
+
+
+def test_the_script_refuses_a_file_of_another_layout(tmp_path):
+    other = tmp_path / "modeling_deepseek.py"
+    other.write_text("\n" + TEXT, encoding="utf-8")  # every line one further down
+    result = subprocess.run(
+        [sys.executable, str(INDEX_SCRIPT), str(other), "--output", str(tmp_path / "index.json")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode != 0 and "not the pinned layout; reference lines differ" in result.stderr
+    assert not (tmp_path / "index.json").exists()
+
+
+def test_a_modeling_file_is_named_by_its_blob():
+    from kimicount.explorer.pinned import git_blob, known_file
+
+    data = MODELING.read_bytes()
+    assert known_file(data) is None  # the tests' file is no revision kimicount has indexed
+    index = {
+        "files": {git_blob(data): {"file": "modeling_deepseek.py", "description": "a file for the tests"}}
+    }
+    found = known_file(data, index)
+    assert found is not None and found.description == "a file for the tests"
+    result = invoke("show", "kv_b_proj", "--modeling", str(MODELING), "--json")
+    page = json.loads(result.stdout)
+    assert [e["link"] for e in page["evidence"]] == [None] * len(page["evidence"])
+    text = invoke("show", "kv_b_proj", "--modeling", str(MODELING)).stdout
+    assert f"revision unknown: git blob {git_blob(data)[:12]} is no file kimicount has indexed" in text

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from .fakehub import FakeHub
-from .helpers import FIXTURES, KIMI_K2, ROOT, imported_modules, invoke, run_kimicount
+from .helpers import FIXTURES, KIMI_K2, ROOT, fails_cleanly, imported_modules, invoke, run_kimicount
 
 KEY_CONTENT = "Key content up-projection"
 
@@ -168,8 +168,8 @@ def test_an_ambiguous_name_lists_the_candidates_and_exits_2(name, needles):
 @pytest.mark.parametrize(
     "name, needle",
     [
-        ("Latent atention", "(close: Latent attention"),
-        ("kvbproj", "(close: kv_b_proj"),
+        ("Latent atention", "(closest: Latent attention"),
+        ("kvbproj", "(closest: kv_b_proj"),
         ("model.layers.0.mlp.experts.3.up_proj.weight", "has this tensor in layers 1–60, not in layer 0"),
         ("", "NAME is empty"),
     ],
@@ -179,6 +179,34 @@ def test_an_unknown_name_is_one_line_and_exit_2(name, needle):
     assert result.exit_code == 2
     assert result.stderr.startswith("kimicount: error: ") and len(result.stderr.splitlines()) == 1
     assert needle in result.stderr
+
+
+@pytest.mark.parametrize(
+    "name, page",
+    [
+        ("Output projection", "causal-attention"),  # o_proj [7,168, 64 × 128]
+        ("output projection", "causal-attention"),
+        ("MoE gate", "router"),
+        ("gating network", "router"),
+        ("FFN", "dense-mlp"),
+        ("MLA", "latent-attention"),
+        ("W_UK", "key-content-up-projection"),
+        ("gate", "gate"),  # the module attribute stays the tensor's: its own names come first
+    ],
+)
+def test_the_names_people_use_find_the_part(name, page):
+    # issue 27: `show "Output projection"` and `show "MoE gate"` found nothing
+    result = invoke("show", name, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["id"] == page
+
+
+def test_the_hint_ranks_the_closest_names_first():
+    # issue 27: the hint for "Output projection" suggested the key content up-projection
+    line = fails_cleanly(invoke("show", "output projektion"))
+    assert "(closest: Output projection (Causal attention), " in line
+    line = fails_cleanly(invoke("show", "MoE gaet"))
+    assert "(closest: MoE gate (Router)" in line
 
 
 def test_json_shape():
@@ -202,11 +230,22 @@ def test_json_shape():
         "evidence_note",
     }
     assert p["model"] == "moonshotai/Kimi-K2-Instruct"
-    # the bundled config has no modeling file beside it: config.json's lines only, and how to get the file
-    assert p["evidence"] and {e["role"] for e in p["evidence"]} == {"config"}
-    assert set(p["evidence"][0]) == {"file", "revision", "start", "end", "role", "excerpt"}
-    assert "--modeling FILE" in p["evidence_note"]
-    assert "hf download moonshotai/Kimi-K2-Instruct modeling_deepseek.py" in p["evidence_note"]
+    # the bundled config has no modeling file beside it: the code's lines from kimicount's index of the
+    # pinned revision, each with its link and no excerpt, config.json's lines, and how to get the file
+    assert p["evidence"] and {e["role"] for e in p["evidence"]} == {"definition", "use", "config"}
+    assert set(p["evidence"][0]) == {"file", "revision", "start", "end", "role", "excerpt", "link"}
+    code = [e for e in p["evidence"] if e["file"] == "modeling_deepseek.py"]
+    assert [(e["start"], e["end"], e["excerpt"]) for e in code[:2]] == [(676, 681, ""), (781, 785, "")]
+    assert code[0]["revision"] == "fd1984e2b7a3350dbf7305fe73a4ede25c14de50"
+    assert code[0]["link"] == (
+        "https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/fd1984e2b7a3350dbf7305fe73a4ede25c14de50"
+        "/modeling_deepseek.py#L676-L681"
+    )
+    assert p["evidence_note"].endswith(", --modeling DIR/modeling_deepseek.py.")
+    assert (
+        "hf download moonshotai/Kimi-K2-Instruct modeling_deepseek.py --revision "
+        "fd1984e2b7a3350dbf7305fe73a4ede25c14de50" in p["evidence_note"]
+    )
     assert set(p["links"]) == {"parent", "children", "reads", "writes", "tensors"}
 
 
@@ -414,7 +453,9 @@ def test_evidence_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
     }
     fake.add_repo("moonshotai/Kimi-K2-Instruct", files, commit=commit)
     env = fake.client_env(httpserver, tmp_path)
-    result = run_kimicount("show", KEY_CONTENT, "--repo", "moonshotai/Kimi-K2-Instruct", "--json", env=env)
+    # a bundled model's repo id reads the Hub at a revision asked for, as in every command
+    args = ("show", KEY_CONTENT, "--repo", "moonshotai/Kimi-K2-Instruct", "--revision", "main", "--json")
+    result = run_kimicount(*args, env=env)
     assert result.returncode == 0, result.stderr
     p = json.loads(result.stdout)
     code = [e for e in p["evidence"] if e["file"] == "modeling_deepseek.py"]
@@ -465,3 +506,67 @@ def test_every_page_of_every_model_fits_80_columns(config):
         wide = [line for line in console.file.getvalue().splitlines() if len(line) > 80]
         assert not wide, (p.id, wide[:2])
         json.dumps(page_json(p, pages))  # every value plain data
+
+
+def test_a_page_shows_the_passages_not_the_whole_class():
+    # issue 27: with the modeling file the latent attention's page was 477 lines, DeepseekV3Attention's
+    # 230 (628–857) printed whole before its passages; now the class's head, then the passages
+    page = json.loads(invoke("show", "latent attention", "--modeling", str(MODELING), "--json").stdout)
+    spans = [(e["start"], e["end"]) for e in page["evidence"] if e["file"].startswith("modeling_deepseek")]
+    assert (628, 629) in spans and (628, 857) not in spans
+    assert {(662, 688), (776, 789), (799, 840), (848, 852)} <= set(spans)  # DESIGN.md's passages
+    assert max(end - start + 1 for start, end in spans) <= 60
+    lines = invoke("show", "latent attention", "--modeling", str(MODELING)).stdout.count("\n")
+    assert lines < 250, lines
+
+
+# --- issue 27: the smaller points ------------------------------------------------------------------------
+
+
+def test_deepseek_v3s_tensor_ranges_keep_the_mtp_layer_apart():
+    # the router's weight is stored in layers 3–60 (the 58 MoE blocks) and in layer 61, the MTP layer:
+    # once named model.layers.{3..61}.mlp.gate.weight against "58 MoE blocks (layers 3–60)"
+    page = json.loads(invoke("show", "deepseek-v3", "gate", "--json").stdout)
+    assert page["name"] == "model.layers.{3..60}.mlp.gate.weight"
+    where = [(x["where"], x["instances"], x["params"]) for x in page["parameters"]["where"]]
+    assert where == [
+        ("the model (layers 3–60)", 58, 58 * 256 * 7168),
+        ("Multi-token prediction (layer 61)", 1, 256 * 7168),
+    ]
+    names = [t["name"] for t in page["parameters"]["tensors"]]
+    assert names == ["model.layers.{3..60}.mlp.gate.weight", "model.layers.61.mlp.gate.weight"]
+
+
+def test_the_router_page_says_how_it_routes_and_its_weights_alone():
+    k2 = json.loads(invoke("show", "router", "--json").stdout)
+    assert "No group routing (n_group 1)" in k2["explanation"]
+    assert "× 2.827 (routed_scaling_factor)" in k2["explanation"]  # Kimi K2's config.json
+    lines = {e["start"]: e["excerpt"] for e in k2["evidence"] if e["file"] == "config.json"}
+    assert lines[49].strip() == '"routed_scaling_factor": 2.827,'  # the real config's line 49
+    v3 = json.loads(invoke("show", "deepseek-v3", "router", "--json").stdout)
+    assert (
+        "the experts in 8 groups (n_group), a token's experts chosen from its best 4 groups"
+        in v3["explanation"]
+    )
+    assert "× 2.5 (routed_scaling_factor)" in v3["explanation"]
+    # DESIGN.md: the router is gate.weight [384, 7,168] + e_score_correction_bias [384], 2,752,896 per MoE
+    # block; the weight alone over the 60 blocks: 384 × 7,168 × 60 = 165,150,720
+    text = " ".join(invoke("show", "router").stdout.split())
+    assert (
+        "By tensor mlp.gate.weight 165,150,720; mlp.gate.e_score_correction_bias 23,040 (× 60 instances)"
+        in text
+    )
+
+
+def test_a_tensor_page_names_its_tensor_once():
+    lines = invoke("show", "gate").stdout.splitlines()
+    assert lines[0] == "model.layers.{1..60}.mlp.gate.weight"
+    assert lines[1].startswith("checkpoint tensor")
+    # a concrete name shows the pattern it belongs to under it
+    lines = invoke("show", "model.layers.5.mlp.gate.weight").stdout.splitlines()
+    assert lines[:2] == ["model.layers.5.mlp.gate.weight", "model.layers.{1..60}.mlp.gate.weight"]
+
+
+def test_params_help_describes_every_detail():
+    text = " ".join(invoke("params", "--help").stdout.split())
+    assert "shapes (the activations in and out, with named dimensions)" in text

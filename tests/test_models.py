@@ -71,6 +71,13 @@ def test_the_bundled_config_is_said_in_one_line():
     )
 
 
+def test_a_short_name_asks_for_the_bundled_config_and_is_not_told_so():
+    # issue 27: the note came on every run; a short name is no repo id, so no Hub's config was expected
+    for args in (("params", "deepseek-v3", "--json"), ("show", "k2-thinking", "router", "--json")):
+        result = run_kimicount(*args, env=_offline())
+        assert result.returncode == 0 and result.stderr == "", (args, result.stderr)
+
+
 def test_every_command_that_takes_a_model_takes_a_name():
     for args in (
         ("kv-cache", "deepseek-v3", "--tokens", "1", "--layout", "latent", "--json"),

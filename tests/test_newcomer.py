@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from .checkpoints import write_header_only
 from .helpers import ROOT, fails_cleanly, invoke
 
@@ -61,3 +63,50 @@ def test_verify_names_every_missing_shard(tmp_path):
     assert line.endswith(
         f"names 3 shards that are not in {folder}: 'b.safetensors', 'c.safetensors', 'd.safetensors'"
     )
+
+
+# --- issue 27: what kimicount does not cover, and how a run ends --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["params", "--lora", "8"], "--lora"),
+        (["plan", "--gpus", "8xH200", "--finetune"], "--finetune"),
+        (["kv-cache", "--training"], "--training"),
+        (["--fine-tune"], "--fine-tune"),
+        (["finetune", "kimi-k2"], "finetune"),
+    ],
+)
+def test_an_option_for_training_says_what_kimicount_does_not_do(args, named):
+    # issue 27: "How much memory to fine-tune Kimi K2 with LoRA?" got "Possible options: --mla, …"
+    line = fails_cleanly(invoke(*args))
+    assert line.startswith(f"kimicount: error: {named}: kimicount does not cover training or fine-tuning")
+    assert "sizes inference" in line
+
+
+def test_other_unknown_options_still_get_typers_suggestion():
+    line = fails_cleanly(invoke("params", "--tokns", "3"))
+    assert "No such option: --tokns" in line
+
+
+def test_the_root_help_says_what_is_not_covered():
+    text = " ".join(invoke("--help").stdout.split())
+    assert "Not covered, for now: training and fine-tuning memory" in text
+
+
+def test_debug_shows_the_traceback_and_keeps_exit_3(monkeypatch):
+    # issue 27: KIMICOUNT_DEBUG=1 re-raised the internal error, and Python exited with 1, the code that
+    # means a check failed. A command that fails as a bug would, registered for this test only.
+    from kimicount.cli.root import app
+
+    def broken() -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(app, "registered_commands", [*app.registered_commands])
+    app.command("broken-for-test", hidden=True)(broken)
+    for debug, traced in (("", False), ("1", True)):
+        result = invoke("broken-for-test", env={"KIMICOUNT_DEBUG": debug} if debug else None)
+        assert result.exit_code == 3, result.output
+        assert ("Traceback" in result.stderr) is traced
+        assert result.stderr.splitlines()[-1].startswith("kimicount: internal error: RuntimeError: a bug")

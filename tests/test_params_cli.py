@@ -158,6 +158,7 @@ def test_python_dash_m_and_no_torch_or_hub_import():
 
 def test_the_root_help_lists_every_command_however_it_is_asked():
     commands = (
+        "compare",  # and its alias diff, hidden
         "explore",
         "flops",
         "gguf",
@@ -224,8 +225,9 @@ def test_conflicting_model_options():
 
 def test_debug_variable_shows_the_traceback(write_config):
     result = run_kimicount("params", "--config", str(write_config("[]")), env={"KIMICOUNT_DEBUG": "1"})
-    assert result.returncode != 0
+    assert result.returncode == 2  # the traceback comes first; the exit code is bad input's all the same
     assert "Traceback" in result.stderr and "ConfigError" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("kimicount: error: ")
 
 
 def test_subprocess_error_is_one_line(write_config):

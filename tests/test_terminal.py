@@ -153,9 +153,7 @@ def test_choices_and_values_have_one_style():
         "--by [component|layer|memory]" in params
         and "--detail [calculation|formula|tensors|shapes]" in params
     )
-    assert "Usage: kimicount params [OPTIONS] [ORG/NAME]" in params.replace(
-        "python -m kimicount", "kimicount"
-    )
+    assert "Usage: kimicount params [OPTIONS] [MODEL]" in params.replace("python -m kimicount", "kimicount")
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The command line: parse options, call the library, render with rich or print --json. Nothing else.
 
-One module per command (params, verify, kv_cache, measure, flops, plan, gguf, models), each the same
+One module per command (params, verify, kv_cache, measure, flops, plan, gguf, models, show, explore,
+compare), each the same
 shape, so that a new one slots in the same way:
 - its options are the shared annotated types of `common`: the model (a positional ORG/NAME, --repo,
   --config, --revision), and counts, sizes and dtypes as text that kimicount.options reads the same
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 #: Each command's name and the module that registers it, in the order `kimicount --help` lists them.
 COMMANDS = {
+    "compare": "compare",
+    "diff": "compare",
     "explore": "explore",
     "flops": "flops",
     "gguf": "gguf",

@@ -36,13 +36,15 @@ def choices(enum: type[Enum]) -> str:
     return f"[{'|'.join(member.value for member in enum)}]"
 
 
+#: How --help describes the model a command reads.
+MODEL_HELP = (
+    "A bundled model's name (kimicount models lists them: kimi-k2, deepseek-v3, ...) or a Hub repo id, "
+    "as hf download takes it (the same as --repo). Default: the bundled moonshotai/Kimi-K2-Instruct."
+)
+
 ModelArgument = Annotated[
     str | None,
-    typer.Argument(
-        metavar="[ORG/NAME]",
-        help="A Hub repo id, as hf download takes it (the same as --repo).",
-        show_default=False,
-    ),
+    typer.Argument(metavar="[MODEL]", help=MODEL_HELP, show_default=False),
 ]
 ConfigOption = Annotated[
     Path | None,

@@ -4,7 +4,7 @@ turned into one line on stderr and an exit code, in one place (OneLineErrors).
 Exit codes: 0 ok, 1 a check failed (verify found a mismatch, measure a cache off its prediction), 2 bad
 input, an unreachable source or unwritable output, 3 an internal error (a bug), 130 interrupted, 141
 the reader closed the pipe; every error is one line on stderr (KIMICOUNT_DEBUG=1 shows the traceback
-instead).
+before it, and the exit code stays the same).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -28,7 +29,8 @@ class OneLineErrors(TyperGroup):
     cannot be written (a full disk). Ctrl-C prints `kimicount: interrupted` and exits 130; a reader that
     closes the pipe early (`| head`) ends the run quietly with 141, as SIGPIPE does to other commands.
     An unexpected exception prints `kimicount: internal error: …` and exits 3. KIMICOUNT_DEBUG=1 shows
-    the traceback."""
+    the traceback first, and keeps the exit code. An unknown option or command that names training or
+    fine-tuning (--lora, --finetune) is answered with what kimicount does and does not do."""
 
     def main(
         self, args: Sequence[str] | None = None, *rest: Any, standalone_mode: bool = True, **kwargs: Any
@@ -51,19 +53,23 @@ class OneLineErrors(TyperGroup):
                 code = _fail(f"kimicount: error: cannot write the output: {error.reason}")
         except KimicountError as error:  # bad input or an unreachable source
             if os.environ.get("KIMICOUNT_DEBUG"):
-                raise
+                traceback.print_exc()  # then the same exit code: the traceback adds, never changes it
             code = _fail(f"kimicount: error: {' '.join(str(error).splitlines())}")
         except typer.TyperException as error:
             code = 2
             if error.format_message():  # empty when typer has printed the help (no arguments given)
                 words = list(sys.argv[1:] if args is None else args)
                 command = " ".join(["kimicount", *[w for w in words if w in self.commands][:1]])
-                say(f"kimicount: error: {error.format_message()} (see {command} --help)")
+                unknown = getattr(error, "option_name", None) or _unknown_command(error, words)
+                if unknown and _not_covered(unknown):
+                    say(f"kimicount: error: {unknown}: {NOT_COVERED} (see kimicount --help)")
+                else:
+                    say(f"kimicount: error: {error.format_message()} (see {command} --help)")
         except (typer.Abort, KeyboardInterrupt):
             code = INTERRUPTED
-        except Exception as error:  # a bug: say so in one line, not a traceback
+        except Exception as error:  # noqa: BLE001 - a bug: say so in one line, not a traceback
             if os.environ.get("KIMICOUNT_DEBUG"):
-                raise
+                traceback.print_exc()
             message = " ".join(str(error).split()) or "no message"
             say(
                 f"kimicount: internal error: {type(error).__name__}: {message} "
@@ -75,6 +81,35 @@ class OneLineErrors(TyperGroup):
         if code == INTERRUPTED:  # typer turns a KeyboardInterrupt anywhere in the command into Exit(130)
             say("kimicount: interrupted")
         _exit(code)
+
+
+#: What kimicount does not cover, as an unknown option that names it is answered (--lora, --finetune).
+NOT_COVERED = (
+    "kimicount does not cover training or fine-tuning memory (optimizer states, gradients, activations "
+    "kept for the backward pass, adapters such as LoRA); it counts parameters and sizes inference: "
+    "weights, the KV cache and serving plans"
+)
+
+#: Words in an unknown option or command that name training or fine-tuning.
+_TRAINING_WORDS = ("lora", "peft", "finetun", "fine-tun", "fine_tun", "train", "optimizer", "gradient")
+
+
+def _not_covered(word: str) -> bool:
+    """Whether an unknown option or command names what kimicount does not cover.
+
+    >>> _not_covered("--lora"), _not_covered("--fine-tune"), _not_covered("--training"), _not_covered("--tokns")
+    (True, True, True, False)
+    """
+    folded = word.lower()
+    return any(part in folded for part in _TRAINING_WORDS)
+
+
+def _unknown_command(error: Exception, words: Sequence[str]) -> str | None:
+    """The word an unknown-command error is about (`kimicount finetune`), or None."""
+    message = error.format_message() if isinstance(error, typer.TyperException) else ""
+    if not message.startswith("No such command"):
+        return None
+    return next((w for w in words if not w.startswith("-")), None)
 
 
 def _fail(line: str) -> int:

@@ -3,6 +3,7 @@ llama-quantize type sized from the config before anything is downloaded (--quant
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -32,9 +33,10 @@ def gguf(
     file: Annotated[
         Path | None,
         typer.Argument(
-            metavar="[FILE]",
+            metavar="[FILE | MODEL]",
             help="A .gguf file, the first file of a split set (…-00001-of-00009.gguf), or a folder "
-            "holding one of either: every file's header is read, never the tensor data.",
+            "holding one of either: every file's header is read, never the tensor data. With --quant, "
+            "a bundled model's name (deepseek-v3) instead.",
             show_default=False,
         ),
     ] = None,
@@ -85,6 +87,14 @@ def gguf(
     --repo, or FILE's metadata) to one llama-quantize type: an estimate, labelled.
     """
     max_depth = parse_depth(depth)
+    model = None
+    if file is not None and not os.path.lexists(file):
+        from kimicount.models import known_model
+
+        if known_model(str(file)) is not None:  # a bundled model named as every command takes one
+            model, file = str(file), None
+            if quant is None:
+                raise UsageError(f"{model}: a model, not a .gguf FILE: give --quant TYPE to size its GGUF")
     if quant is not None:
         from kimicount.gguf.quantize import parse_quant
 
@@ -121,7 +131,7 @@ def gguf(
 
             spec = spec_from_metadata(read_gguf(file))
         else:
-            spec = load_model(None, config, repo, revision, token, timeout, live=not as_json, command="gguf")
+            spec = load_model(model, config, repo, revision, token, timeout, live=not as_json, command="gguf")
         report = check_listing(estimate_uniform(spec, quant), spec, estimate=ESTIMATE.format(quant=quant))
     from kimicount.gguf.render import gguf_json, render_gguf
 

@@ -63,7 +63,8 @@ def params(
             "--detail",
             metavar=choices(Detail),
             help="Last column: calculation (numbers; the default, left out when the terminal is too narrow "
-            "for it), formula (config keys) or tensors (checkpoint names).",
+            "for it), formula (config keys), tensors (checkpoint names) or shapes (the activations in and "
+            "out, with named dimensions).",
             show_default=False,
         ),
     ] = None,

@@ -14,7 +14,10 @@ app = typer.Typer(
     cls=OneLineErrors,
     name="kimicount",
     help="Exact parameter and KV-cache accounting for Kimi K2 and the DeepSeek-V3 family (MLA + MoE).\n\n"
-    "With no model named, every command reads the bundled moonshotai/Kimi-K2-Instruct config.",
+    "With no model named, every command reads the bundled moonshotai/Kimi-K2-Instruct config.\n\n"
+    "Not covered, for now: training and fine-tuning memory (optimizer states, gradients, activations "
+    "kept for the backward pass, LoRA adapters). kimicount sizes inference: parameters, weights, the KV "
+    "cache, serving plans.",
     epilog=EXIT_CODES,
     no_args_is_help=True,
     pretty_exceptions_enable=False,

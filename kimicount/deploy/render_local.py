@@ -12,7 +12,7 @@ from kimicount.deploy.local.builds import CacheLayout
 from kimicount.deploy.local.placement import COMPUTE_SOURCE, DeviceLoad
 from kimicount.deploy.local.plan import LocalPlan
 from kimicount.deploy.render_command import command_lines, print_command
-from kimicount.render import human_bytes, plural, say, show
+from kimicount.render import Column, fitted, human_bytes, plural, say, show, show_fitted
 
 MIB = 2**20
 
@@ -53,7 +53,7 @@ def render_local_plan(console: Console, plan: LocalPlan) -> None:
         f"{mib(cache.layer_bytes * spec.num_hidden_layers)}.",
     )
     show(console)
-    show(console, _devices(plan))
+    show_fitted(console, *_devices(console, plan))
     show(console)
     for line in _notes(plan):
         say(console, line)
@@ -65,14 +65,11 @@ def render_local_plan(console: Console, plan: LocalPlan) -> None:
         _floor(console, plan)
 
 
-def _devices(plan: LocalPlan) -> Table:
-    table = Table(box=None, pad_edge=False)
-    table.add_column("Device")
-    for name in ("Weights", "Tensors", "KV cache", "Compute (estimate)", "Total", "Has"):
-        table.add_column(name, justify="right")
-    table.add_column("Holds")
-    for load in (*plan.layout.gpus, plan.layout.host):
-        table.add_row(
+def _devices(console: Console, plan: LocalPlan) -> tuple[Table, list[Column]]:
+    names = ("Weights", "Tensors", "KV cache", "Compute (estimate)", "Total", "Has")
+    columns = [Column("Device"), *(Column(name, number=True) for name in names), Column("Holds", wraps=True)]
+    rows = [
+        [
             load.name,
             mib(load.weights),
             f"{load.tensors:,}",
@@ -81,8 +78,10 @@ def _devices(plan: LocalPlan) -> Table:
             mib(load.total),
             _has(plan, load),
             _holds(plan, load),
-        )
-    return table
+        ]
+        for load in (*plan.layout.gpus, plan.layout.host)
+    ]
+    return fitted(console, columns, rows)
 
 
 def _has(plan: LocalPlan, load: DeviceLoad) -> str:

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from kimicount.anatomy import build_anatomy
+from kimicount.errors import UsageError
 from kimicount.explorer.evidence import Evidence, ModelingError, ModelingIndex, config_evidence
-from kimicount.explorer.modeling import absent_message, find_modeling
+from kimicount.explorer.modeling import ModelingFile, absent_message, find_modeling
 from kimicount.explorer.pages import Page, Pages, build_pages
+from kimicount.explorer.pinned import PinnedModel, git_blob, known_file, pinned_model
 from kimicount.source import HubOptions, hub_module
 from kimicount.spec import BUNDLED_MODEL, ModelSpec
 
@@ -23,33 +25,50 @@ _BUNDLED_CONFIG = Path(__file__).resolve().parent.parent / "data" / "kimi-k2-ins
 
 @dataclass(frozen=True)
 class ConfigSource:
-    """The config.json a spec was read from: its text and path, and the commit it is at (None: not
-    known, as for a local file outside the Hub cache or the bundled copy)."""
+    """The config.json a spec was read from: its text and path, the commit it is at (None: not
+    known, as for a local file outside the Hub cache or a bundled copy), the name its lines are cited
+    by, and the repo whose config a bundled copy is (None: not a bundled copy)."""
 
     text: str
     path: Path | None
     revision: str | None
+    file: str = "config.json"
+    bundled: str | None = None
 
 
 def load_model_and_config(
     config: Path | None, repo: str | None, revision: str | None, hub_options: HubOptions | None
 ) -> tuple[ModelSpec, ConfigSource]:
-    """The spec, as kimicount.source.load_spec reads it, and the config.json it came from."""
-    from kimicount.models import known_model
+    """The spec, as kimicount.source.load_spec reads it, and the config.json it came from: a bundled
+    model's (by name or repo id, or a name given to --config) from kimicount/data, as every command
+    reads it."""
+    from kimicount.models import bundled_note, known_model
     from kimicount.source import load_spec
 
-    known = None if config is None or os.path.lexists(config) else known_model(str(config))
-    if known is not None:  # a bundled model by name (`--config glm-5`): its config, no file
-        spec = load_spec(config, repo, revision, hub_options)
-        return spec, ConfigSource(json.dumps(known.config(), indent=2), None, None)
-    if repo is not None and config is None:
+    if config is not None and repo is not None:
+        raise UsageError("name the model once: --config or --repo, not both")
+    known = None
+    if repo is not None and revision is None:
+        known = known_model(repo)
+        if known is not None and "/" in repo:
+            (hub_options or HubOptions()).note(bundled_note(known))
+    elif config is not None and not os.path.lexists(config):
+        known = known_model(str(config))
+    if known is not None:
+        file = (
+            "config.json" if known.kind == "raw" and not known.overrides else "config.json (bundled values)"
+        )
+        return known.spec(), ConfigSource(known.config_text(), None, None, file, known.repo)
+    if repo is not None:
         hub = hub_module()
         path = hub.download_config(repo, revision, hub_options)
         spec = hub.spec_from_hub_config(path, repo, revision)
         return spec, ConfigSource(path.read_text(encoding="utf-8"), path, _commit(path.parent))
     spec = load_spec(config, repo, revision, hub_options)
     if config is None:
-        return spec, ConfigSource(_BUNDLED_CONFIG.read_text(encoding="utf-8"), None, None)
+        return spec, ConfigSource(
+            _BUNDLED_CONFIG.read_text(encoding="utf-8"), None, None, bundled=BUNDLED_MODEL
+        )
     path = config / "config.json" if config.is_dir() else config
     return spec, ConfigSource(path.read_text(encoding="utf-8"), path, _commit(path.parent))
 
@@ -72,20 +91,25 @@ def explorer_pages(
     """Every page of the model, each with its evidence (or the note saying how to get it)."""
     pages = build_pages(build_anatomy(spec))
     config: dict[str, Any] = json.loads(source.text)
+    pages = _with_routing(pages, config)
     if modeling is not None:
         found = find_modeling(config, modeling=modeling)
     else:
         try:
+            hub_repo = repo if source.bundled is None else None  # a bundled config fetches nothing
             found = find_modeling(
-                config, config_path=source.path, repo=repo, revision=revision, hub_options=hub_options
+                config, config_path=source.path, repo=hub_repo, revision=revision, hub_options=hub_options
             )
         except ModelingError:  # no auto_map: evidence was not asked for, so the pages say why there is none
             found = None
     note = ""
     index = None
+    pinned = pinned_model(source.bundled) if found is None else None
     if found is None:
-        named = repo or (BUNDLED_MODEL if source.path is None else None)
+        named = source.bundled or repo
         note = absent_message(config, named)
+        if pinned is not None:  # the lines are known: only the excerpts need the file
+            note = _pinned_note(pinned)
         note = note[:1].upper() + note[1:] + "."
     else:
         index = found.index()
@@ -97,8 +121,12 @@ def explorer_pages(
         if index is not None:
             evidence += _modeling_evidence(index, page, pages, spec)
             evidence += _passages(page, passages)
+        elif pinned is not None:
+            evidence += pinned.evidence(page.id)
         if page.config_keys:
-            evidence += config_evidence(source.text, page.config_keys, revision=source.revision)
+            evidence += config_evidence(
+                source.text, page.config_keys, revision=source.revision, file=source.file
+            )
         findings = tuple(index.findings()[before:]) if index is not None else ()
         with_evidence[page.id] = replace(
             page, evidence=tuple(_unique(evidence)), evidence_note=note, findings=findings
@@ -111,17 +139,88 @@ def explorer_pages(
             owned = [f for t in page.tensors for f in with_evidence[t].findings if t in with_evidence]
             shown = everything if page_id == "model" else (*page.findings, *owned)
             with_evidence[page_id] = replace(page, findings=tuple(dict.fromkeys(shown)))
-    origin = (
-        f"{found.name} ({found.origin}{', ' + found.revision[:12] if found.revision else ''})"
-        if found
-        else ""
-    )
+    origin = ""
+    if found is not None:
+        origin = f"{found.name} ({found.origin}, {_revision_text(found)})"
+    elif pinned is not None:
+        origin = f"{pinned.file} at {pinned.revision or 'its first release'}, from kimicount's index (no file here)"
     return replace(
         pages,
         pages=with_evidence,
         findings=tuple(index.findings()) if index is not None else (),
         evidence_source=origin,
     )
+
+
+#: The config keys of the router's choice that no count reads: MoEGate's (modeling_deepseek.py).
+ROUTING_KEYS = (
+    "scoring_func",
+    "topk_method",
+    "n_group",
+    "topk_group",
+    "norm_topk_prob",
+    "routed_scaling_factor",
+)
+
+
+def routing_text(config: dict[str, Any]) -> str:
+    """What the router's config keys say of its choice, in a sentence: group routing (n_group groups,
+    the best topk_group of them first) or none, the weights' normalisation and their scale.
+
+    >>> print(routing_text({"n_group": 8, "topk_group": 4, "norm_topk_prob": True, "routed_scaling_factor": 2.5}))
+    Group routing: the experts in 8 groups (n_group), a token's experts chosen from its best 4 groups (topk_group); the chosen weights normalised (norm_topk_prob), then × 2.5 (routed_scaling_factor).
+    """
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    groups, top = text.get("n_group"), text.get("topk_group")
+    if isinstance(groups, int) and groups > 1 and isinstance(top, int):
+        grouped = f"the experts in {groups} groups (n_group), a token's experts chosen from its best {top}"
+        parts = [f"Group routing: {grouped} groups (topk_group)"]
+    else:
+        parts = ["No group routing (n_group 1): a token's experts chosen from all of them"]
+    normalise = "normalised (norm_topk_prob)" if text.get("norm_topk_prob") else "not normalised"
+    scale = text.get("routed_scaling_factor")
+    scaled = f", then × {scale} (routed_scaling_factor)" if isinstance(scale, int | float) else ""
+    parts.append(f"the chosen weights {normalise}{scaled}")
+    return "; ".join(parts) + "."
+
+
+def _with_routing(pages: Pages, config: dict[str, Any]) -> Pages:
+    """The router's pages with what the config says of its choice, and those keys' lines."""
+    routers = {
+        page.id: replace(
+            page,
+            explanation=f"{page.explanation} {routing_text(config)}".strip(),
+            config_keys=tuple(dict.fromkeys((*page.config_keys, *ROUTING_KEYS))),
+        )
+        for page in pages
+        if page.kind == "component" and page.name == "Router"
+    }
+    return replace(pages, pages={**pages.pages, **routers})
+
+
+def _pinned_note(pinned: PinnedModel) -> str:
+    """What a page without the modeling file says of the lines it cites from the pinned index."""
+    if pinned.revision is None:
+        return (
+            f"the lines are kimicount's index of {pinned.repo}'s {pinned.file} as first released; "
+            f"for their excerpts give that file with --modeling FILE"
+        )
+    return (
+        f"lines from kimicount's index at {pinned.revision[:12]}; for excerpts: `hf download {pinned.repo} "
+        f"{pinned.file} --revision {pinned.revision} --local-dir DIR`, --modeling DIR/{pinned.file}"
+    )
+
+
+def _revision_text(found: ModelingFile) -> str:
+    """Which revision a modeling file is: the commit its Hub cache folder names, else the file kimicount
+    has indexed that its git blob hash matches, else unknown."""
+    if found.revision:
+        return f"revision {found.revision[:12]}"
+    known = known_file(found.text.encode("utf-8"))
+    if known is not None:
+        return f"{known.description}: git blob {known.blob[:12]}"
+    blob = git_blob(found.text.encode("utf-8"))
+    return f"revision unknown: git blob {blob[:12]} is no file kimicount has indexed"
 
 
 #: The passages of the attention's code each page cites besides its own lines (ModelingIndex.

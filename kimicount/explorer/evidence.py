@@ -10,7 +10,8 @@ file (modeling_deepseek.py, as the config's `auto_map` names it) is parsed with 
 - an activation's *definition* is each assignment in `forward` that binds the variable (`compressed_kv`
   is bound twice: the projection, then the split that leaves the 512-wide latent);
 - a class's evidence is its definition, with the module-level statements right after it that name it
-  (`ALL_LAYERNORM_LAYERS.append(DeepseekV3RMSNorm)`).
+  (`ALL_LAYERNORM_LAYERS.append(DeepseekV3RMSNorm)`); a page shows a long class by its head and a short
+  `forward` (`class_passage`), the passages that use it, not the whole class.
 
 Which class holds a module path (`model.layers.5.self_attn.kv_b_proj`) is read off the file too:
 starting from the model class, each attribute's `__init__` assignment says what it holds
@@ -61,6 +62,9 @@ ATTENTION_PROJECTIONS = (
     "o_proj",
 )
 
+#: A class of at most this many lines is shown whole; a longer one by its head and a short forward.
+CLASS_LINES = 60
+
 #: Module containers: what they hold is what their first argument builds.
 _CONTAINERS = ("ModuleList", "ModuleDict", "Sequential")
 
@@ -78,7 +82,8 @@ class Evidence:
     start: int  # 1-based, inclusive
     end: int
     role: str  # "definition" | "use" | "config"
-    excerpt: str  # those lines, verbatim
+    excerpt: str  # those lines, verbatim ("" when the file is not here: lines from the pinned index)
+    link: str | None = None  # the lines at that revision on the Hub, when the revision is known
 
     @property
     def lines(self) -> str:
@@ -93,6 +98,7 @@ class Evidence:
             "end": self.end,
             "role": self.role,
             "excerpt": self.excerpt,
+            "link": self.link,
         }
 
 
@@ -203,6 +209,27 @@ class ModelingIndex:
                 break
             end = statement.end_lineno or statement.lineno
         return [self.lines(start, end, DEFINITION)]
+
+    def class_passage(self, cls_name: str) -> list[Evidence]:
+        """What a page shows of a class: the whole class when it is short (CLASS_LINES or fewer: an
+        RMSNorm, the MLP); a longer one by its head (decorators, the class line, its docstring) and its
+        `forward` when that is short too (the MoE's, 11 lines), not its hundreds of lines (the
+        attention's 230: its pages cite the passages of its forward instead)."""
+        node = self.classes.get(cls_name)
+        if node is None:
+            return self.class_(cls_name)  # the finding
+        whole = self.class_(cls_name)
+        if whole[0].end - whole[0].start + 1 <= CLASS_LINES:
+            return whole
+        first = node.body[0]
+        docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+        head_end = _end(first) if docstring else node.lineno
+        found = [self.lines(whole[0].start, head_end, DEFINITION)]
+        forward = _own_method(node, "forward")
+        if forward is not None and _end(forward) - forward.lineno + 1 <= CLASS_LINES:
+            start = min([forward.lineno, *(d.lineno for d in forward.decorator_list)])
+            found.append(self.lines(start, _end(forward), USE))
+        return found
 
     def attribute(self, cls_name: str, attr: str) -> list[Evidence]:
         """The statements that assign `self.attr` in the class's `__init__` (definitions; an attribute
@@ -397,11 +424,11 @@ class ModelingIndex:
         steps = steps[:depth]
         modules = [s for s in steps if s.external not in ("nn.Parameter", "Parameter")]
         if not modules:  # the model itself
-            return self.class_(self.root) if self.root and depth == 0 else []
+            return self.class_passage(self.root) if self.root and depth == 0 else []
         step = modules[-1]
         found = self.attribute(step.owner, step.attr)
         for cls_name in step.holds:
-            found += self.class_(cls_name)
+            found += self.class_passage(cls_name)
         return _unique(found)
 
     def component_evidence(

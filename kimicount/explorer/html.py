@@ -46,7 +46,12 @@ def render_html(pages: Pages) -> str:
         item["kind_key"] = page.kind
         data.append(item)
     index = [
-        {"id": p.id, "name": p.name, "kind": p.kind_text, "aliases": sorted({a for a in p.aliases if a})}
+        {
+            "id": p.id,
+            "name": p.name,
+            "kind": p.kind_text,
+            "aliases": sorted({*(a for a in p.aliases if a), *p.synonyms}),
+        }
         for p in pages
     ]
     lists = [

@@ -22,7 +22,8 @@ _PATH = re.compile(r"\s*(?:›|>|/)\s*")
 
 def resolve(pages: Pages, name: str) -> Page:
     """The page NAME means; a UsageError (exit 2) naming the candidates when it means several, or the
-    closest names when it means none."""
+    closest names when it means none. Its own names come first, then the names people use for it
+    (`Output projection` for the causal attention's o_proj, `MoE gate` for the router)."""
     text = " ".join(name.split())
     if not text:
         raise UsageError("NAME is empty: give a component, module attribute, tensor or activation name")
@@ -32,22 +33,56 @@ def resolve(pages: Pages, name: str) -> Page:
     if tensor is not None:
         return tensor
     folded = text.casefold()
-    exact = [p for p in pages if any(a.casefold() == folded for a in p.aliases if a)]
-    if exact:
-        return _one(text, exact)
+    for names in (_own, _synonyms):
+        exact = [p for p in pages if any(a.casefold() == folded for a in names(p))]
+        if exact:
+            return _one(text, exact)
     if _PATH.search(text) and not text.startswith("model."):
         found = _by_path(pages, [s.casefold() for s in _PATH.split(text) if s])
         if found:
             return _one(text, found)
-    prefixed = [p for p in pages if any(a.casefold().startswith(folded) for a in p.aliases if a)]
-    if prefixed:
-        return _one(text, prefixed)
-    aliases = {a: p for p in pages for a in p.aliases if a}
-    folded_aliases = {a.casefold(): a for a in aliases if "{" not in a}
-    close = difflib.get_close_matches(folded, list(folded_aliases), n=4, cutoff=0.6)
-    suggestions = list(dict.fromkeys(folded_aliases[a] for a in close))
-    hint = f" (close: {', '.join(suggestions)})" if suggestions else " (kimicount explore lists every page)"
+    for names in (_own, _synonyms):
+        prefixed = [p for p in pages if any(a.casefold().startswith(folded) for a in names(p))]
+        if prefixed:
+            return _one(text, prefixed)
+    suggestions = closest(pages, text)
+    hint = f" (closest: {', '.join(suggestions)})" if suggestions else " (kimicount explore lists every page)"
     raise UsageError(f"'{shorten(name, 80)}': no page of {pages.model} has that name{hint}")
+
+
+def _own(page: Page) -> list[str]:
+    return [a for a in page.aliases if a]
+
+
+def _synonyms(page: Page) -> list[str]:
+    return list(page.synonyms)
+
+
+_WORDS = re.compile(r"[^\W_]+")
+
+
+def closest(pages: Pages, text: str, n: int = 4) -> list[str]:
+    """The names closest to `text`, closest first, one per page: a name people use shows the page it
+    leads to ('Output projection (Causal attention)'). A name scores the better of its likeness as a
+    string (difflib's ratio) and the share of words it has in common with `text`; a page's tensor
+    patterns are left out (their {…} index sets are no name anyone types)."""
+    folded = text.casefold()
+    words = set(_WORDS.findall(folded))
+    best: dict[str, tuple[float, str]] = {}
+    for page in pages:
+        for alias, label in [(a, a) for a in _own(page)] + [
+            (a, f"{a} ({page.name})") for a in _synonyms(page)
+        ]:
+            if "{" in alias:
+                continue
+            candidate = alias.casefold()
+            shared = set(_WORDS.findall(candidate))
+            overlap = len(words & shared) / len(words | shared) if words | shared else 0.0
+            score = max(difflib.SequenceMatcher(None, folded, candidate).ratio(), overlap)
+            if score > best.get(page.id, (0.0, ""))[0]:
+                best[page.id] = (score, label)
+    ranked = sorted(best.values(), key=lambda item: -item[0])
+    return list(dict.fromkeys(label for score, label in ranked if score >= 0.5))[:n]
 
 
 def _one(text: str, found: list[Page]) -> Page:

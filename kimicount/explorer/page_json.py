@@ -1,5 +1,5 @@
 """A page as data: what `show --json` prints and the explorer's HTML renders (the stable keys of the
-page, its numbers as Python ints, its evidence as {file, revision, start, end, role, excerpt})."""
+page, its numbers as Python ints, its evidence as {file, revision, start, end, role, excerpt, link})."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def page_json(page: Page, pages: Pages) -> dict[str, Any]:
                     "dtype": r.dtype,
                     "storage": r.storage,
                     "owner": r.owner or None,
+                    "owner_name": pages[r.owner].name if r.owner in pages.pages else None,
                 }
                 for r in p.rows
             ],
@@ -51,6 +52,7 @@ def page_json(page: Page, pages: Pages) -> dict[str, Any]:
     return {
         "model": pages.model,
         "id": page.id,
+        "component_ids": list(page.component_ids),
         "name": page.name,
         "kind": page.kind_text,
         "path": list(page.path),
@@ -90,17 +92,7 @@ def page_json(page: Page, pages: Pages) -> dict[str, Any]:
         "layer": page.layer,
         "layer_note": page.layer_note or None,
         "config_keys": list(page.config_keys),
-        "evidence": [
-            {
-                "file": e.file,
-                "revision": e.revision,
-                "start": e.start,
-                "end": e.end,
-                "role": e.role,
-                "excerpt": e.excerpt,
-            }
-            for e in page.evidence
-        ],
+        "evidence": [e.to_json() for e in page.evidence],
         "evidence_note": page.evidence_note or None,
         "findings": list(page.findings),
     }

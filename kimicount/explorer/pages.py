@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kimicount.anatomy import Anatomy, Node, Role, TensorRef, index_set
+from kimicount.anatomy import Anatomy, Node, Role, TensorRef, index_set, layer_span
+from kimicount.component_ids import tree_ids
 from kimicount.explorer import words as w
 from kimicount.explorer.formula import as_text
 from kimicount.flow import Activation, Dim, component_flow, flops_map
@@ -193,6 +194,10 @@ class Page:
     tensors: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
+    synonyms: tuple[str, ...] = ()  # names people use for it besides its own (words.SYNONYMS)
+    #: The stable ids (kimicount.component_ids) of the tree nodes the page stands for (a part of both
+    #: the dense and the MoE blocks: two), the keys on which `params --json` and `compare` join.
+    component_ids: tuple[str, ...] = ()
     also_in: tuple[str, ...] = ()
     main: bool = True  # in the main model (not the MTP module or the vision side)
     layers: tuple[int, ...] = ()  # the layers a block group or a checkpoint tensor stands for
@@ -341,8 +346,10 @@ def build_pages(anatomy: Anatomy) -> Pages:
 
     pages: dict[str, Page] = {}
     tensor_entries = _tensor_pages(spec, roots, entries)
+    ids = tree_ids(anatomy.model, anatomy.mtp, anatomy.vision)
     for entry in entries.values():
-        pages[entry.id] = _node_page(spec, anatomy, entry, entries, sizes, memory, flops, tensor_entries)
+        page = _node_page(spec, anatomy, entry, entries, sizes, memory, flops, tensor_entries)
+        pages[entry.id] = replace(page, component_ids=tuple(ids[id(node)] for _, node, _ in entry.nodes))
     for page in tensor_entries.values():
         pages[page.id] = page
     activations, operations = [], []
@@ -489,6 +496,7 @@ def _node_page(spec, anatomy, entry: _Entry, entries, sizes, memory, flops, tens
         tensors=tuple(dict.fromkeys(r.tensor for r in rows)),
         config_keys=tuple(dict.fromkeys(formula_keys)),
         aliases=(node.name, short(node.name)),
+        synonyms=w.SYNONYMS.get(node.name, ()),
         also_in=tuple(a for a in also if a),
         main=entry.main,
         layers=node.layers if node.layers and node.kind else (),
@@ -628,10 +636,15 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
         for _, node, _ in entry.nodes:
             owner_ids[id(node)] = entry.id
     main_patterns = set()
+    #: each pattern's layers, by the tree they are in: the main model's ("" ) and the MTP module's
+    #: (DeepSeek-V3's layer 61 stores the same names as its layers 3–60), shown apart
+    in_tree: dict[str, dict[str, set[int]]] = {}
     for root in roots:
+        tree = "" if root is roots[0] else root.name
         for node in root.walk():
             for ref in node.tensors:
                 refs.setdefault(ref.pattern, []).append((ref, owner_ids[id(node)]))
+                in_tree.setdefault(ref.pattern, {}).setdefault(tree, set()).update(ref.layers)
                 if root is roots[0]:
                     main_patterns.add(ref.pattern)
     modules = {pattern: _module_path(spec, pattern) for pattern in refs}
@@ -654,8 +667,14 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
         )
         first = found[0][0]
         layers = tuple(sorted({layer for ref, _ in found for layer in ref.layers}))
-        name = pattern.format(layer=index_set(layers), expert=index_set(tuple(range(first.experts))))
+        experts = index_set(tuple(range(first.experts)))
+        trees = in_tree[pattern]
+        named = tuple(sorted(trees.get("", ()))) or layers  # the main model's layers, where it has them
+        name = pattern.format(layer=index_set(named), expert=experts)
         copies = max(len(layers), 1) * max(first.experts, 1)
+        owner_layers: dict[str, set[int]] = {}
+        for ref, owner in found:
+            owner_layers.setdefault(owner, set()).update(ref.layers)
         dtype, storage = _storage(spec, first)
         elements = 1
         for d in first.shape:
@@ -663,7 +682,7 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
         rows = tuple(
             TensorRow(
                 tensor=tensor_id,
-                name=name,
+                name=pattern.format(layer=index_set(tuple(sorted(owner_layers[owner]))), expert=experts),
                 part=ref.part,
                 shape=ref.shape,
                 layout=_layout(ref),
@@ -678,7 +697,16 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
         )
         # dense and MoE copies of one part are one row
         unique_rows = tuple({(r.part, r.owner): r for r in rows}.values())
-        where = (Where("every copy", copies, elements * copies),)
+        where: tuple[Where, ...] = (Where("every copy", copies, elements * copies),)
+        if len(trees) > 1:  # the main model's copies and the MTP module's apart
+            where = tuple(
+                Where(
+                    f"{tree or 'the model'} ({layer_span(tuple(sorted(held)))})",
+                    len(held) * max(first.experts, 1),
+                    elements * len(held) * max(first.experts, 1),
+                )
+                for tree, held in trees.items()
+            )
         module = modules[pattern]
         attribute = module.split(".")[-1] if module.split(".")[-1] not in ("weight",) else module
         pages[pattern] = Page(

@@ -33,7 +33,8 @@ def _link(pages: Pages, page_id: str) -> str:
 
 def render_page(console: Console, page: Page, pages: Pages) -> None:
     show(console, Text(page.name, style="bold"))
-    show(console, Text(" › ".join(page.path)))
+    if page.path != (page.name,):  # a tensor's page is its own path: its name once
+        show(console, Text(" › ".join(page.path)))
     kind = page.kind_text + (f"; also in {', '.join(page.also_in)}" if page.also_in else "")
     show(console, Text(kind + f" · {pages.model}", style="dim"))
 
@@ -118,6 +119,9 @@ def _parameters(console: Console, page: Page, pages: Pages) -> None:
         rows.append(("All", f"{p.instances:,}", "", f"{p.total:,}"))
     show_fitted(console, *fitted(console, columns, rows))
     extra = _grid()
+    if len(p.rows) > 1 and page.kind != "tensor":  # each tensor's share: the Router's weight without its bias
+        shares = "; ".join(f"{_short(r.name)} {r.elements * p.instances:,}" for r in p.rows)
+        extra.add_row("By tensor", Text(f"{shares} (× {p.instances:,} instances)"))
     if p.activated is not None:
         extra.add_row("Activated", Text(f"{p.activated:,} per token"))
     if p.stored_bytes is not None:
@@ -168,16 +172,33 @@ def _links(console: Console, page: Page, pages: Pages) -> None:
         show(console, links)
 
 
+def _short(name: str) -> str:
+    """A tensor's name without its layer: model.layers.{1..60}.mlp.gate.weight -> mlp.gate.weight."""
+    return name.split("}.", 1)[-1] if "}." in name else name
+
+
+def _lines(e) -> str:
+    return f"line {e.start}" if e.start == e.end else f"lines {e.start}–{e.end}"
+
+
 def _evidence(console: Console, page: Page, pages: Pages) -> None:
     if not page.evidence and not page.evidence_note and not page.findings:
         return
     _heading(console, "Evidence")
-    if pages.evidence_source:
+    indexed = [e for e in page.evidence if not e.excerpt]  # lines of the pinned index: no file here
+    if pages.evidence_source and not indexed:
         show(console, Text(f"Modeling file: {pages.evidence_source}", style="dim"))
+    if indexed:
+        first = indexed[0]
+        spans = ", ".join(f"{_lines(e)} ({e.role})" for e in indexed)
+        revision = f"@{first.revision[:12]}" if first.revision else ""
+        # each piece's link to its lines at that revision is in --json and the HTML (a terminal folds a URL)
+        show(console, Text(f"{first.file}{revision} {spans}", style="bold"))
     for e in page.evidence:
-        lines = f"line {e.start}" if e.start == e.end else f"lines {e.start}–{e.end}"
+        if not e.excerpt:
+            continue
         revision = f"@{e.revision[:12]}" if e.revision else ""
-        show(console, Text(f"{e.file}{revision} {lines} ({e.role})", style="bold"))
+        show(console, Text(f"{e.file}{revision} {_lines(e)} ({e.role})", style="bold"))
         # a long line folds under its own code, not under the line numbers
         excerpt = Table.grid(padding=(0, 2))
         excerpt.add_column(justify="right", no_wrap=True)

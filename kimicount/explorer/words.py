@@ -222,7 +222,7 @@ COMPONENTS: dict[str, Words] = {
         "MoEGate",
         ("weight", "e_score_correction_bias"),
         explanation="The bias e_score_correction_bias only chooses the experts; the weights g_i are the "
-        "sigmoid scores of the chosen ones, normalised.",
+        "sigmoid scores of the chosen ones.",
     ),
     "Routed experts": Words(
         "{E} SwiGLU MLPs {moe_inter} wide; each token runs the {k} its router chose",
@@ -247,6 +247,27 @@ COMPONENTS: dict[str, Words] = {
     ),
 }
 COMPONENTS["Shared experts"] = COMPONENTS["Shared expert"]
+
+#: The names people use for a component besides the tree's (papers, engines, `show` users): `show`
+#: finds the component by them after its own names, and the HTML search box finds them too.
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "Causal attention": ("Output projection", "attention output projection", "out_proj", "W_O"),
+    "Router": ("MoE gate", "gate", "gating network", "expert router", "routing"),
+    "Routed experts": ("experts", "MoE experts"),
+    "Shared expert": ("shared experts", "shared_experts"),
+    "Shared experts": ("shared expert", "shared_experts"),
+    "Dense MLP": ("MLP", "FFN", "feed-forward", "dense FFN"),
+    "Mixture of experts": ("MoE", "MoE layer", "sparse MLP"),
+    "Token embedding": ("embedding", "embeddings", "embed_tokens", "input embedding"),
+    "Output head": ("LM head", "unembedding", "vocabulary projection"),
+    "Latent attention": ("MLA", "attention", "self-attention", "self_attn", "multi-head latent attention"),
+    "Key–value compression": ("KV compression", "key-value compression", "KV down-projection", "W_DKV"),
+    "Query compression": ("query down-projection", "W_DQ"),
+    "Query heads": ("query up-projection", "W_UQ"),
+    "Key content up-projection": ("key up-projection", "W_UK"),
+    "Value heads": ("value up-projection", "W_UV"),
+    "Final RMSNorm": ("final norm", "final layernorm"),
+}
 
 #: Groups: the model, the blocks, block groups.
 MODEL = Words(

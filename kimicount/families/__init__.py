@@ -25,7 +25,19 @@ from kimicount.errors import ConfigError, UsageError
 
 #: Every command; a family lists those that serve it.
 ALL_COMMANDS = frozenset(
-    {"params", "kv-cache", "verify", "measure", "plan", "gguf", "flops", "models", "show", "explore"}
+    {
+        "params",
+        "kv-cache",
+        "verify",
+        "measure",
+        "plan",
+        "gguf",
+        "flops",
+        "models",
+        "show",
+        "explore",
+        "compare",
+    }
 )
 
 

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kimicount.anatomy import Anatomy, Node, TensorRef, build_anatomy, group
-from kimicount.errors import CheckpointError, ConfigError
+from kimicount.errors import CheckpointError, ConfigError, UsageError
 from kimicount.gguf.reader import GGUFArray, GGUFListing, GGUFTensor
 from kimicount.spec import ModelSpec, spec_from_config
 from kimicount.verify import Mismatch
@@ -128,8 +128,14 @@ def _gguf_tensors(
     pattern = ref.pattern.removeprefix(spec.weight_prefix)
     if pattern in _TOP_NAMES:
         return [(_TOP_NAMES[pattern], tuple(reversed(ref.shape)), ref.elements)]
-    if not pattern.startswith(_LAYER) or pattern[len(_LAYER) :] not in _LAYER_NAMES:
-        raise ValueError(f"no GGUF name for {ref.pattern}")  # a model part llama.cpp's layout lacks
+    indexer_outside_dsa = ".indexer." in pattern and gguf_arch(spec) != GLM_DSA  # llama.cpp: glm-dsa only
+    if not pattern.startswith(_LAYER) or pattern[len(_LAYER) :] not in _LAYER_NAMES or indexer_outside_dsa:
+        # a part llama.cpp's layout has no tensor for (DeepSeek-V3.2's lightning indexer in deepseek2)
+        raise UsageError(
+            f"{spec.name}: {ref.pattern.replace('{layer}', 'N')} has no tensor in llama.cpp's "
+            f"{gguf_arch(spec)} GGUF layout, the one kimicount sizes and checks; a GGUF of this model "
+            "cannot be planned here"
+        )
     module = pattern[len(_LAYER) :]
     name = "blk.{layer}." + _LAYER_NAMES[module]
     if ref.experts:  # every expert of the layer in one tensor (in, out, E)
