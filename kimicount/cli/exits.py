@@ -19,6 +19,7 @@ import typer
 from typer.core import TyperGroup
 
 from kimicount.errors import KimicountError
+from kimicount.reading import printable
 
 
 class OneLineErrors(TyperGroup):
@@ -58,7 +59,9 @@ class OneLineErrors(TyperGroup):
             if error.format_message():  # empty when typer has printed the help (no arguments given)
                 words = list(sys.argv[1:] if args is None else args)
                 command = " ".join(["kimicount", *[w for w in words if w in self.commands][:1]])
-                say(f"kimicount: error: {error.format_message()} (see {command} --help)")
+                # with no arguments, the message is the whole help (click's), whose lines are kept
+                message = f"kimicount: error: {error.format_message()} (see {command} --help)"
+                say(message, keep="\n" if not words else "")
         except (typer.Abort, KeyboardInterrupt):
             code = INTERRUPTED
         except Exception as error:  # a bug: say so in one line, not a traceback
@@ -146,13 +149,15 @@ def _silence(stream: TextIO) -> None:
         pass
 
 
-def say(line: str) -> None:
-    """One line on stderr; a closed stderr loses it rather than raising a second error: a pipe whose
-    reader has gone, or no stderr at all (`2>&-`, where Python sets sys.stderr to None)."""
+def say(line: str, keep: str = "") -> None:
+    """One line on stderr, what a terminal would act on in it escaped (an ESC from a file name shows as
+    \\x1b; kimicount.reading.printable, `keep` as there); a closed stderr loses it rather than raising a
+    second error: a pipe whose reader has gone, or no stderr at all (`2>&-`, where Python sets
+    sys.stderr to None)."""
     if sys.stderr is None:
         return
     try:
-        sys.stderr.write(line + "\n")
+        sys.stderr.write(printable(line, keep) + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
