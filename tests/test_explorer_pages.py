@@ -172,8 +172,13 @@ def test_an_ambiguous_name_lists_the_candidates_and_exits_2(name, needles):
         ("kvbproj", "(close: kv_b_proj"),
         ("model.layers.0.mlp.experts.3.up_proj.weight", "has this tensor in layers 1–60, not in layer 0"),
         ("", "NAME is empty"),
+        # Kimi K2's 384 routed experts are 0–383 (config.json n_routed_experts 384); 61 layers 0–60
+        ("model.layers.5.mlp.experts.384.up_proj.weight", "has experts 0–383 in each MoE layer, not expert 384"),
+        ("model.layers.5.mlp.experts." + "1" + "0" * 30 + ".up_proj.weight", "not expert 10000000000000000000… (31 characters)"),
+        # 5,000 digits: past Python's 4,300-digit int conversion (exit 3 before)
+        ("model.layers." + "7" * 5000 + ".self_attn.kv_b_proj.weight", "in layers 0–60, not in layer 77777777777777777777… (5,000 characters)"),
     ],
-)
+)  # fmt: skip
 def test_an_unknown_name_is_one_line_and_exit_2(name, needle):
     result = invoke("show", name)
     assert result.exit_code == 2

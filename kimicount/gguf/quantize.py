@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from kimicount.errors import UsageError
 from kimicount.gguf.reader import GGUFListing, GGUFTensor
+from kimicount.reading import shorten
 
 if TYPE_CHECKING:
     from kimicount.spec import ModelSpec
@@ -122,7 +123,7 @@ def parse_quant(text: str) -> str:
     """An ftype name as llama-quantize spells it (case aside)."""
     ftype = text.strip().upper()
     if ftype not in FTYPES:
-        raise UsageError(f"--quant {text!r}: expected one of {', '.join(FTYPES)}")
+        raise UsageError(f"--quant '{shorten(text, 80)}': expected one of {', '.join(FTYPES)}")
     return ftype
 
 
