@@ -32,7 +32,7 @@ from kimicount.explorer.modeling import (
 from kimicount.spec import bundled_spec, spec_from_path
 
 from .fakehub import FakeHub
-from .helpers import KIMI_K2, ROOT
+from .helpers import KIMI_K2, ROOT, fails_cleanly, invoke
 
 MODELING = ROOT / "tests" / "data" / "modeling_deepseek.py.txt"
 TEXT = MODELING.read_text(encoding="utf-8")
@@ -447,9 +447,32 @@ def test_the_config_names_the_modeling_file():
     with pytest.raises(ModelingError, match=r"^c.json: no auto_map naming the modeling file"):
         auto_map_entry({"auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}}, "c.json")
     with pytest.raises(
-        ModelingError, match=r"^config.json: auto_map names '\.\./\.\./etc/passwd\.x', expected module"
+        ModelingError,
+        match=r"^config.json: auto_map names '\.\./\.\./etc/passwd\.x', a path outside the repo; expected module",
     ):
         auto_map_entry({"auto_map": {"AutoModel": "../../etc/passwd.x"}})
+    with pytest.raises(ModelingError, match=r"^config.json: auto_map names 'modeling-x\.Y', expected module"):
+        auto_map_entry({"auto_map": {"AutoModel": "modeling-x.Y"}})
+
+
+def test_an_auto_map_pointing_outside_the_repo_is_refused_by_show(tmp_path):
+    # it was passed over, and the page's hint then read "hf download REPO the modeling file config.json"
+    config = kimi_config()
+    config["auto_map"] = {"AutoModelForCausalLM": "../../../tmp/evil.Class"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    fails_cleanly(
+        invoke("show", "kv_b_proj", "--config", str(tmp_path)),
+        f"{tmp_path}/config.json: auto_map names '../../../tmp/evil.Class', a path outside the repo",
+    )
+    # no auto_map at all: evidence was not asked for; the page says what it needs, in words
+    del config["auto_map"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    shown = invoke("show", "kv_b_proj", "--config", str(tmp_path))
+    assert shown.exit_code == 0 and "hf download" not in shown.stdout
+    assert (
+        "Code evidence needs the model's modeling file: config.json has no auto_map naming it; give it "
+        "with --modeling FILE." in " ".join(shown.stdout.split())
+    )
 
 
 def test_beside_the_config(tmp_path):

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from kimicount.anatomy import build_anatomy
-from kimicount.explorer.evidence import Evidence, ModelingError, ModelingIndex, config_evidence
-from kimicount.explorer.modeling import absent_message, find_modeling
+from kimicount.explorer.evidence import Evidence, ModelingIndex, config_evidence
+from kimicount.explorer.modeling import NoAutoMap, absent_message, find_modeling
 from kimicount.explorer.pages import Page, Pages, build_pages
 from kimicount.source import HubOptions, hub_module
 from kimicount.spec import BUNDLED_MODEL, ModelSpec
@@ -70,10 +70,16 @@ def explorer_pages(
         found = find_modeling(config, modeling=modeling)
     else:
         try:
+            where = str(source.path) if source.path is not None else "config.json"
             found = find_modeling(
-                config, config_path=source.path, repo=repo, revision=revision, hub_options=hub_options
+                config,
+                config_path=source.path,
+                repo=repo,
+                revision=revision,
+                hub_options=hub_options,
+                where=where,
             )
-        except ModelingError:  # no auto_map: evidence was not asked for, so the pages say why there is none
+        except NoAutoMap:  # evidence was not asked for, so the pages say why there is none
             found = None
     note = ""
     index = None

@@ -41,6 +41,11 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
+class NoAutoMap(ModelingError):
+    """The config has no auto_map naming its code: nothing to look for (the pages then say so); unlike
+    an auto_map that names something other than a module of the repo, which is refused."""
+
+
 @dataclass(frozen=True)
 class ModelingFile:
     """A modeling file's text, where it came from, and the commit it is at (None: unknown)."""
@@ -82,16 +87,18 @@ def auto_map_entry(config: Mapping[str, Any], where: str = "config.json") -> tup
     if isinstance(auto_map, dict):
         value = next((auto_map[k] for k in _AUTO_MAP_KEYS if isinstance(auto_map.get(k), str)), None)
     if value is None:
-        raise ModelingError(
+        raise NoAutoMap(
             f'{where}: no auto_map naming the modeling file (expected e.g. "auto_map": '
             '{"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}); give it with --modeling FILE'
         )
     reference = value.split("--", 1)[-1]  # "other/repo--modeling_x.Class": code kept in another repo
     module, _, cls = reference.rpartition(".")
     if not (_MODULE.fullmatch(module) and _MODULE.fullmatch(cls)):
+        path = any(mark in reference for mark in ("/", "\\", ":")) or reference.startswith(".")
         raise ModelingError(
-            f"{where}: auto_map names '{shorten(value, 100)}', expected module.Class "
-            "(e.g. modeling_deepseek.DeepseekV3ForCausalLM)"
+            f"{where}: auto_map names '{shorten(value, 100)}', "
+            + ("a path outside the repo; " if path else "")
+            + "expected module.Class, a module of the repo (e.g. modeling_deepseek.DeepseekV3ForCausalLM)"
         )
     return f"{module}.py", cls
 
@@ -173,8 +180,8 @@ def absent_message(config: Mapping[str, Any], repo: str | None) -> str:
     """
     try:
         name = auto_map_entry(config)[0]
-    except ModelingError:
-        name = "the modeling file"
+    except ModelingError:  # nothing to download by name
+        return "code evidence needs the model's modeling file: config.json has no auto_map naming it; give it with --modeling FILE"
     source = repo or "REPO"
     return (
         f"code evidence needs {name}: `hf download {source} {name} config.json --local-dir DIR` "
