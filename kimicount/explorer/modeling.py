@@ -12,7 +12,7 @@ file is looked for, in order:
    huggingface_hub and its cache, under kimicount.hub's deadline and error rules;
 
 and otherwise there is none, and the page says how to get it (`absent_message`). A file that is there
-but unusable (unreadable, over 16 MiB, not UTF-8, not Python) is a one-line ModelingError, as is a
+but unusable (unreadable, over 1 MiB, not UTF-8, not Python) is a one-line ModelingError, as is a
 config without `auto_map` when evidence is asked of it.
 """
 
@@ -31,9 +31,11 @@ from kimicount.reading import parse_json, read_capped, shorten
 from kimicount.source import HubOptions
 from kimicount.spec import BUNDLED_MODEL, MAX_CONFIG_BYTES
 
-#: modeling_deepseek.py is about 80 KB; one of more than this is refused before it is read, as a
-#: config.json is (kimicount.spec.MAX_CONFIG_BYTES).
-MAX_MODELING_BYTES = 16 * 2**20
+#: modeling_deepseek.py is about 76 KB, and the largest modeling files of transformers about 200 KB
+#: (models/seamless_m4t_v2/modeling_seamless_m4t_v2.py, 206,276 characters); one of more than this is
+#: refused before it is read, or downloaded. It bounds the parse: Python's ast takes about 110 bytes of
+#: memory per byte of source at worst, and 16 MiB took 11 s and 1.8 GB (benchmarks/hostile_input.py).
+MAX_MODELING_BYTES = 2**20
 
 #: The auto_map entries that name the model's code, most specific first.
 _AUTO_MAP_KEYS = ("AutoModelForCausalLM", "AutoModel")
