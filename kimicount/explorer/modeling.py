@@ -82,7 +82,7 @@ def auto_map_entry(config: Mapping[str, Any], where: str = "config.json") -> tup
     ('modeling_deepseek.py', 'DeepseekV3ForCausalLM')
     >>> auto_map_entry({"model_type": "deepseek_v3"})
     Traceback (most recent call last):
-    kimicount.explorer.evidence.ModelingError: config.json: no auto_map naming the modeling file (expected e.g. "auto_map": {"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}); give it with --modeling FILE
+    kimicount.explorer.modeling.NoAutoMap: config.json: no auto_map naming the modeling file (expected e.g. "auto_map": {"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}); give it with --modeling FILE
     """
     auto_map = config.get("auto_map")
     value = None
