@@ -108,7 +108,7 @@ def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]
             f"{where}: repo not found at {constants.ENDPOINT} (if it is private, set HF_TOKEN or --token)"
         ) from error
     except RevisionNotFoundError as error:
-        raise SourceError(f"{where}: revision '{revision}' not found") from error
+        raise SourceError(f"{where}: revision '{shorten(revision or '', 100)}' not found") from error
     except LocalEntryNotFoundError as error:
         # The Hub could not be asked (offline mode, a timeout) or did not answer with the file, and the
         # file is not in the local cache either: say which.
