@@ -441,7 +441,7 @@ def test_hub_header_claiming_a_huge_array_is_refused_after_the_first_read(httpse
     assert result.returncode == 2 and result.stdout == "", result.stderr
     assert result.stderr.strip() == (
         "kimicount: error: someone/huge@main/huge.gguf: key 'k': 549,755,813,888 UINT8 items of at least "
-        "1 bytes cannot fit in the 67,108,815 bytes left of the 67,108,864 a header may take"
+        "1 byte cannot fit in the 67,108,815 bytes left of the 67,108,864 a header may take"
     )
     assert [r for _, p, r in fake.requests if "/resolve/" in p] == ["bytes=0-1048575"]
 

@@ -392,7 +392,7 @@ def _value(cursor: _Cursor, kind: int, formats: dict[int, struct.Struct], types:
         arrays = " (an array of arrays)" if item == V.ARRAY else ""
         raise cursor.fail(f"array of unknown value type {item}{arrays}")
     size = formats[item].size if item in formats else 8  # a string takes its 8-byte length at least
-    length = cursor.count(f"{V(item).name} items of at least {size} bytes", size)
+    length = cursor.count(f"{V(item).name} items of at least {size} byte{'s' * (size > 1)}", size)
     if length > MAX_KEPT_ARRAY:  # the tokenizer's tokens, merges, scores: their type and length only
         if item in formats:
             cursor.skip(length * size)
