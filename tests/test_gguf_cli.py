@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -423,15 +424,15 @@ def test_hub_header_longer_than_the_first_read(httpserver, tmp_path, k2_q6):  # 
 
 
 def test_hub_header_claiming_a_huge_array_is_refused_after_the_first_read(httpserver, tmp_path):
-    # a 1 TiB file (sparse) whose header says its first value is 2^39 UINT8: refused from the count,
-    # after the first MiB (it had downloaded 256 MiB and was still parsing at 60 s)
+    # a 1 TiB file (sparse) whose header says its first value is 2^25 strings, 256 MiB at least: refused
+    # from the count, after the first MiB (it downloaded 256 MiB and was still parsing at 60 s)
     path = tmp_path / "huge.gguf"
     path.write_bytes(
         b"GGUF"
         + struct.pack("<IQQ", 3, 0, 1)
         + struct.pack("<Q", 1)
         + b"k"
-        + struct.pack("<IIQ", 9, 0, 2**39)
+        + struct.pack("<IIQ", 9, 8, 2**25)
     )
     os.truncate(path, 2**40)
     fake = FakeHub()
@@ -440,8 +441,8 @@ def test_hub_header_claiming_a_huge_array_is_refused_after_the_first_read(httpse
     result = run_kimicount("gguf", "--repo", "someone/huge", env=env)
     assert result.returncode == 2 and result.stdout == "", result.stderr
     assert result.stderr.strip() == (
-        "kimicount: error: someone/huge@main/huge.gguf: key 'k': 549,755,813,888 UINT8 items of at least "
-        "1 byte cannot fit in the 67,108,815 bytes left of the 67,108,864 a header may take"
+        "kimicount: error: someone/huge@main/huge.gguf: key 'k': 33,554,432 STRING items of at least "
+        "8 bytes cannot fit in the 67,108,815 bytes left of the 67,108,864 a header may take"
     )
     assert [r for _, p, r in fake.requests if "/resolve/" in p] == ["bytes=0-1048575"]
 
@@ -450,11 +451,17 @@ def test_hub_range_answered_4_bytes_at_a_time_is_a_failed_request(hub):
     # a 206 of 4 bytes for 1 MiB asked, far from the end of the file: each try fails, and the third ends
     # it (it was taken as progress: 875 requests in 40 s, until --timeout)
     fake, env = hub
-    size = (fake.repos[REPO].files["Q8_0/DeepSeek-R1-Q8_0-00001-of-00003.gguf"]).stat().st_size
+    path = fake.repos[REPO].files["Q8_0/DeepSeek-R1-Q8_0-00001-of-00003.gguf"]
+    size = path.stat().st_size
 
-    def four_bytes(request):
-        if request.path.endswith("-00001-of-00003.gguf") and request.headers.get("Range"):
-            return Response(b"GGUF", status=206, headers={"Content-Range": f"bytes 0-3/{size}"})
+    def four_bytes(request):  # the 4 bytes from where each range starts, truly
+        asked = re.fullmatch(r"bytes=([0-9]+)-[0-9]*", request.headers.get("Range", ""))
+        if request.path.endswith("-00001-of-00003.gguf") and asked:
+            start = int(asked[1])
+            with path.open("rb") as handle:
+                handle.seek(start)
+                body = handle.read(4)
+            return Response(body, status=206, headers={"Content-Range": f"bytes {start}-{start + 3}/{size}"})
         return None
 
     fake.override = four_bytes

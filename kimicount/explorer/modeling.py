@@ -34,7 +34,8 @@ from kimicount.spec import BUNDLED_MODEL, MAX_CONFIG_BYTES
 #: modeling_deepseek.py is about 76 KB, and the largest modeling files of transformers about 200 KB
 #: (models/seamless_m4t_v2/modeling_seamless_m4t_v2.py, 206,276 characters); one of more than this is
 #: refused before it is read, or downloaded. It bounds the parse: Python's ast takes about 110 bytes of
-#: memory per byte of source at worst, and 16 MiB took 11 s and 1.8 GB (benchmarks/hostile_input.py).
+#: memory per byte of source at worst, and a file just under the 16 MiB cap before took 26 s and 2.7 GB
+#: (benchmarks/hostile_input.py).
 MAX_MODELING_BYTES = 2**20
 
 #: The auto_map entries that name the model's code, most specific first.

@@ -5,8 +5,9 @@ Why a parser of our own over the header bytes rather than gguf-py's `GGUFReader`
 whole file (numpy.memmap) and builds a numpy view per field and per tensor; it needs a local file of
 full size, so it cannot read the first megabytes of a file on the Hub, and it reads every array of the
 metadata (the 163,840 token strings of Kimi K2) into numpy objects. benchmarks/gguf_read.py measures
-both on a full-size (sparse) Kimi K2 Q6_K file: GGUFReader 4.2 s and 246 MB peak RSS, this parser
-0.52 s and 62.5 MB, of which the imports alone take 0.16 s and 62.5 MB. What we do take from gguf-py is its knowledge: the value types
+both on a full-size (sparse) Kimi K2 Q6_K file: GGUFReader 6.1 s and 246 MB peak RSS, this parser
+0.28 s and 61.8 MB, of which the imports alone take 0.22 s and 61.8 MB (a loaded machine; the parser
+that re-read growing windows took 1.34 s there). What we do take from gguf-py is its knowledge: the value types
 (`GGUFValueType`), the ggml types and their names (`GGMLQuantizationType`), their block sizes
 (`GGML_QUANT_SIZES`), the default alignment and the split keys (`Keys.Split`).
 
