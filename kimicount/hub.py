@@ -357,10 +357,11 @@ class _Retry(Exception):
         self.status = status
 
 
-class _Short(Exception):
+class _Short(SourceError):
     """A byte range answered with fewer bytes than asked, short of the end of the file: that try failed
     (counted, so that the last one is GaveUp), as a dropped connection fails it. Taken as progress, a
-    server sending 4 bytes at a time would be asked again and again until the deadline."""
+    server sending 4 bytes at a time would be asked again and again until the deadline. (A SourceError,
+    should it ever pass the retries: one line all the same.)"""
 
 
 def _get_capped(operation: Operation, url: str, limit: int) -> tuple[bytes | None, httpx.Headers]:

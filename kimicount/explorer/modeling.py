@@ -184,7 +184,10 @@ def absent_message(config: Mapping[str, Any], repo: str | None) -> str:
     try:
         name = auto_map_entry(config)[0]
     except ModelingError:  # nothing to download by name
-        return "code evidence needs the model's modeling file: config.json has no auto_map naming it; give it with --modeling FILE"
+        return (
+            "code evidence needs the model's modeling file: config.json has no auto_map naming it; give it "
+            "with --modeling FILE"
+        )
     source = repo or "REPO"
     return (
         f"code evidence needs {name}: `hf download {source} {name} config.json --local-dir DIR` "
