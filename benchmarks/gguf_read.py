@@ -11,14 +11,18 @@ What was chosen, and why (kimicount/gguf/reader.py): our own parser of the heade
 tables (value types, GGMLQuantizationType, GGML_QUANT_SIZES). GGUFReader opens the whole file as a
 numpy.memmap and builds a numpy view per metadata field, per array item and per tensor; it needs the
 file itself, so it cannot read the first megabytes of a file on the Hub, and it never reports what it
-refused by field. The header parser reads the prefix it needs (1 MiB, growing fourfold), works on bytes
-from anywhere (a local file, a ranged GET), and names the file and the field when something is wrong.
-On the file above (median of 3 fresh processes, imports included, on the project's shared 2-core
-machine, 2026-12-01; `python benchmarks/gguf_read.py /tmp/gg`):
+refused by field. The header parser reads the header once, front to back (1 MiB, then reads twice as
+long), works on bytes from anywhere (a local file, a ranged GET), and names the file and the field
+when something is wrong. On the file above (median of 3 fresh processes, imports included, on the
+project's shared 2-core machine at a load average of 2, 2026-12-02; `python benchmarks/gguf_read.py
+/tmp/gg`):
 
-    GGUFReader                   4.153 s    246.1 MB peak RSS
-    kimicount read_gguf          0.516 s     62.5 MB peak RSS
-    baseline (imports only)      0.158 s     62.5 MB peak RSS
+    GGUFReader                   6.056 s    246.0 MB peak RSS
+    kimicount read_gguf          0.280 s     61.8 MB peak RSS
+    baseline (imports only)      0.215 s     61.8 MB peak RSS
+
+The parser before issue 26, which parsed the first MiB, then a window four times larger, each from
+byte 0, took 1.338 s there. For headers built to cost the most, see benchmarks/hostile_input.py.
 
 GGUFReader's extra time and memory go to the numpy objects it makes for every item of the metadata
 arrays (163,840 tokens, their scores and types) and every tensor; the header parser skips numeric

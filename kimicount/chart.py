@@ -160,9 +160,9 @@ def check_svg_path(path: Path) -> None:
 
 
 def write_svg(path: Path, report: KvCacheReport, sweep: list[tuple[int, tuple[LayoutCache, ...]]]) -> None:
-    """Write the chart to `path` (a .svg name); an unwritable path is a usage error naming it."""
+    """Write the chart to `path` (a .svg name), whole or not at all (kimicount.writing); an unwritable
+    path is a usage error naming it."""
+    from kimicount.writing import write_whole
+
     check_svg_path(path)
-    try:
-        path.write_text(svg_chart(report, sweep), encoding="utf-8")
-    except OSError as error:
-        raise UsageError(f"--plot {path}: cannot write: {error.strerror or error}") from error
+    write_whole(path, svg_chart(report, sweep).encode("utf-8"), "--plot")

@@ -58,6 +58,7 @@ from kimicount.hub_transport import (
     Operation,
     OutOfTime,
     Refused,
+    Sent,
     Unreachable,
     capped,
     first_line,
@@ -107,7 +108,7 @@ def hub_errors(repo: str, revision: str | None, filename: str) -> Iterator[None]
             f"{where}: repo not found at {constants.ENDPOINT} (if it is private, set HF_TOKEN or --token)"
         ) from error
     except RevisionNotFoundError as error:
-        raise SourceError(f"{where}: revision '{revision}' not found") from error
+        raise SourceError(f"{where}: revision '{shorten(revision or '', 100)}' not found") from error
     except LocalEntryNotFoundError as error:
         # The Hub could not be asked (offline mode, a timeout) or did not answer with the file, and the
         # file is not in the local cache either: say which.
@@ -341,7 +342,7 @@ def _get(operation: Operation, url: str, headers: dict[str, str], read: Callable
             return read(response)
 
     try:
-        return retried(operation, "GET", url, once, lambda e: isinstance(e, (_Retry, *TRANSIENT)))
+        return retried(operation, "GET", url, once, lambda e: isinstance(e, (_Retry, _Short, *TRANSIENT)))
     except _Retry as error:  # the last try, when Watched is not counting: the Hub's own words for it
         raise SourceError(
             f"GET {url}: HTTP {error.status}; gave up after {operation.options.tries} tries"
@@ -354,6 +355,13 @@ class _Retry(Exception):
     def __init__(self, status: int):
         super().__init__(status)
         self.status = status
+
+
+class _Short(SourceError):
+    """A byte range answered with fewer bytes than asked, short of the end of the file: that try failed
+    (counted, so that the last one is GaveUp), as a dropped connection fails it. Taken as progress, a
+    server sending 4 bytes at a time would be asked again and again until the deadline. (A SourceError,
+    should it ever pass the retries: one line all the same.)"""
 
 
 def _get_capped(operation: Operation, url: str, limit: int) -> tuple[bytes | None, httpx.Headers]:
@@ -375,8 +383,10 @@ def _get_capped(operation: Operation, url: str, limit: int) -> tuple[bytes | Non
 
 
 def get_range(operation: Operation, url: str, start: int, length: int, where: str) -> tuple[bytes, int]:
-    """Up to `length` bytes from `start`, and the file's total size. Streams, so that a server that
-    ignores Range (answering 200 with the whole file) costs no more than the bytes up to those asked for."""
+    """The `length` bytes from `start` (fewer only where the file ends first), and the file's total size.
+    Streams, so that a server that ignores Range (answering 200 with the whole file) costs no more than
+    the bytes up to those asked for. An answer shorter than that is a failed try (`_Short`), tried again
+    as other failures are."""
     headers = _request_headers(operation.options.token, Range=f"bytes={start}-{start + length - 1}")
 
     def read(response: Any) -> tuple[bytes, int]:
@@ -394,7 +404,16 @@ def get_range(operation: Operation, url: str, start: int, length: int, where: st
             data += chunk
             if len(data) >= skip + length:
                 break
-        return bytes(data[skip : skip + length]), total
+        body = bytes(data[skip : skip + length])
+        wanted = max(0, min(length, total - start))
+        if len(body) < wanted:
+            reason = (
+                f"HTTP {response.status_code} with {len(body):,} bytes where {wanted:,} were asked for "
+                f"(from byte {start:,} of {total:,})"
+            )
+            operation.failed(Sent("GET", url), reason)  # GaveUp, when it was the last try
+            raise _Short(reason)
+        return body, total
 
     return _get(operation, url, headers, read)
 

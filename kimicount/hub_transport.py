@@ -277,7 +277,7 @@ def retried(
     """work(), tried again while it fails with an error `transient` says is worth another try, after
     the back-off, until Watched ends the last try of the request (`method`, `url`) as GaveUp; at most
     `tries` times here too, should Watched not be counting (a huggingface_hub without the factory)."""
-    key = _Sent(method, url)
+    key = Sent(method, url)
     for attempt in range(1, operation.options.tries + 1):
         try:
             return work()
@@ -288,7 +288,7 @@ def retried(
     raise AssertionError("unreachable: the last try returns or raises")
 
 
-class _Sent:
+class Sent:
     """A request as Operation keys it: its method and URL."""
 
     def __init__(self, method: str, url: str):

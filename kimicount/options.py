@@ -83,16 +83,16 @@ def parse_count(text: str, option: str) -> int:
     parts = _split(text)
     unit = COUNT_UNITS.get(parts[1]) if parts else None
     if parts is None or unit is None:
-        raise UsageError(f"{option} '{text}': expected a whole number, {_COUNT_EXAMPLES}")
+        raise UsageError(f"{option} '{shorten(text, 80)}': expected a whole number, {_COUNT_EXAMPLES}")
     number, suffix = parts
     if suffix in BINARY_COUNT_UNITS and number.denominator != 1:  # vLLM refuses these too
         raise UsageError(
-            f"{option} '{text}': a binary suffix ({suffix} = {unit:,}) takes a whole number, as "
+            f"{option} '{shorten(text, 80)}': a binary suffix ({suffix} = {unit:,}) takes a whole number, as "
             f"in vLLM; {suffix[0].lower()} is decimal (1.5k = 1,500)"
         )
     value = number * unit
     if value.denominator != 1:
-        raise UsageError(f"{option} '{text}': expected a whole number, {_COUNT_EXAMPLES}")
+        raise UsageError(f"{option} '{shorten(text, 80)}': expected a whole number, {_COUNT_EXAMPLES}")
     if abs(value) > MAX_COUNT:
         raise _too_large(option, int(value))
     return int(value)
@@ -130,12 +130,12 @@ def parse_size(text: str, option: str = "--budget") -> int:
     unit = SIZE_UNITS.get(parts[1].lower()) if parts else None
     if parts is None or unit is None or parts[0] < 0:
         raise UsageError(
-            f"{option} '{text}': expected a size such as 80GiB, 80GB, 512MiB or a number of bytes "
+            f"{option} '{shorten(text, 80)}': expected a size such as 80GiB, 80GB, 512MiB or a number of bytes "
             "(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
         )
     size = math.floor(parts[0] * unit)
     if size < 1:
-        raise UsageError(f"{option} '{text}': expected at least 1 byte")
+        raise UsageError(f"{option} '{shorten(text, 80)}': expected at least 1 byte")
     if size > MAX_COUNT:
         raise _too_large(option, size, " bytes")
     return size
@@ -204,7 +204,7 @@ def parse_dtype(text: str, option: str = "--dtype") -> str:
         return _DTYPES[text.strip().lower()]
     except KeyError:
         raise UsageError(
-            f"{option} '{text}': unknown cache dtype (expected one of: {', '.join(DTYPE_SPELLINGS)}, "
+            f"{option} '{shorten(text, 80)}': unknown cache dtype (expected one of: {', '.join(DTYPE_SPELLINGS)}, "
             "or their config.json and safetensors names: bfloat16, BF16, …)"
         ) from None
 
@@ -231,7 +231,9 @@ def parse_depth(text: str, option: str = "--depth") -> int | None:
     """
     if text.strip().lower() == "all":
         return None
-    refusal = UsageError(f"{option} '{text}': expected a whole number from 0 (the model alone), or all")
+    refusal = UsageError(
+        f"{option} '{shorten(text, 80)}': expected a whole number from 0 (the model alone), or all"
+    )
     try:
         depth = parse_count(text, option)
     except UsageError:

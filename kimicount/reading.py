@@ -112,6 +112,26 @@ def parse_checked(
     return check(parse_json(data, where, error, what))
 
 
+def printable(text: str, keep: str = "") -> str:
+    r"""`text` with each character that a terminal could act on, or that would hide or reorder what is
+    shown, written as its Python escape: C0 and C1 controls (ESC, backspace, U+009B), DEL, format
+    characters (U+202E right-to-left override), lone surrogates (an undecodable file name) and line
+    separators, all that str.isprintable() calls unprintable; `keep` names those left as they are
+    ("\n" for the lines of a table). Every message and every name kimicount writes goes through here
+    (kimicount.cli.exits for stderr, kimicount.render for the views).
+
+    >>> print(printable("evil\x1b]0;pwned\x07\x1b[31mRED\x9b2J\b"))
+    evil\x1b]0;pwned\x07\x1b[31mRED\x9b2J\x08
+    >>> print(printable("Kimi-K2 × 2 – ok"))
+    Kimi-K2 × 2 – ok
+    >>> print(printable("a\u202eb\udcff"))
+    a\u202eb\udcff
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else ascii(c)[1:-1] for c in text)
+
+
 def shorten(text: str, limit: int = 200) -> str:
     """`text`, or its first `limit` characters and how long it was: a name, value or path for a message.
 

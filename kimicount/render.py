@@ -13,17 +13,20 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 from typing import NamedTuple, TypeVar
 
 from rich.cells import cell_len
-from rich.console import Console, RenderableType
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.markup import escape
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
+
+from kimicount.reading import printable
 
 
 def make_console(stderr: bool = False) -> Console:
@@ -35,14 +38,31 @@ def make_console(stderr: bool = False) -> Console:
 
 
 def show(console: Console, *renderables: RenderableType, width: int | None = None) -> None:
-    """Print (`width` columns at most, if given); off a terminal, without the padding rich leaves at the
-    end of table lines."""
+    """Print (`width` columns at most, if given), with what a terminal would act on escaped (_Escaped);
+    off a terminal, without the padding rich leaves at the end of table lines."""
+    escaped = [_Escaped(renderable) for renderable in renderables]
     if console.is_terminal:
-        console.print(*renderables, width=width)
+        console.print(*escaped, width=width)
         return
     with console.capture() as captured:
-        console.print(*renderables, width=width)
+        console.print(*escaped, width=width)
     console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+class _Escaped:
+    """A renderable as rich renders it, each piece of its text with the characters a terminal would act
+    on written as their escapes (kimicount.reading.printable: an ESC in a folder's name shows as \\x1b),
+    line breaks kept; the styles rich itself writes are untouched."""
+
+    def __init__(self, renderable: RenderableType):
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        for segment in console.render(self.renderable, options):
+            if segment.control or segment.text.isprintable():
+                yield segment
+            else:
+                yield Segment(printable(segment.text, keep="\n"), segment.style)
 
 
 #: Prose wraps at this width (or the terminal's, if narrower), at spaces: numbers are never cut.

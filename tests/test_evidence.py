@@ -33,7 +33,7 @@ from kimicount.explorer.modeling import (
 from kimicount.spec import bundled_spec, spec_from_path
 
 from .fakehub import FakeHub
-from .helpers import KIMI_K2, ROOT, invoke
+from .helpers import KIMI_K2, ROOT, fails_cleanly, invoke
 
 MODELING = ROOT / "tests" / "data" / "modeling_deepseek.py.txt"
 TEXT = MODELING.read_text(encoding="utf-8")
@@ -450,9 +450,32 @@ def test_the_config_names_the_modeling_file():
     with pytest.raises(ModelingError, match=r"^c.json: no auto_map naming the modeling file"):
         auto_map_entry({"auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}}, "c.json")
     with pytest.raises(
-        ModelingError, match=r"^config.json: auto_map names '\.\./\.\./etc/passwd\.x', expected module"
+        ModelingError,
+        match=r"^config.json: auto_map names '\.\./\.\./etc/passwd\.x', a path outside the repo; expected module",
     ):
         auto_map_entry({"auto_map": {"AutoModel": "../../etc/passwd.x"}})
+    with pytest.raises(ModelingError, match=r"^config.json: auto_map names 'modeling-x\.Y', expected module"):
+        auto_map_entry({"auto_map": {"AutoModel": "modeling-x.Y"}})
+
+
+def test_an_auto_map_pointing_outside_the_repo_is_refused_by_show(tmp_path):
+    # it was passed over, and the page's hint then read "hf download REPO the modeling file config.json"
+    config = kimi_config()
+    config["auto_map"] = {"AutoModelForCausalLM": "../../../tmp/evil.Class"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    fails_cleanly(
+        invoke("show", "kv_b_proj", "--config", str(tmp_path)),
+        f"{tmp_path}/config.json: auto_map names '../../../tmp/evil.Class', a path outside the repo",
+    )
+    # no auto_map at all: evidence was not asked for; the page says what it needs, in words
+    del config["auto_map"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    shown = invoke("show", "kv_b_proj", "--config", str(tmp_path))
+    assert shown.exit_code == 0 and "hf download" not in shown.stdout
+    assert (
+        "Code evidence needs the model's modeling file: config.json has no auto_map naming it; give it "
+        "with --modeling FILE." in " ".join(shown.stdout.split())
+    )
 
 
 def test_beside_the_config(tmp_path):
@@ -583,14 +606,14 @@ def test_from_the_hub_at_the_configs_commit(httpserver, tmp_path):
     assert hub_run(offline, "moonshotai/Kimi-K2-Instruct", commit)["revision"] == commit
     # a repo without the file: one line that names it
     fake.add_repo("org/no-code", files={"config.json": files["config.json"]}, commit="1" * 40)
-    # one over 16 MiB: refused as the Hub states its size, before it is downloaded
+    # one over 1 MiB: refused as the Hub states its size, before it is downloaded
     oversized = tmp_path / "oversized.py"
     with oversized.open("wb") as handle:
         handle.truncate(MAX_MODELING_BYTES + 1)
     fake.add_repo("org/huge-code", {**files, "modeling_deepseek.py": oversized}, commit="2" * 40)
     assert hub_run(env, "org/huge-code") == {
-        "error": f"org/huge-code@{'2' * 12}: modeling_deepseek.py: 16,777,217 bytes, more than any modeling "
-        "file (16,777,216 at most)"
+        "error": f"org/huge-code@{'2' * 12}: modeling_deepseek.py: 1,048,577 bytes, more than any modeling "
+        "file (1,048,576 at most)"
     }
     assert hub_run(env, "org/no-code") == {
         "error": f"org/no-code@{'1' * 12}: no file 'modeling_deepseek.py' in the repo"
@@ -613,7 +636,7 @@ def test_bad_modeling_files(tmp_path):
     big = tmp_path / "big.py"
     with big.open("wb") as handle:
         handle.truncate(MAX_MODELING_BYTES + 1)
-    assert refused(big) == f"{big}: 16,777,217 bytes, more than any modeling file (16,777,216 at most)"
+    assert refused(big) == f"{big}: 1,048,577 bytes, more than any modeling file (1,048,576 at most)"
     latin = tmp_path / "latin.py"
     latin.write_bytes(b"x = '\xe9'\n")
     assert refused(latin) == f"{latin}: not UTF-8 text (invalid continuation byte at byte 5)"
@@ -768,3 +791,31 @@ def test_a_modeling_file_is_named_by_its_blob():
     assert [e["link"] for e in page["evidence"]] == [None] * len(page["evidence"])
     text = invoke("show", "kv_b_proj", "--modeling", str(MODELING)).stdout
     assert f"revision unknown: git blob {git_blob(data)[:12]} is no file kimicount has indexed" in text
+
+
+# --- issue 26: a modeling file's cost bounded ----------------------------------------------------------
+
+
+def test_a_modeling_file_over_1_mib_is_refused_before_it_is_read(tmp_path):
+    # 16 MiB was the cap: a file just under it took 31 s and 2.7 GB to search. The largest modeling
+    # files of transformers are about 200 KB, modeling_deepseek.py 76 KB.
+    big = tmp_path / "modeling_deepseek.py"
+    with big.open("wb") as handle:
+        handle.truncate(2 * 2**20)
+    with pytest.raises(ModelingError) as refused:
+        read_modeling_file(big)
+    assert str(refused.value) == f"{big}: 2,097,152 bytes, more than any modeling file (1,048,576 at most)"
+
+
+def test_an_attribute_read_in_a_thousand_statements_cites_twenty(tmp_path):
+    # the attention's forward, after its signature (line 760), reads self.kv_b_proj 1,000 times more
+    # than its one use: the page cites the definition and the first 20 of the 1,001, and says so
+    marker = '        if "padding_mask" in kwargs:\n'
+    assert TEXT.count(marker) == 1
+    padded = TEXT.replace(marker, "        x = self.kv_b_proj(x)\n" * 1000 + marker)
+    index = ModelingIndex.parse(padded, file="modeling_deepseek.py")
+    found = index.attribute(ATTENTION, "kv_b_proj")
+    assert [e.role for e in found] == ["definition"] + ["use"] * 20
+    assert (found[0].start, found[1].start, found[20].start) == (676, 761, 780)  # 761 + 19
+    note = "DeepseekV3Attention's forward pass reads 'kv_b_proj' in 1,001 statements; the first 20 are shown"
+    assert index.findings() == [f"modeling_deepseek.py: {note}"]

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import shutil
+import signal
+import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -172,8 +177,13 @@ def test_an_ambiguous_name_lists_the_candidates_and_exits_2(name, needles):
         ("kvbproj", "(closest: kv_b_proj"),
         ("model.layers.0.mlp.experts.3.up_proj.weight", "has this tensor in layers 1–60, not in layer 0"),
         ("", "NAME is empty"),
+        # Kimi K2's 384 routed experts are 0–383 (config.json n_routed_experts 384); 61 layers 0–60
+        ("model.layers.5.mlp.experts.384.up_proj.weight", "has experts 0–383 in each MoE layer, not expert 384"),
+        ("model.layers.5.mlp.experts." + "1" + "0" * 30 + ".up_proj.weight", "not expert 10000000000000000000… (31 characters)"),
+        # 5,000 digits: past Python's 4,300-digit int conversion (exit 3 before)
+        ("model.layers." + "7" * 5000 + ".self_attn.kv_b_proj.weight", "in layers 0–60, not in layer 77777777777777777777… (5,000 characters)"),
     ],
-)
+)  # fmt: skip
 def test_an_unknown_name_is_one_line_and_exit_2(name, needle):
     result = invoke("show", name)
     assert result.exit_code == 2
@@ -332,9 +342,59 @@ def test_explore_default_file_name(tmp_path, monkeypatch):
 
 
 def test_explore_to_an_unwritable_place_is_one_line_and_exit_2(tmp_path):
-    result = invoke("explore", "-o", str(tmp_path / "no" / "such" / "x.html"))
+    path = tmp_path / "no" / "such" / "x.html"
+    result = invoke("explore", "-o", str(path))
     assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
-    assert "cannot write the explorer" in result.stderr
+    assert result.stderr == f"kimicount: error: -o {path}: cannot write: No such file or directory\n"
+
+
+def _limited_to(size: int):
+    """For a subprocess: files it writes stop at `size` bytes (RLIMIT_FSIZE, with SIGXFSZ ignored, a
+    write past it fails with EFBIG), as a disk that fills up midway."""
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    return limit
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [(["explore", "-o"], "kimi-k2.html"), (["kv-cache", "--no-chart", "--plot"], "kv.svg")],
+)
+def test_a_write_that_fails_midway_leaves_the_old_file_whole(tmp_path, args, name):
+    # the old file was replaced by a truncated one when the disk filled (issue 26): now the new one is
+    # written beside it and renamed, and on failure the temporary is removed
+    path = tmp_path / name
+    path.write_text("the old file\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "kimicount", *args, str(path)],
+        check=False, capture_output=True, text=True, preexec_fn=_limited_to(1024), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == f"kimicount: error: {args[-1]} {path}: cannot write: File too large\n"
+    assert path.read_text() == "the old file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no temporary left behind
+    # unlimited: written whole, with the mode the old file had
+    path.chmod(0o640)
+    assert run_kimicount(*args, str(path)).returncode == 0
+    assert path.read_bytes().rstrip().endswith(b"</html>" if name.endswith(".html") else b"</svg>")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_explore_to_stdout_with_a_dash(tmp_path, monkeypatch):
+    # `-o -` wrote a file named "-"; as Unix tools take it, it is stdout
+    monkeypatch.chdir(tmp_path)
+    result = invoke("explore", "-o", "-")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("<!doctype html>") and result.stdout.rstrip().endswith("</html>")
+    assert list(tmp_path.iterdir()) == []
+    refused = invoke("explore", "-o", "-", "--json")
+    assert refused.exit_code == 2 and "-o - writes the HTML to stdout, where --json writes its report" in (
+        refused.stderr
+    )
 
 
 HOSTILE = "<img src=x onerror=alert(1)>"

@@ -5,10 +5,14 @@ one line with exit 2; the Hub route against the fake Hub; --quant sizing from th
 from __future__ import annotations
 
 import json
+import os
+import re
+import struct
 from pathlib import Path
 
 import pytest
 from gguf import GGUFValueType
+from werkzeug import Response
 
 from .fakehub import FakeHub
 from .gguf_files import deepseek2_metadata, read_map, write_gguf
@@ -227,7 +231,7 @@ def test_not_deepseek2_and_missing_keys(tmp_path):
     tensors = read_map("kimi-k2-thinking")[:5]
     llama = {"general.architecture": ("llama", GGUFValueType.STRING)}
     (file,) = write_gguf(tmp_path / "llama.gguf", tensors, as_listed, llama)
-    assert "key 'general.architecture': 'llama', expected 'deepseek2'" in fails(str(file))
+    assert "key 'general.architecture': \"llama\", expected 'deepseek2'" in fails(str(file))
     metadata = deepseek2_metadata("kimi-k2-thinking")
     del metadata["deepseek2.expert_count"]
     (file,) = write_gguf(tmp_path / "k.gguf", tensors, as_listed, metadata)
@@ -239,6 +243,52 @@ def test_not_deepseek2_and_missing_keys(tmp_path):
     (file,) = write_gguf(tmp_path / "k.gguf", tensors, as_listed, metadata)
     assert fails(str(file)).startswith(
         f"kimicount: error: {file}: key 'deepseek2.expert_used_count': 500 is more"
+    )
+
+
+def test_a_file_without_expert_gating_func_is_read_as_llama_cpp_reads_it(tmp_path):
+    # llama.cpp takes softmax gating for a deepseek2 file without the key and loads exp_probs_b when it
+    # is there (src/models/deepseek2.cpp): Kimi K2's 60 MoE layers' exp_probs_b are the router's bias,
+    # as in the file with the key, not 60 unexpected tensors
+    metadata = deepseek2_metadata("kimi-k2-thinking")
+    del metadata["deepseek2.expert_gating_func"]
+    tensors = read_map("kimi-k2-thinking")
+    (file,) = write_gguf(tmp_path / "k2.gguf", tensors, as_listed, metadata)
+    report = gguf_json(str(file))
+    assert report["ok"] and report["parameters"]["expected"] == 1_026_408_232_448  # DESIGN.md's total
+    assert report["notes"] == [
+        (
+            "key 'deepseek2.expert_gating_func' is missing: llama.cpp takes softmax gating (DeepSeek-V2's), "
+            "and it adds the exp_probs_b tensors to the expert scores"
+        )
+    ]
+    text = invoke("gguf", str(file))
+    assert text.exit_code == 0 and "Note: key 'deepseek2.expert_gating_func' is missing" in text.stdout
+    # without the key and without exp_probs_b: a router without the bias (384 × 60 = 23,040 fewer)
+    plain = [t for t in tensors if ".exp_probs_b." not in t.name]
+    (file,) = write_gguf(tmp_path / "plain.gguf", plain, as_listed, metadata)
+    report = gguf_json(str(file))
+    assert report["ok"] and report["parameters"]["expected"] == 1_026_408_232_448 - 384 * 60
+    assert report["notes"][0].endswith("softmax gating (DeepSeek-V2's), and no exp_probs_b")
+
+
+def test_what_a_header_says_is_quoted_short(tmp_path):
+    # a 1,000,000-character architecture: an 80-character excerpt and the length of its JSON (+2 quotes)
+    tensors = read_map("kimi-k2-thinking")[:2]
+    (file,) = write_gguf(tmp_path / "long.gguf", tensors, as_listed,
+                         {"general.architecture": ("x" * 10**6, GGUFValueType.STRING)})  # fmt: skip
+    line = fails(str(file))
+    assert len(line) < 300 and '"xxxx' in line and "… (1,000,002 characters), expected 'deepseek2'" in line
+
+
+def test_split_count_past_a_u16_is_one_line(tmp_path):
+    # 2^40 parts: a MemoryError (exit 3, 1.9 GB) when a list of every part's name was built
+    tensors = read_map("kimi-k2-thinking")[:2]
+    metadata = {"split.count": (2**40, GGUFValueType.UINT64), "split.no": (0, GGUFValueType.UINT16)}
+    (file,) = write_gguf(tmp_path / "m-00001-of-00002.gguf", tensors, as_listed, metadata)
+    assert fails(str(file)) == (
+        f"kimicount: error: {file}: key 'split.count': 1099511627776, expected 1 to 65,535 (a u16, as "
+        "gguf-split writes it)"
     )
 
 
@@ -359,7 +409,7 @@ def test_mismatches_at_80_columns(tmp_path):
 
 
 def test_hub_header_longer_than_the_first_read(httpserver, tmp_path, k2_q6):  # noqa: F811
-    # Kimi K2's header holds 163,840 tokens (about 2.4 MB): the first MiB, then the window grown fourfold
+    # Kimi K2's header holds 163,840 tokens (about 2.4 MB): the first MiB, then a read twice as long
     fake = FakeHub()
     fake.add_repo("someone/Kimi-K2-GGUF", {"Q6_K/Kimi-K2-Instruct-Q6_K.gguf": k2_q6})
     env = {"HF_ENDPOINT": fake.install(httpserver), "HF_HOME": str(tmp_path / "hf")}
@@ -367,4 +417,78 @@ def test_hub_header_longer_than_the_first_read(httpserver, tmp_path, k2_q6):  # 
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["file_size"]["llama_cpp"] == K2_Q6_K
     ranges = [r for _, path, r in fake.requests if "/resolve/" in path]
-    assert ranges == ["bytes=0-1048575", "bytes=1048576-4194303"]
+    assert ranges == ["bytes=0-1048575", "bytes=1048576-3145727"]  # the first MiB, then the next two
+
+
+# --- issue 26: what a hostile Hub says ---------------------------------------------------------------------
+
+
+def test_hub_header_claiming_a_huge_array_is_refused_after_the_first_read(httpserver, tmp_path):
+    # a 1 TiB file (sparse) whose header says its first value is 2^25 strings, 256 MiB at least: refused
+    # from the count, after the first MiB (it downloaded 256 MiB and was still parsing at 60 s)
+    path = tmp_path / "huge.gguf"
+    path.write_bytes(
+        b"GGUF"
+        + struct.pack("<IQQ", 3, 0, 1)
+        + struct.pack("<Q", 1)
+        + b"k"
+        + struct.pack("<IIQ", 9, 8, 2**25)
+    )
+    os.truncate(path, 2**40)
+    fake = FakeHub()
+    fake.add_repo("someone/huge", {"huge.gguf": path})
+    env = {"HF_ENDPOINT": fake.install(httpserver), "HF_HOME": str(tmp_path / "hf")}
+    result = run_kimicount("gguf", "--repo", "someone/huge", env=env)
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert result.stderr.strip() == (
+        "kimicount: error: someone/huge@main/huge.gguf: key 'k': 33,554,432 STRING items of at least "
+        "8 bytes cannot fit in the 67,108,815 bytes left of the 67,108,864 a header may take"
+    )
+    assert [r for _, p, r in fake.requests if "/resolve/" in p] == ["bytes=0-1048575"]
+
+
+def test_hub_range_answered_4_bytes_at_a_time_is_a_failed_request(hub):
+    # a 206 of 4 bytes for 1 MiB asked, far from the end of the file: each try fails, and the third ends
+    # it (it was taken as progress: 875 requests in 40 s, until --timeout)
+    fake, env = hub
+    path = fake.repos[REPO].files["Q8_0/DeepSeek-R1-Q8_0-00001-of-00003.gguf"]
+    size = path.stat().st_size
+
+    def four_bytes(request):  # the 4 bytes from where each range starts, truly
+        asked = re.fullmatch(r"bytes=([0-9]+)-[0-9]*", request.headers.get("Range", ""))
+        if request.path.endswith("-00001-of-00003.gguf") and asked:
+            start = int(asked[1])
+            with path.open("rb") as handle:
+                handle.seek(start)
+                body = handle.read(4)
+            return Response(body, status=206, headers={"Content-Range": f"bytes {start}-{start + 3}/{size}"})
+        return None
+
+    fake.override = four_bytes
+    result = run_kimicount("gguf", "--repo", REPO, "--include", "Q8_0/*", "--timeout", "30", env=env)
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].endswith(
+        f"-00001-of-00003.gguf: HTTP 206 with 4 bytes where 1,048,576 were asked for (from byte 0 of {size:,}); "
+        "gave up after 3 tries"
+    )
+    assert [line.split(";")[-1] for line in lines[:-1]] == [" try 2 of 3", " try 3 of 3"]
+    assert sum(1 for _, p, _ in fake.requests if p.endswith("-00001-of-00003.gguf")) == 3
+
+
+def test_hub_file_list_saying_2_70_bytes_is_refused(hub):
+    fake, env = hub
+    listing = [{"type": "file", "path": "Q8_0/DeepSeek-R1-Q8_0.gguf", "size": 2**70, "oid": "0" * 40}]
+
+    def tree(request):
+        if request.path.startswith("/api/models/"):
+            return Response(json.dumps(listing), status=200, content_type="application/json")
+        return None
+
+    fake.override = tree
+    result = run_kimicount("gguf", "--repo", REPO, env=env)
+    assert result.returncode == 2 and result.stderr.strip() == (
+        f"kimicount: error: {REPO}@main: the file list says Q8_0/DeepSeek-R1-Q8_0.gguf is "
+        "1180591620717411303424 bytes; expected a size of at most 2^64 − 1 (a GGUF's offsets are u64)"
+    )
+    assert not [p for _, p, _ in fake.requests if "/resolve/" in p]

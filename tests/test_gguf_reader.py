@@ -13,7 +13,7 @@ import pytest
 from gguf import GGUFValueType
 
 from kimicount.errors import CheckpointError, SourceError
-from kimicount.gguf.reader import read_gguf
+from kimicount.gguf.reader import GGUFArray, read_gguf, read_header
 
 from .gguf_files import deepseek2_metadata, read_map, write_gguf
 
@@ -192,8 +192,170 @@ def test_a_header_too_long_to_read(tmp_path):
     # a 300 MB string in a 1 GB (sparse) file: refused before it is read
     data = header([], kv=gguf_string("k") + struct.pack("<IQ", 8, 300_000_000), kv_count=1)
     path = write(tmp_path / "long.gguf", data, 10**9)
-    with pytest.raises(CheckpointError, match=r"long.gguf: the header is over 268,435,456 bytes"):
+    with pytest.raises(
+        CheckpointError, match=r"long.gguf: key 'k': the header runs past 67,108,864 bytes \(64 MiB\)"
+    ):
         read_gguf(path)
+
+
+# --- issue 26: counts bounded by what the header can hold, read in one pass -----------------------------
+
+
+def counting_reader(path: Path):
+    """read(start, length) over a file, and the (start, length) of every read it was asked for."""
+    asked: list[tuple[int, int]] = []
+
+    def read(start: int, length: int) -> bytes:
+        asked.append((start, length))
+        with path.open("rb") as handle:
+            handle.seek(start)
+            return handle.read(length)
+
+    return read, asked
+
+
+def test_an_array_of_2_24_empty_strings_is_refused_at_once(tmp_path):
+    # 2^24 strings take at least 8 × 2^24 = 134,217,728 bytes (each its u64 length): more than the
+    # 64 MiB a header may take, so refused from the count alone, before the strings are read. The
+    # key-value starts at byte 24 (magic 4, version 4, two u64 counts); key "k" (8 + 1), type and item
+    # type (4 + 4) and the count (8) end at byte 49: 67,108,864 − 49 = 67,108,815 bytes are left.
+    data = header([], kv=gguf_string("k") + struct.pack("<IIQ", 9, 8, 2**24), kv_count=1)
+    path = write(tmp_path / "strings.gguf", data, len(data) + 8 * 2**24)
+    read, asked = counting_reader(path)
+    with pytest.raises(
+        CheckpointError,
+        match=r"key 'k': 16,777,216 STRING items of at least 8 bytes cannot fit in the 67,108,815 bytes "
+        r"left of the 67,108,864 a header may take",
+    ):
+        read_header(read, path.stat().st_size, str(path))
+    assert asked == [(0, 1 << 20)]  # the first MiB, and nothing after it
+
+
+def test_a_header_is_read_once_in_chunks_that_double(tmp_path):
+    # (64 MiB − 100) / 8 = 8,388,595 empty strings: a header of 49 + 8n = 67,108,809 bytes, just under
+    # the cap, read in one pass: 1, 2, 4, 8, 16 MiB, then 16 MiB at a time (63 MiB, 66,060,288 bytes),
+    # then the 1,048,521 left of the file; each byte once
+    n = (64 * 2**20 - 100) // 8
+    data = header([], kv=gguf_string("k") + struct.pack("<IIQ", 9, 8, n), kv_count=1)
+    path = write(tmp_path / "just-under.gguf", data, len(data) + 8 * n)
+    read, asked = counting_reader(path)
+    found = read_header(read, path.stat().st_size, str(path))
+    assert found.metadata["k"] == GGUFArray("STRING", n)
+    mib = 1 << 20
+    assert [length for _, length in asked] == [
+        mib,
+        2 * mib,
+        4 * mib,
+        8 * mib,
+        16 * mib,
+        16 * mib,
+        16 * mib,
+        1_048_521,
+    ]
+    assert [start for start, _ in asked] == [
+        sum(length for _, length in asked[:i]) for i in range(len(asked))
+    ]
+    assert sum(length for _, length in asked) == 67_108_809 == path.stat().st_size
+
+
+def test_a_long_numeric_array_is_stepped_over_unread(tmp_path):
+    # 40 MiB of F32 scores: skipped by offset, not fetched; the key after it is read from its own offset
+    n = 10 * 2**20
+    kv = gguf_string("scores") + struct.pack("<IIQ", 9, 6, n)
+    data = header([], kv=kv, kv_count=2)
+    after = len(data) + 4 * n
+    path = write(tmp_path / "scores.gguf", data, after)
+    with path.open("r+b") as handle:
+        handle.seek(after)
+        handle.write(gguf_string("general.name") + struct.pack("<I", 8) + gguf_string("K2"))
+    read, asked = counting_reader(path)
+    found = read_header(read, path.stat().st_size, str(path))
+    assert found.metadata["scores"] == GGUFArray("FLOAT32", n) and found.metadata["general.name"] == "K2"
+    assert asked == [(0, 1 << 20), (after, path.stat().st_size - after)]
+
+
+@pytest.mark.parametrize(
+    ("count_field", "count", "message"),
+    [
+        ("kv", 10**6, r"kv_count: 1,000,000 key-value pairs, more than kimicount reads \(65,536 at most\)"),
+        (
+            "tensors",
+            2**18 + 1,
+            r"tensor_count: 262,145 tensors, more than kimicount lists \(262,144 at most\)",
+        ),
+    ],
+)
+def test_counts_past_what_kimicount_keeps_are_refused_at_once(tmp_path, count_field, count, message):
+    # a 22 MB (sparse) file that could hold a million 22-byte pairs, or 262,145 tensor infos of 32 bytes
+    data = header([], kv_count=count) if count_field == "kv" else header([], tensor_count=count)
+    path = write(tmp_path / "many.gguf", data, 22_000_000)
+    read, asked = counting_reader(path)
+    with pytest.raises(CheckpointError, match=message):
+        read_header(read, path.stat().st_size, str(path))
+    assert asked == [(0, 1 << 20)]
+
+
+def test_split_count_is_a_u16(tmp_path):
+    # split.count 2^40: a MemoryError before (a list of every part's name); gguf-split writes a u16
+    kv = gguf_string("split.count") + struct.pack("<IQ", 10, 2**40)
+    path = write(tmp_path / "m-00001-of-00002.gguf", header([], kv=kv, kv_count=1))
+    with pytest.raises(
+        CheckpointError, match=r"key 'split.count': 1099511627776, expected 1 to 65,535 \(a u16"
+    ):
+        read_gguf(path)
+
+
+F32_7168 = 7168 * 4  # 28,672 bytes, a multiple of the alignment 32
+
+
+@pytest.mark.parametrize(
+    ("tensors", "message"),
+    [
+        # both at offset 0: the second overlaps the first
+        ([("a", (7168,), 0, 0), ("b", (7168,), 0, 0)], r"tensor 'b': data offset 0, expected 28,672"),
+        # the second inside the first
+        ([("a", (7168,), 0, 0), ("b", (7168,), 0, 32)], r"tensor 'b': data offset 32, expected 28,672"),
+        # a gap of 32 bytes between them
+        ([("a", (7168,), 0, 0), ("b", (7168,), 0, F32_7168 + 32)], r"tensor 'b': data offset 28,704, expected 28,672"),
+        # in the wrong order
+        ([("a", (7168,), 0, F32_7168), ("b", (7168,), 0, 0)], r"tensor 'a': data offset 28,672, expected 0"),
+    ],
+)  # fmt: skip
+def test_tensors_lie_one_after_another_in_order(tmp_path, tensors, message):
+    path = write(tmp_path / "t.gguf", header(tensors), 1 << 20)
+    with pytest.raises(CheckpointError, match=f"{message}: each tensor's data follows the one before"):
+        read_gguf(path)
+    contiguous = [("a", (7168,), 0, 0), ("b", (7168,), 0, F32_7168)]
+    assert [t.name for t in read_gguf(write(tmp_path / "ok.gguf", header(contiguous), 1 << 20)).tensors] == [
+        "a",
+        "b",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # the key starts at byte 32 (24 of header, 8 of length); its 9th byte, 0xff, is byte 40
+        (header([], kv=struct.pack("<Q", 9) + b"general.\xff" + struct.pack("<IB", 0, 1), kv_count=1),
+         r"key-value pair 0: its key is not UTF-8 \(invalid start byte at byte 40 of the file\)"),
+        (header([], kv=struct.pack("<Q", 0) + struct.pack("<IB", 0, 1), kv_count=1), r"key-value pair 0: an empty key"),
+        # a tensor name "blk.0.\xc3" (a lead byte without its continuation) at bytes 32 to 38
+        (struct.pack("<4sIQQ", b"GGUF", 3, 1, 0) + struct.pack("<Q", 7) + b"blk.0.\xc3" + struct.pack("<IQIQ", 1, 7168, 0, 0),
+         r"tensor 0: its name is not UTF-8 \(unexpected end of data at byte 38 of the file\)"),
+        (header([("x" * 64, (7168,), 0, 0)]), r"tensor 0: a name of 64 bytes, at most 63 \(GGML_MAX_NAME\)"),
+        (header([], kv=gguf_string("general.alignment") + struct.pack("<IQ", 10, 32), kv_count=1),
+         r"key 'general.alignment': of type UINT64, expected UINT32"),
+    ],
+)  # fmt: skip
+def test_keys_and_names_as_gguf_cpp_reads_them(tmp_path, data, message):
+    path = write(tmp_path / "n.gguf", data, 1 << 20)
+    with pytest.raises(CheckpointError, match=f"^{tmp_path}/n.gguf: {message}"):
+        read_gguf(path)
+
+
+def test_a_name_of_63_bytes_is_read(tmp_path):
+    path = write(tmp_path / "n.gguf", header([("x" * 63, (7168,), 0, 0)]), 1 << 20)
+    assert read_gguf(path).tensors[0].name == "x" * 63
 
 
 def test_a_folder_holding_one_split_set(tmp_path):

@@ -1041,3 +1041,14 @@ def test_17_measure_leaves_out_torchs_numpy_warning(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
+
+
+# --- 18. what a server is asked for, quoted short (issue 26) --------------------------------------------
+
+
+def test_18_a_revision_the_hub_does_not_have_is_quoted_short(hub):
+    # a 5,000-character revision: the Hub's "not found" names its first 100 characters and its length
+    _, env = hub
+    result = run_kimicount("params", "--repo", "org/tiny", "--revision", "r" * 5000, env=env)
+    line = one_line_error(result, f"revision '{'r' * 100}… (5,000 characters)' not found")
+    assert len(line) < 400

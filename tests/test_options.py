@@ -389,3 +389,16 @@ def test_plan_answers_2_63_minus_1_gpus_with_dp_and_ep_alike():
     assert result.exit_code in (0, 2), result.output
     if result.exit_code == 2:
         assert result.stderr.count("\n") == 1 and result.stderr.startswith("kimicount: error: ")
+
+
+@pytest.mark.parametrize(
+    ("parse", "option"),
+    [(parse_count, "--tokens"), (parse_size, "--budget"), (parse_dtype, "--dtype"), (parse_depth, "--depth")],
+)
+def test_a_value_is_quoted_short_in_its_error(parse, option):
+    # 128 KiB typed (or pasted) into an option: an 80-character excerpt and the length (issue 26)
+    text = "x" * 131_072
+    with pytest.raises(UsageError) as refused:
+        parse(text, option)
+    assert f"{option} '{'x' * 80}… (131,072 characters)'" in str(refused.value)
+    assert len(str(refused.value)) < 400

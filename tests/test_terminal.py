@@ -282,3 +282,37 @@ def test_plot_shows_per_gpu_lines_and_the_budget(tmp_path):
     assert "budget 141 GiB per GPU" in texts
     budget_line = [line for line in svg.iter(f"{ns}line") if line.get("stroke-dasharray") == "2 3"]
     assert len(budget_line) == 1
+
+
+# --- nothing from input acts on the terminal (issue 26) ----------------------------------------------------
+
+#: An OSC that sets the window title, BEL, an SGR colour, backspace, the C1 CSI (U+009B) and a
+#: right-to-left override: what a folder's name may hold.
+HOSTILE = "evil\x1b]0;pwned\x07\x1b[31mRED\x08\u009b2J\u202e"
+SHOWN = "evil\\x1b]0;pwned\\x07\\x1b[31mRED\\x08\\x9b2J\\u202e"
+
+
+def _unprintable(text: str) -> list[str]:
+    return sorted({c for c in text if not c.isprintable() and c != "\n"})
+
+
+def test_a_config_folders_name_reaches_stdout_escaped(tmp_path):
+    folder = tmp_path / HOSTILE
+    folder.mkdir()
+    (folder / "config.json").write_bytes((KIMI_K2 / "config.json").read_bytes())
+    result = run_kimicount("params", "--config", str(folder))
+    assert result.returncode == 0, result.stderr
+    assert _unprintable(result.stdout) == []
+    # the title names the model by its folder; rich itself drops BEL and backspace from what it prints
+    shown = SHOWN.replace("\\x07", "").replace("\\x08", "")
+    assert result.stdout.splitlines()[0].startswith(shown + " (kimi_k2): parameters per component")
+    as_json = run_kimicount("params", "--config", str(folder), "--json")
+    assert _unprintable(as_json.stdout) == [] and "\\u009b" in as_json.stdout
+    assert json.loads(as_json.stdout)["model"] == HOSTILE
+
+
+def test_an_error_naming_such_a_path_reaches_stderr_escaped(tmp_path):
+    result = run_kimicount("params", "--config", str(tmp_path / HOSTILE / "config.json"))
+    assert result.returncode == 2 and result.stdout == ""
+    assert _unprintable(result.stderr) == []
+    assert result.stderr == f"kimicount: error: {tmp_path}/{SHOWN}/config.json: no such file\n"

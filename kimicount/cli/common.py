@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ import typer
 from kimicount.cli.exits import say
 from kimicount.errors import UsageError
 from kimicount.options import DTYPE_METAVAR, parse_count, vllm_reading
-from kimicount.reading import shorten
+from kimicount.reading import printable, shorten
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -142,7 +143,27 @@ def print_json(report: dict[str, Any]) -> None:
     """The report on stdout; where stdout cannot encode every character (PYTHONIOENCODING=ascii), the
     others are written as JSON's own escapes (\\u00d7), which read back exactly."""
     encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
-    sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=not encoding.startswith("utf")) + "\n")
+    text = json.dumps(report, indent=2, ensure_ascii=not encoding.startswith("utf"))
+    # JSON escapes C0 controls itself; DEL, C1 controls (U+009B, which some terminals act on) and the
+    # other characters kimicount.reading.printable escapes are written as JSON's \u escapes too (all
+    # inside strings), which read back the same.
+    sys.stdout.write(_NOT_ASCII_TEXT.sub(_json_escape, text) + "\n")
+
+
+_NOT_ASCII_TEXT = re.compile("[^\x20-\x7e\n]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    """A character as JSON writes it: itself when printable, else its \\u escape (a surrogate pair
+    past U+FFFF)."""
+    char = match.group()
+    if char.isprintable():
+        return char
+    code = ord(char)
+    if code > 0xFFFF:
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
 
 
 def end_check(
@@ -262,6 +283,7 @@ def progress(
     if not console.is_terminal:
         yield _Activity(hub(lambda _text: None, note_line), None)
         return
+    from rich.markup import escape
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     columns = SpinnerColumn(), TextColumn("{task.description}")
@@ -275,10 +297,10 @@ def progress(
             progress.update(task, description=f"Reading safetensors headers: {files:,} files")
 
         def status(text: str) -> None:
-            progress.update(task, description=text[:1].upper() + text[1:])
+            progress.update(task, description=escape(printable(text[:1].upper() + text[1:])))
 
         def note(text: str) -> None:
-            progress.console.print(f"kimicount: {text}", markup=False, highlight=False)
+            progress.console.print(printable(f"kimicount: {text}"), markup=False, highlight=False)
 
         yield _Activity(hub(status, note), on_file)
 

@@ -20,6 +20,7 @@ import typer
 from typer.core import TyperGroup
 
 from kimicount.errors import KimicountError
+from kimicount.reading import printable
 
 
 class OneLineErrors(TyperGroup):
@@ -64,7 +65,9 @@ class OneLineErrors(TyperGroup):
                 if unknown and _not_covered(unknown):
                     say(f"kimicount: error: {unknown}: {NOT_COVERED} (see kimicount --help)")
                 else:
-                    say(f"kimicount: error: {error.format_message()} (see {command} --help)")
+                    # with no arguments, the message is the whole help (click's), whose lines are kept
+                    message = f"kimicount: error: {error.format_message()} (see {command} --help)"
+                    say(message, keep="\n" if not words else "")
         except (typer.Abort, KeyboardInterrupt):
             code = INTERRUPTED
         except Exception as error:  # noqa: BLE001 - a bug: say so in one line, not a traceback
@@ -181,13 +184,15 @@ def _silence(stream: TextIO) -> None:
         pass
 
 
-def say(line: str) -> None:
-    """One line on stderr; a closed stderr loses it rather than raising a second error: a pipe whose
-    reader has gone, or no stderr at all (`2>&-`, where Python sets sys.stderr to None)."""
+def say(line: str, keep: str = "") -> None:
+    """One line on stderr, what a terminal would act on in it escaped (an ESC from a file name shows as
+    \\x1b; kimicount.reading.printable, `keep` as there); a closed stderr loses it rather than raising a
+    second error: a pipe whose reader has gone, or no stderr at all (`2>&-`, where Python sets
+    sys.stderr to None)."""
     if sys.stderr is None:
         return
     try:
-        sys.stderr.write(line + "\n")
+        sys.stderr.write(printable(line, keep) + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass

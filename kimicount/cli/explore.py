@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -39,7 +40,8 @@ def explore_command(
             "-o",
             "--output",
             metavar="FILE",
-            help="Where to write the HTML (default: NAME-explorer.html here, NAME the model's).",
+            help="Where to write the HTML (default: NAME-explorer.html here, NAME the model's); - writes "
+            "it to stdout. A file is written whole or not at all (a temporary file beside it, renamed).",
             show_default=False,
         ),
     ] = None,
@@ -53,19 +55,24 @@ def explore_command(
     from kimicount.explorer.build import load_explorer
     from kimicount.explorer.html import render_html
     from kimicount.explorer.pages import slug
+    from kimicount.reading import printable
+    from kimicount.writing import write_whole
 
+    to_stdout = output is not None and str(output) == "-"
+    if to_stdout and as_json:
+        raise UsageError("-o - writes the HTML to stdout, where --json writes its report; name a file")
     repo = repo_id(model, repo)
     with progress(not as_json, repo, token, timeout) as activity:
         pages = load_explorer(config, repo, revision, modeling, activity.hub, "explore")
     text = render_html(pages)
+    if to_stdout:
+        sys.stdout.write(text)
+        return
     name = slug(pages.model.rsplit("/", 1)[-1]) or "model"
     path = output if output is not None else Path(f"{name}-explorer.html")
     data = text.encode("utf-8")
-    try:
-        path.write_bytes(data)
-    except OSError as error:
-        raise UsageError(f"{path}: cannot write the explorer: {error.strerror or error}") from None
+    write_whole(path, data, "-o")
     if as_json:
         print_json({"model": pages.model, "file": str(path), "pages": len(pages.pages), "bytes": len(data)})
         return
-    typer.echo(f"Wrote {path}: {len(pages.pages):,} pages of {pages.model}, {len(data):,} bytes.")
+    typer.echo(printable(f"Wrote {path}: {len(pages.pages):,} pages of {pages.model}, {len(data):,} bytes."))

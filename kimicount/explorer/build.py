@@ -13,8 +13,8 @@ from typing import Any
 
 from kimicount.anatomy import build_anatomy
 from kimicount.errors import UsageError
-from kimicount.explorer.evidence import Evidence, ModelingError, ModelingIndex, config_evidence
-from kimicount.explorer.modeling import ModelingFile, absent_message, find_modeling
+from kimicount.explorer.evidence import Evidence, ModelingIndex, config_evidence
+from kimicount.explorer.modeling import ModelingFile, NoAutoMap, absent_message, find_modeling
 from kimicount.explorer.pages import Page, Pages, build_pages
 from kimicount.explorer.pinned import PinnedModel, git_blob, known_file, pinned_model
 from kimicount.source import HubOptions, hub_module
@@ -97,10 +97,16 @@ def explorer_pages(
     else:
         try:
             hub_repo = repo if source.bundled is None else None  # a bundled config fetches nothing
+            where = str(source.path) if source.path is not None else "config.json"
             found = find_modeling(
-                config, config_path=source.path, repo=hub_repo, revision=revision, hub_options=hub_options
+                config,
+                config_path=source.path,
+                repo=hub_repo,
+                revision=revision,
+                hub_options=hub_options,
+                where=where,
             )
-        except ModelingError:  # no auto_map: evidence was not asked for, so the pages say why there is none
+        except NoAutoMap:  # evidence was not asked for, so the pages say why there is none
             found = None
     note = ""
     index = None

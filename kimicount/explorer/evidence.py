@@ -35,7 +35,7 @@ import bisect
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kimicount.errors import MAX_COUNT, ConfigError, KimicountError
 from kimicount.reading import parse_json, shorten
@@ -116,6 +116,11 @@ class Step:
     bindings: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
+#: The uses of one attribute a page cites: modeling_deepseek.py's most used, `self.config`, has a
+#: handful; a file whose forward reads one in thousands of statements would make a page of them.
+MAX_USES = 20
+
+
 class ModelingIndex:
     """The classes of one modeling file, parsed once, and the evidence found in it."""
 
@@ -149,6 +154,8 @@ class ModelingIndex:
         self._findings: list[str] = []
         #: _definitions' answers: the file is read once, and each page asks again
         self._assignments: dict[tuple[str, str], list[ast.stmt]] = {}
+        #: _forward_uses' answers, by class
+        self._uses: dict[str, dict[str, list[tuple[int, int]]]] = {}
 
     @classmethod
     def parse(
@@ -245,9 +252,13 @@ class ModelingIndex:
             return []
         statements = sorted([*self._init_calls(cls_name, attr), *definitions], key=lambda s: s.lineno)
         found = [self.lines(s.lineno, s.end_lineno or s.lineno, DEFINITION) for s in statements]
-        for start, end, nodes, _ in self._forward_pieces(cls_name):
-            if any(_reads_self(node, attr) for node in nodes):
-                found.append(self.lines(start, end, USE))
+        uses = self._forward_uses(cls_name).get(attr, [])
+        if len(uses) > MAX_USES:
+            self._note(
+                f"{cls_name}'s forward pass reads '{attr}' in {len(uses):,} statements; the first "
+                f"{MAX_USES} are shown"
+            )
+        found += [self.lines(start, end, USE) for start, end in uses[:MAX_USES]]
         return _unique(found)
 
     def init_span(self, cls_name: str, attrs: Iterable[str]) -> Evidence | None:
@@ -273,11 +284,7 @@ class ModelingIndex:
         function = self._searched_method(cls_name, method)
         if function is None:
             return []
-        found = [
-            self.lines(start, end, DEFINITION)
-            for start, end, _, statement in _pieces(function.body)
-            if statement is not None and name in _bound_names(statement)
-        ]
+        found = [self.lines(start, end, DEFINITION) for start, end in _bindings(function).get(name, ())]
         if not found:
             self._note(f"{cls_name}.{method} binds no variable '{name}'")
         return found
@@ -291,12 +298,8 @@ class ModelingIndex:
             return []
         uses = [
             self.lines(start, end, USE)
-            for start, end, nodes, _ in _pieces(found.body)
-            if any(
-                isinstance(n, ast.Call) and _dotted(n.func).rsplit(".", 1)[-1] == function
-                for node in nodes
-                for n in ast.walk(node)
-            )
+            for start, end, nodes, _ in _listed_pieces(found)
+            if any(function in _names(node).called for node in nodes)
         ]
         if not uses:
             self._note(f"{cls_name}.{method} calls no {function}")
@@ -308,8 +311,7 @@ class ModelingIndex:
         return [
             cls_name
             for cls_name, node in self.classes.items()
-            if (function := _own_method(node, method)) is not None
-            and any(s is not None and name in _bound_names(s) for _, _, _, s in _pieces(function.body))
+            if (function := _own_method(node, method)) is not None and name in _bindings(function)
         ]
 
     def attention_class(self) -> str | None:
@@ -612,7 +614,7 @@ class ModelingIndex:
                 names = {f.name for f in helpers}
                 return [
                     statement
-                    for _, _, nodes, statement in _pieces(init.body)
+                    for _, _, nodes, statement in _listed_pieces(init)
                     if statement is not None and any(_calls_self(n, names) for n in nodes)
                 ]
         return []
@@ -635,12 +637,21 @@ class ModelingIndex:
             if function is None or function in found:
                 continue
             found.append(function)
-            pending += [
-                call.func.attr
-                for call in ast.walk(function)
-                if isinstance(call, ast.Call) and _is_self_dot(call.func)
-            ]
+            pending += _names(function).self_calls
         return found
+
+    def _forward_uses(self, cls_name: str) -> dict[str, list[tuple[int, int]]]:
+        """The lines of the class's forward pass (its `forward` and the methods it calls) that read each
+        attribute of self, every attribute in one pass: each page asks for one, and a forward of tens
+        of thousands of statements is then read once, not once a page."""
+        uses = self._uses.get(cls_name)
+        if uses is None:
+            uses = {}
+            for start, end, nodes, _ in self._forward_pieces(cls_name):
+                for attr in frozenset().union(*(_names(node).self_reads for node in nodes)):
+                    uses.setdefault(attr, []).append((start, end))
+            self._uses[cls_name] = uses
+        return uses
 
     def _forward_pieces(self, cls_name: str) -> Iterator[tuple[int, int, list[ast.AST], ast.stmt | None]]:
         """The pieces of the class's own `forward` and of the methods it calls."""
@@ -648,7 +659,7 @@ class ModelingIndex:
         if node is None:
             return
         for function in self._called_methods(node, "forward"):
-            yield from _pieces(function.body)
+            yield from _listed_pieces(function)
 
     def _built(
         self, value: ast.expr | None, scope: _Evaluator, position: int | None
@@ -767,6 +778,31 @@ def _pieces(body: Sequence[ast.stmt]) -> Iterator[tuple[int, int, list[ast.AST],
             yield statement.lineno, statement.end_lineno or statement.lineno, [statement], statement
 
 
+def _listed_pieces(
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+) -> list[tuple[int, int, list[ast.AST], ast.stmt | None]]:
+    """_pieces of a function's body, listed once and kept on the function (every page asks for them)."""
+    pieces = getattr(function, "_kimicount_pieces", None)
+    if pieces is None:
+        pieces = list(_pieces(function.body))
+        function._kimicount_pieces = pieces  # type: ignore[attr-defined]
+    return pieces
+
+
+def _bindings(function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, list[tuple[int, int]]]:
+    """The lines of each assignment of the function's body, by the variable it binds: found once and
+    kept on the function."""
+    bindings = getattr(function, "_kimicount_bindings", None)
+    if bindings is None:
+        bindings = {}
+        for start, end, _, statement in _listed_pieces(function):
+            if statement is not None:
+                for name in _bound_names(statement):
+                    bindings.setdefault(name, []).append((start, end))
+        function._kimicount_bindings = bindings  # type: ignore[attr-defined]
+    return bindings
+
+
 def _end(node: ast.AST) -> int:
     return getattr(node, "end_lineno", None) or getattr(node, "lineno", 0)
 
@@ -819,15 +855,44 @@ def _bound_names(statement: ast.stmt) -> set[str]:
     return {t.id for target in _targets(statement) for t in _flatten(target) if isinstance(t, ast.Name)}
 
 
+class _Names(NamedTuple):
+    """What a node's code names, found in one walk: the attributes of self it reads, the methods of
+    self it calls (in the order ast.walk meets them) and the last name of everything it calls
+    (`softmax` for nn.functional.softmax)."""
+
+    self_reads: frozenset[str]
+    self_calls: tuple[str, ...]
+    called: frozenset[str]
+
+
+def _names(node: ast.AST) -> _Names:
+    """_Names of the node, found once and kept on it: each page's questions of the forward pass then
+    cost a look-up per statement, not a walk of it (a forward of 47,000 statements, a 1 MiB file, took
+    56 s to search for every page; benchmarks/hostile_input.py)."""
+    found = getattr(node, "_kimicount_names", None)
+    if found is None:
+        reads: set[str] = set()
+        self_calls: dict[str, None] = {}
+        called: set[str] = set()
+        for n in ast.walk(node):
+            if _is_self_dot(n):
+                reads.add(n.attr)  # type: ignore[attr-defined]
+            if isinstance(n, ast.Call):
+                called.add(_dotted(n.func).rsplit(".", 1)[-1])
+                if _is_self_dot(n.func):
+                    self_calls[n.func.attr] = None  # type: ignore[attr-defined]
+        found = _Names(frozenset(reads), tuple(self_calls), frozenset(called))
+        node._kimicount_names = found  # type: ignore[attr-defined]
+    return found
+
+
 def _reads_self(node: ast.AST, attr: str) -> bool:
-    return any(_is_self_dot(n, attr) for n in ast.walk(node))
+    return attr in _names(node).self_reads
 
 
 def _calls_self(node: ast.AST, names: set[str]) -> bool:
     """Whether the node calls self.<one of names>()."""
-    return any(
-        isinstance(n, ast.Call) and _is_self_dot(n.func) and n.func.attr in names for n in ast.walk(node)
-    )
+    return not names.isdisjoint(_names(node).self_calls)
 
 
 def _dotted(node: ast.expr) -> str:

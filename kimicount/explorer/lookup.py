@@ -115,19 +115,30 @@ def _tensor(pages: Pages, text: str) -> Page | None:
         return None
     name = _METADATA.sub(".weight", text)
     layer_match = _LAYER.search(name)
-    layer = int(layer_match.group(2)) if layer_match else None
+    expert_match = _EXPERT.search(name)
     pattern = _LAYER.sub(lambda m: f"{m.group(1)}layers.{{layer}}.", name, count=1)
     pattern = _EXPERT.sub(".experts.{expert}.", pattern, count=1)
     found = [p for p in pages if p.kind == "tensor" and pattern in p.aliases]
     if not found:
         return None
     page = found[0]
-    if layer is None:
+    if expert_match and page.experts:
+        expert = _index(expert_match.group(1))
+        if expert is None or expert >= page.experts:
+            raise UsageError(
+                f"'{shorten(text, 80)}': {pages.model} has experts 0–{page.experts - 1} in each MoE layer, "
+                f"not expert {shorten(expert_match.group(1), 20)}"
+            )
+    if layer_match is None:
         return page
-    if page.layers and layer not in page.layers:
+    layer = _index(layer_match.group(2))
+    if page.layers and (layer is None or layer not in page.layers):
         raise UsageError(
-            f"'{shorten(text, 80)}': {pages.model} has this tensor in {_span(page.layers)}, not in layer {layer}"
+            f"'{shorten(text, 80)}': {pages.model} has this tensor in {_span(page.layers)}, not in layer "
+            f"{shorten(layer_match.group(2), 20)}"
         )
+    if layer is None:  # a tensor without layers named with one: no model has that many
+        raise UsageError(f"'{shorten(text, 80)}': {pages.model} has this tensor in no layer")
     groups = [p for p in pages if p.kind == "block" and layer in p.layers and p.main == page.main]
     note = f"layer {layer}"
     if groups:
@@ -136,6 +147,16 @@ def _tensor(pages: Pages, text: str) -> Page | None:
         note += f": one of the {count} {kind}" if len(group.layers) > 1 else f": the {kind}"
         note += f" ({_span(group.layers)})"
     return replace(page, layer=layer, layer_note=note, name=text)
+
+
+def _index(digits: str) -> int | None:
+    """A layer or expert number as the name writes it; None past 9 digits, more than any model has
+    (and than Python turns into an int at all past 4,300).
+
+    >>> _index("383"), _index("0005"), _index("1" * 5000)
+    (383, 5, None)
+    """
+    return int(digits) if len(digits) <= 9 else None
 
 
 def _span(layers: tuple[int, ...]) -> str:

@@ -12,7 +12,7 @@ file is looked for, in order:
    huggingface_hub and its cache, under kimicount.hub's deadline and error rules;
 
 and otherwise there is none, and the page says how to get it (`absent_message`). A file that is there
-but unusable (unreadable, over 16 MiB, not UTF-8, not Python) is a one-line ModelingError, as is a
+but unusable (unreadable, over 1 MiB, not UTF-8, not Python) is a one-line ModelingError, as is a
 config without `auto_map` when evidence is asked of it.
 """
 
@@ -31,14 +31,22 @@ from kimicount.reading import parse_json, read_capped, shorten
 from kimicount.source import HubOptions
 from kimicount.spec import BUNDLED_MODEL, MAX_CONFIG_BYTES
 
-#: modeling_deepseek.py is about 80 KB; one of more than this is refused before it is read, as a
-#: config.json is (kimicount.spec.MAX_CONFIG_BYTES).
-MAX_MODELING_BYTES = 16 * 2**20
+#: modeling_deepseek.py is about 76 KB, and the largest modeling files of transformers about 200 KB
+#: (models/seamless_m4t_v2/modeling_seamless_m4t_v2.py, 206,276 characters); one of more than this is
+#: refused before it is read, or downloaded. It bounds the parse: Python's ast takes about 110 bytes of
+#: memory per byte of source at worst, and a file just under the 16 MiB cap before took 26 s and 2.7 GB
+#: (benchmarks/hostile_input.py).
+MAX_MODELING_BYTES = 2**20
 
 #: The auto_map entries that name the model's code, most specific first.
 _AUTO_MAP_KEYS = ("AutoModelForCausalLM", "AutoModel")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+class NoAutoMap(ModelingError):
+    """The config has no auto_map naming its code: nothing to look for (the pages then say so); unlike
+    an auto_map that names something other than a module of the repo, which is refused."""
 
 
 @dataclass(frozen=True)
@@ -75,23 +83,25 @@ def auto_map_entry(config: Mapping[str, Any], where: str = "config.json") -> tup
     ('modeling_deepseek.py', 'DeepseekV3ForCausalLM')
     >>> auto_map_entry({"model_type": "deepseek_v3"})
     Traceback (most recent call last):
-    kimicount.explorer.evidence.ModelingError: config.json: no auto_map naming the modeling file (expected e.g. "auto_map": {"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}); give it with --modeling FILE
+    kimicount.explorer.modeling.NoAutoMap: config.json: no auto_map naming the modeling file (expected e.g. "auto_map": {"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}); give it with --modeling FILE
     """
     auto_map = config.get("auto_map")
     value = None
     if isinstance(auto_map, dict):
         value = next((auto_map[k] for k in _AUTO_MAP_KEYS if isinstance(auto_map.get(k), str)), None)
     if value is None:
-        raise ModelingError(
+        raise NoAutoMap(
             f'{where}: no auto_map naming the modeling file (expected e.g. "auto_map": '
             '{"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}); give it with --modeling FILE'
         )
     reference = value.split("--", 1)[-1]  # "other/repo--modeling_x.Class": code kept in another repo
     module, _, cls = reference.rpartition(".")
     if not (_MODULE.fullmatch(module) and _MODULE.fullmatch(cls)):
+        path = any(mark in reference for mark in ("/", "\\", ":")) or reference.startswith(".")
         raise ModelingError(
-            f"{where}: auto_map names '{shorten(value, 100)}', expected module.Class "
-            "(e.g. modeling_deepseek.DeepseekV3ForCausalLM)"
+            f"{where}: auto_map names '{shorten(value, 100)}', "
+            + ("a path outside the repo; " if path else "")
+            + "expected module.Class, a module of the repo (e.g. modeling_deepseek.DeepseekV3ForCausalLM)"
         )
     return f"{module}.py", cls
 
@@ -173,8 +183,11 @@ def absent_message(config: Mapping[str, Any], repo: str | None) -> str:
     """
     try:
         name = auto_map_entry(config)[0]
-    except ModelingError:
-        name = "the modeling file"
+    except ModelingError:  # nothing to download by name
+        return (
+            "code evidence needs the model's modeling file: config.json has no auto_map naming it; give it "
+            "with --modeling FILE"
+        )
     source = repo or "REPO"
     return (
         f"code evidence needs {name}: `hf download {source} {name} config.json --local-dir DIR` "

@@ -202,6 +202,7 @@ class Page:
     main: bool = True  # in the main model (not the MTP module or the vision side)
     layers: tuple[int, ...] = ()  # the layers a block group or a checkpoint tensor stands for
     pattern: str = ""  # a checkpoint tensor's name with {layer} and {expert} fields
+    experts: int = 0  # the routed experts per layer a checkpoint tensor's {expert} counts (0: none)
     layer: int | None = None  # the layer a tensor name pointed at
     layer_note: str = ""
     evidence: tuple[Any, ...] = ()  # kimicount.explorer.evidence.Evidence
@@ -733,6 +734,7 @@ def _tensor_pages(spec: ModelSpec, roots, entries) -> dict[str, Page]:
             attributes=(attribute,),
             layers=layers,
             pattern=pattern,
+            experts=first.experts,
         )
     return pages
 

@@ -15,9 +15,10 @@ from huggingface_hub.utils import filter_repo_objects
 
 from kimicount.errors import SourceError
 from kimicount.gguf.reader import FileHeader, GGUFListing, assemble, listed, one_set, read_header
-from kimicount.hub import get_range, hub_errors, repo_label
+from kimicount.hub import MAX_FILE_SIZE, get_range, hub_errors, repo_label
 from kimicount.hub_transport import Operation, map_parallel, run
 from kimicount.options import HubOptions
+from kimicount.reading import short_json, shorten
 
 
 def read_gguf_hub(
@@ -47,6 +48,12 @@ def _read(operation: Operation, repo: str, include: list[str], revision: str | N
         raise SourceError(f"{where}: no .gguf file matches --include {patterns}")
     _one_set(where, [e.path for e in ggufs], bool(include))
     sizes = {e.path: e.size for e in ggufs}
+    for path, size in sizes.items():
+        if type(size) is not int or not 0 <= size <= MAX_FILE_SIZE:
+            raise SourceError(
+                f"{where}: the file list says {shorten(path)} is {short_json(size)} bytes; expected a size "
+                "of at most 2^64 − 1 (a GGUF's offsets are u64)"
+            )
 
     def read(path: str) -> FileHeader:
         url = hf_hub_url(repo, path, revision=revision)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from kimicount.anatomy import Anatomy, Node, TensorRef, build_anatomy, group
 from kimicount.errors import CheckpointError, ConfigError, UsageError
-from kimicount.gguf.reader import GGUFArray, GGUFListing, GGUFTensor
+from kimicount.gguf.reader import GGUFArray, GGUFListing, GGUFTensor, value_text
 from kimicount.spec import ModelSpec, spec_from_config
 from kimicount.verify import Mismatch
 
@@ -210,7 +210,7 @@ def _integer(metadata: Mapping[str, object], key: str, where: str, *, required: 
             raise CheckpointError(f"{where}: key '{key}': missing (required to check the tensors)")
         return None
     if type(value) is not int or value < 0:
-        raise CheckpointError(f"{where}: key '{key}': {value!r}, expected an integer >= 0")
+        raise CheckpointError(f"{where}: key '{key}': {value_text(value)}, expected an integer >= 0")
     return value
 
 
@@ -238,8 +238,10 @@ def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSp
     metadata = listing.metadata
     arch = listing.architecture
     if arch not in ARCHS:
+        value = metadata.get("general.architecture")
+        found = "missing" if value is None else value_text(value)
         raise CheckpointError(
-            f"{where}: key 'general.architecture': {arch!r}, expected '{ARCH}' (Kimi K2, DeepSeek-V2/V3/R1) "
+            f"{where}: key 'general.architecture': {found}, expected '{ARCH}' (Kimi K2, DeepSeek-V2/V3/R1) "
             f"or '{GLM_DSA}' (GLM-5)"
         )
     config: dict[str, object] = {"model_type": ARCHS[arch], "moe_layer_freq": 1}
@@ -265,10 +267,11 @@ def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSp
         _integer(metadata, f"{arch}.context_length", where, required=False) or 1
     )
     # expert_gating_func 2 is sigmoid (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID): V3's router, with its
-    # score-correction bias (exp_probs_b); 1 (softmax) is V2's, without. llama-model.cpp reads a file
-    # without the key (DeepSeek-V2/V2.5 GGUFs) as softmax.
-    gating = metadata.get(f"{arch}.expert_gating_func")
-    config["topk_method"] = "noaux_tc" if gating == 2 else "greedy"
+    # score-correction bias (exp_probs_b); 1 (softmax) is V2's, without. A file without the key is read
+    # as llama.cpp reads it (gating_note): its router has the bias when the file holds exp_probs_b.
+    gating = metadata.get(_gating_key(arch))
+    biased = gating == 2 or (gating is None and _has_router_bias(listing))
+    config["topk_method"] = "noaux_tc" if biased else "greedy"
     config["tie_word_embeddings"] = False
     config["torch_dtype"] = "bfloat16"
     if arch == GLM_DSA:
@@ -322,6 +325,34 @@ def _indexer_types(listing: GGUFListing, layers: int, where: str) -> list[str] |
 _INDEXER_TENSOR = re.compile(r"blk\.([0-9]{1,6})\.indexer\.attn_k\.weight")
 
 
+def _gating_key(arch: str) -> str:
+    """The key of the router's gating function: deepseek2.expert_gating_func (glm-dsa's likewise)."""
+    return f"{arch}.expert_gating_func"
+
+
+def _has_router_bias(listing: GGUFListing) -> bool:
+    return any(t.name.startswith("blk.") and t.name.endswith(".exp_probs_b.bias") for t in listing.tensors)
+
+
+def gating_note(listing: GGUFListing) -> str | None:
+    """What llama.cpp assumes of a file without `deepseek2.expert_gating_func` (None when it has the
+    key). llama.cpp src/models/deepseek2.cpp, llama_model_deepseek2::load_arch_hparams (lines 22–32,
+    earlier in src/llama-model.cpp load_hparams, case LLM_ARCH_DEEPSEEK2): "for compatibility with
+    existing DeepSeek V2 and V2.5 GGUFs that have no expert_gating_func", the gating is softmax; and
+    load_arch_tensors (line 137) loads each MoE layer's exp_probs_b as TENSOR_NOT_REQUIRED, which
+    build_moe_ffn adds to the expert scores when it is there. So such a file is checked with the
+    router bias when it holds exp_probs_b tensors, without when it holds none."""
+    key = _gating_key(listing.architecture or ARCH)
+    if key in listing.metadata:
+        return None
+    bias = (
+        "it adds the exp_probs_b tensors to the expert scores"
+        if _has_router_bias(listing)
+        else "no exp_probs_b"
+    )
+    return f"key '{key}' is missing: llama.cpp takes softmax gating (DeepSeek-V2's), and {bias}"
+
+
 # --- the check and the bytes per component ----------------------------------------------------------
 
 
@@ -356,6 +387,7 @@ class GGUFReport:
     mismatches: tuple[Mismatch, ...]
     kv_b: str  # how kv_b_proj is stored: "attn_k_b + attn_v_b", "attn_kv_b", or both
     estimate: str | None = None  # why the figures are an estimate (a --quant sizing), or None
+    notes: tuple[str, ...] = ()  # what the check assumed, as llama.cpp does (gating_note)
 
     @property
     def ok(self) -> bool:
@@ -377,7 +409,10 @@ def check_listing(
     """Every tensor of the listing against what the architecture implies (the spec its metadata gives,
     unless one is given): missing, unexpected and wrong-shaped tensors, and the bytes of every component
     at each tensor's ggml type."""
-    spec = spec or spec_from_metadata(listing)
+    notes: tuple[str, ...] = ()
+    if spec is None:
+        spec = spec_from_metadata(listing)
+        notes = tuple(note for note in [gating_note(listing)] if note)
     found = {t.name: t for t in listing.tensors}
     split = any(re.fullmatch(r"blk\.[0-9]+\.attn_[kv]_b\.weight", name) for name in found)
     whole = any(re.fullmatch(r"blk\.[0-9]+\.attn_kv_b\.weight", name) for name in found)
@@ -434,6 +469,7 @@ def check_listing(
         mismatches=tuple(mismatches),
         kv_b=" + ".join(["attn_k_b + attn_v_b"] * split + ["attn_kv_b"] * (whole or not split)),
         estimate=estimate,
+        notes=notes,
     )
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from kimicount.errors import UsageError
 from kimicount.gguf.reader import GGUFListing, GGUFTensor
+from kimicount.reading import shorten
 
 if TYPE_CHECKING:
     from kimicount.spec import ModelSpec
@@ -123,7 +124,7 @@ def parse_quant(text: str) -> str:
     """An ftype name as llama-quantize spells it (case aside)."""
     ftype = text.strip().upper()
     if ftype not in FTYPES:
-        raise UsageError(f"--quant {text!r}: expected one of {', '.join(FTYPES)}")
+        raise UsageError(f"--quant '{shorten(text, 80)}': expected one of {', '.join(FTYPES)}")
     return ftype
 
 

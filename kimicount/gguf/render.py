@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from kimicount.render import Column, fitted, human_bytes, say, show, show_fitted
 
@@ -43,6 +44,7 @@ def gguf_json(report: GGUFReport) -> dict[str, Any]:
             "llama_cpp": file_size_line(report),
         },
         "kv_b": report.kv_b,
+        "notes": list(report.notes),
         "by_type": {
             name: {"tensors": tensors, "elements": elements, "bytes": nbytes}
             for name, (tensors, elements, nbytes) in report.by_type.items()
@@ -77,6 +79,8 @@ def render_gguf(console: Console, report: GGUFReport, *, max_depth: int | None =
             f"[bold]{report.source}[/] against [bold]{report.model}[/]: {files} file{'s' if files != 1 else ''}, "
             f"{report.tensors:,} tensors, {report.file_bytes:,} bytes on disk",
         )
+    for note in report.notes:
+        say(console, f"[yellow]Note: {escape(note)}.[/]")
     show(console)
     columns = (
         Column("Component"),
