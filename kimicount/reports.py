@@ -431,7 +431,7 @@ def _vllm_json(report: Any) -> dict[str, Any]:
     layout, tokens, batch = report.vllm, report.tokens, report.max_num_batched_tokens
     budget = report.budget
     return {
-        "rule": "vLLM's DeepSeek V4 KV-cache rule, as in v0.22 (kimicount/vllm_deepseek_v4.py)",
+        "rule": "vLLM's DeepSeek V4 KV-cache rule, as in v0.22 (kimicount/deploy/engines/vllm_deepseek_v4.py)",
         "block_size": report.block_size,
         "max_num_batched_tokens": batch,
         "page_sizes": list(layout.page_sizes),

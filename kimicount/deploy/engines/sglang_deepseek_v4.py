@@ -257,8 +257,10 @@ def pack(
         f"{requests:,} request slots"
     )
     notes = [
-        f"SGLang's DeepSeek V4 pools: an SWA ring of {swa:,} tokens (0.1 of the full pool), {full // 4:,} c4 and "
-        f"{full // 128:,} c128 entries per layer, {swa // window * ring:,} c4 compressor-state rows",
+        (
+            f"SGLang's DeepSeek V4 pools: an SWA ring of {swa:,} tokens (0.1 of the full pool), {full // 4:,} c4 "
+            f"and {full // 128:,} c128 entries per layer, {swa // window * ring:,} c4 compressor-state rows"
+        ),
     ]
     if page_size not in (None, PAGE_SIZE):
         notes.append(f"--page-size {page_size}: SGLang sets {PAGE_SIZE} for DeepSeek V4 whatever is given")
@@ -268,8 +270,10 @@ def pack(
     )
     sizes = f"full={full}, swa={swa}, c4={full // 4}, c128={full // 128}, c4_state={swa // window * ring}, c128_state=0"
     printed = (
-        f"DSV4 memory calculation: bytes_per_full_token={per_token:.2f}, available_bytes="
-        f"{available / 2**30:.2f} GB, c128_state_fixed={states / 2**30:.2f} GB, full_token={full}",
+        (
+            f"DSV4 memory calculation: bytes_per_full_token={per_token:.2f}, available_bytes="
+            f"{available / 2**30:.2f} GB, c128_state_fixed={states / 2**30:.2f} GB, full_token={full}"
+        ),
         f"DSV4 pool sizes: {sizes}",
     )
     rows = tuple((pool.name, _pool_words(pool)) for pool in sglang_pools(cache_groups, PAGE_SIZE))
