@@ -147,8 +147,9 @@ def bytes_per_full_token(groups: Sequence[CacheGroup], speculative: bool = False
 
     >>> from kimicount.families import cache_groups
     >>> from kimicount.models import known_model
-    >>> bytes_per_full_token(cache_groups(known_model("deepseek-v4-flash").spec()))  # 2,511.2 + 3,066 + 91.25 + 693 + 1,075.2 + 268.8
-    7705.45
+    >>> flash = cache_groups(known_model("deepseek-v4-flash").spec())
+    >>> bytes_per_full_token(flash)  # 2,511.2 + 3,066 + 91.25 + 693 + 1,075.2 + 268.8, in floats
+    7705.450000000001
     """
     swa = next(g for g in groups if g.kind is MemoryKind.WINDOWED and g.content != COMPRESSOR_STATE)
     c4 = _group(groups, MemoryKind.COMPRESSED, "kv", 4)
@@ -228,8 +229,8 @@ def pack(
     >>> groups = model_groups(known_model("deepseek-v4-flash").spec(), Layout.latent, 1, 43, Workload(1))
     >>> p = pack(40 * 2**30, groups, release=Release("SGLang", Version.parse("0.5.8")), max_model_len=65_536,
     ...          max_running_requests=None, dp=1, page_size=None, speculative=False, dtype_given=None)
-    >>> p.tokens, p.pages  # int((40 GiB − 2,715,811,840) ÷ 7,705.45) = 5,221,369 → whole pages of 256
-    (5221120, 20395)
+    >>> p.tokens, p.pages  # int((40 GiB − 2,715,811,840) ÷ 7,705.45) = 5,221,481 → whole pages of 256
+    (5221376, 20396)
     """
     if dtype_given not in (None, "fp8"):
         raise UsageError(
