@@ -332,6 +332,7 @@ def _kv(console: Console, report: PlanReport) -> None:
         say(console, f"Tokens: {report.tokens_per_gpu:,} per GPU{replicas}")
     for printed in report.rules.printed_lines(report):
         say(console, printed)
+    _fits(console, report)
 
 
 def _packed_kv(console: Console, report: PlanReport, packing: Packing) -> None:
@@ -342,6 +343,11 @@ def _packed_kv(console: Console, report: PlanReport, packing: Packing) -> None:
     say(console, packing.calculation)
     for printed in report.rules.printed_lines(report):
         say(console, printed)
+    _fits(console, report)
+
+
+def _fits(console: Console, report: PlanReport) -> None:
+    """Whether every GPU holds what it must, and what that rests on."""
     needs = (
         f"one sequence of {report.max_model_len:,} tokens"
         if report.kv_memory is not None
