@@ -55,7 +55,7 @@ def test_the_issue_s_pool_gives_vllms_two_figures_in_its_words(blocks):
     assert out.exit_code == 0, out.output
     text = flat(out.stdout)
     assert "(vLLM 0.22.0): does not fit 30,000-token requests; up to 13,528 tokens fit" in text
-    assert f'vLLM 0.22.0 would refuse to start: "{PRINTED}"' in text
+    assert f'vLLM 0.22.0 would stop: "{PRINTED}"' in text
     assert "--max-model-len 13528" in text  # the way out is vLLM's own estimate
 
 
@@ -84,8 +84,10 @@ def test_vllm_serve_s_own_batch_of_8192_fits_30000_tokens_in_the_same_pool():
     # vLLM's "GPU KV cache size" is max concurrency × max_model_len (issue #51041)
     assert kv["tokens_per_gpu"] == int(5_554 / 3_472 * 30_000) == 47_989
     assert report["engine_prints"] == [
-        "vLLM 0.22.0 would print: Available KV cache memory: 5.44 GiB; GPU KV cache size: 47,989 tokens; "
-        "Maximum concurrency for 30,000 tokens per request: 1.60x"
+        (
+            "vLLM 0.22.0 would print: Available KV cache memory: 5.44 GiB; GPU KV cache size: 47,989 tokens; "
+            "Maximum concurrency for 30,000 tokens per request: 1.60x"
+        )
     ]
 
 
@@ -110,8 +112,13 @@ def test_gpu_kv_cache_size_is_concurrency_times_max_model_len_not_pool_over_byte
         sizes[length] = kv["tokens_per_gpu"]
         assert sizes[length] == int(40_835 / pages(length) * length)
     assert sizes == {30_000: 180_154, 100_000: 577_336}
-    text = flat(invoke("plan", *ISSUE, "--kv-memory", str(pool)).stdout)
-    assert 'vLLM\'s "GPU KV cache size" is max concurrency × max-model-len' in text and "#51041" in text
+    args = (*ISSUE, "--max-num-batched-tokens", "16384", "--kv-memory", str(pool))
+    text = flat(invoke("plan", *args).stdout)
+    assert (
+        'vLLM\'s "GPU KV cache size" is 180,154 tokens: max concurrency × max-model-len (40,835 ÷ 6,800 × '
+        "30,000; issue #51041), not the pool ÷ bytes per token"
+    ) in text
+    assert "GPU KV cache size: 180,154 tokens" in flat(invoke("plan", *args, "--detail").stdout)
 
 
 def test_the_weights_per_gpu_by_hand():
@@ -123,7 +130,9 @@ def test_the_weights_per_gpu_by_hand():
     assert weights["Query heads"] == 43 * (32 * 512 * 1024 + (32 * 512 // 128) * (1024 // 128))
     expert = 2 * (2048 * 4096 // 2 + 2048 * 4096 // 32) + (4096 * 2048 // 2 + 4096 * 2048 // 32)
     assert weights["Routed experts"] == 43 * 128 * expert == 73_584_869_376
-    assert weights["Shared key–value head"] == 43 * (512 * 4096 + 4 * 32 + 512 * 2)  # wkv, kv_norm: replicated
+    assert weights["Shared key–value head"] == 43 * (
+        512 * 4096 + 4 * 32 + 512 * 2
+    )  # wkv, kv_norm: replicated
     # Pro on TP8: 128 heads, 16 a rank, the sinks padded to FlashMLA's 64 (F32) on each of 61 layers
     pro = plan_json("deepseek-v4-pro", "--gpus", "8xH200", "--kv-memory", "8GiB")
     sinks = next(c for c in pro["weights"] if c["name"] == "Attention sinks")

@@ -234,7 +234,7 @@ def pack(
     """
     if dtype_given not in (None, "fp8"):
         raise UsageError(
-            f"--kv-cache-dtype {dtype_given}: SGLang caches DeepSeek V4 in fp8_e4m3 only "
+            f"--kv-dtype {dtype_given}: SGLang caches DeepSeek V4 in fp8_e4m3 only "
             "(apply_deepseek_v4_defaults asserts it)"
         )
     cache_groups = [g.group for g in groups if g.group is not None]

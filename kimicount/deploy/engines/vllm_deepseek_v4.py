@@ -386,7 +386,7 @@ def pack(
         )
     if dtype_given not in (None, "fp8"):
         raise UsageError(
-            f"--kv-cache-dtype {dtype_given}: vLLM caches DeepSeek V4 in fp8 only (its attention asserts "
+            f"--kv-dtype {dtype_given}: vLLM caches DeepSeek V4 in fp8 only (its attention asserts "
             '"DeepseekV4 only supports fp8 kv-cache format for now"); use --kv-cache-dtype fp8'
         )
     block = DEFAULT_BLOCK if block_size is None else block_size
@@ -400,20 +400,18 @@ def pack(
     longest = layout.estimate_max_model_len(usable, L, B)
     tokens = layout.kv_cache_size_tokens(usable, L, B) if blocks else 0
     full = layout.groups[0].pages(L, B)
-    sizes = " + ".join(f"{p:,}" for p in layout.page_sizes)
     summary = (
-        f"KV cache: {tokens:,} tokens per GPU as vLLM counts them; {blocks:,} block ids of {block} tokens, "
-        f"{layout.block_bytes:,} B each (pages {sizes} B × {layout.layer_tuples} layer tuples); a {L:,}-token "
-        f"request takes {request:,}: {full:,} for its compressed entries, {request - full:,} for windows and "
-        "compressor states"
+        f"KV cache: {blocks:,} block ids of {layout.block_bytes:,} B per GPU ({block} tokens in {len(layout.groups)} "
+        f"groups, {layout.layer_tuples} layer tuples); a {L:,}-token request takes {request:,}: {full:,} of "
+        f"compressed entries, {request - full:,} of windows and compressor states"
     )
     why = (
-        f'vLLM\'s "GPU KV cache size" is max concurrency × max-model-len, {blocks:,} ÷ {request:,} × {L:,} '
-        f"(issue #51041), not the pool ÷ bytes per token: the windows' and states' block ids are as many "
-        f"at any length from {B + 127:,} tokens on"
+        f'vLLM\'s "GPU KV cache size" is {tokens:,} tokens: max concurrency × max-model-len ({blocks:,} ÷ '
+        f"{request:,} × {L:,}; issue #51041), not the pool ÷ bytes per token, since windows and states take "
+        f"as many block ids at any length from {B + 127:,} tokens on"
     )
-    notes = [why]
     line = not_enough_memory_line(layout, usable, L, B)
+    notes = [why] if line is None else []  # vLLM prints its "GPU KV cache size" only when it starts
     printed = (
         [line]
         if line is not None
@@ -424,7 +422,7 @@ def pack(
         ]
     )
     if line is not None and pool > 0:
-        notes.insert(0, f'{release} would refuse to start: "{line}"')
+        notes.insert(0, f'{release} would stop: "{line}"')
     if not batched_given:
         notes.append(
             f"--max-num-batched-tokens {B:,} (vllm serve's default here; the LLM class's is 16,384) sizes the "
