@@ -206,3 +206,25 @@ def test_every_layout_and_the_fewest_gpus_plan_without_an_internal_error():
 def test_the_kv_cache_command_still_shows_both_engines_pages():
     report = json.loads(invoke("kv-cache", "deepseek-v4-flash", "--json").stdout)
     assert report["vllm"]["block_bytes"] == BLOCK and report["sglang"][0]["pool"] == "c4 KV"
+
+
+def test_readme_says_the_issue_s_two_figures_as_the_plan_prints_them():
+    from .helpers import ROOT
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (
+        "`kimicount plan --gpus 2xGH200 --kv-memory 5841563904 -- vllm serve deepseek-ai/DeepSeek-V4-Flash …`), "
+        'gives its "6.66 GiB KV cache is needed" and "the estimated maximum model length is 13528"'
+    ) in readme
+    out = invoke(
+        "plan",
+        "--gpus",
+        "2xGH200",
+        "--kv-memory",
+        "5841563904",
+        "--",
+        *SERVE,
+        "--max-num-batched-tokens",
+        "16384",
+    )
+    assert "(6.66 GiB KV cache is needed" in flat(out.stdout) and "model length is 13528." in flat(out.stdout)

@@ -23,6 +23,10 @@ free before the weights load × mem_fraction_static − weights, in pages of --p
 with its own default mem_fraction_static by release, its DP attention (dense MLP, shared expert and
 head over all TP × DP ranks) and its max_running_requests. The plan follows one release of its engine,
 the newest kimicount knows unless `release` names another, and says which.
+
+DeepSeek V4 caches no latent per token but windows, compressed entries and compressor states: its
+engine's `pack` gives each stage a Packing (block ids, those one request takes, the tokens the engine
+reports, the longest max_model_len that fits), which PlanReport reads in place of the pages above.
 """
 
 from __future__ import annotations

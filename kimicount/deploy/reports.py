@@ -5,7 +5,8 @@ the plan applied, e.g. '0.5.8.post1'), `engine_rules` ('SGLang 0.5.8.post1'), `e
 engine would print at start-up, in its words), `gpus` (the accelerator and its figures),
 `parallel`, `weights` (the components per GPU), `stages` (each stage's memory), `reserve`, `sglang`
 (SGLang's mem_fraction_static and what it prints; null for vLLM), `deepep_buffer` (under EP, DeepEP's
-low-latency buffer per GPU: an estimate, not in the pool), `kv_cache`, `fits`, `short_by_bytes`,
+low-latency buffer per GPU: an estimate, not in the pool), `kv_cache` (with `packing` for a family's
+own groups, DeepSeek V4's, as the engine's rule packs them; null otherwise), `fits`, `short_by_bytes`,
 `min_gpus`, `min_gpus_search` (under --min-gpus: the largest count tried, the layouts planned, the closest layout that did
 not fit and by how much, the least any layout needs against a GPU's usable memory; else null), and
 `estimate` wherever a figure rests on an estimate: on each stage, on `kv_cache`, on

@@ -183,10 +183,11 @@ class MemoryRow:
 class ServerEngine(Engine, ABC):
     """A serving engine that sizes its KV pool itself (vLLM, SGLang): the planner's questions to it.
 
-    The memory rule reads the model's cache groups (deploy/groups.py): today one per-token group; a
-    hybrid model's state pool or a compressed cache adds groups, which `pool_tokens` packs by the
-    engine's own rule (vLLM's hybrid KV-cache manager, SGLang's mamba_full_memory_ratio split) once
-    that rule is written there."""
+    The memory rule reads the model's cache groups (deploy/groups.py): one per-token group, which
+    `pool_tokens` packs; a family's own groups (DeepSeek V4's windows, compressed entries and
+    compressor states), which `pack` packs by the engine's rule for them into a Packing; a hybrid
+    model's state pool adds groups, packed by the engine's own rule (vLLM's hybrid KV-cache manager,
+    SGLang's mamba_full_memory_ratio split) once that rule is written there."""
 
     route: Route = "server"
     #: The concurrency cap: the DeploymentOptions field and its flag.
