@@ -437,18 +437,7 @@ def _vllm_json(report: Any) -> dict[str, Any]:
         "page_sizes": list(layout.page_sizes),
         "layer_tuples": layout.layer_tuples,
         "block_bytes": layout.block_bytes,
-        "groups": [
-            {
-                "holds": group.names,
-                "sliding": group.sliding,
-                "block_size": group.specs[0].block_size,
-                "layers": len(group.specs),
-                "layer_tuples": group.layer_tuples,
-                "page_bytes": sorted({s.page for s in group.specs}, reverse=True),
-                "pages_per_request": group.pages(tokens, batch),
-            }
-            for group in layout.groups
-        ],
+        "groups": layout.groups_json(tokens, batch),
         "pages_per_request": layout.pages(tokens, batch),
         "memory_bytes": layout.memory_for(tokens, batch),
         "budget": None

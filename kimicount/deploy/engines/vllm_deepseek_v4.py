@@ -50,6 +50,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kimicount.cache_groups import COMPRESSOR_STATE, INDEX_KEYS, CacheGroup, MemoryKind
 from kimicount.deploy.engines.base import Release, Ruled, rule_for
@@ -219,6 +220,22 @@ class VllmLayout:
     def pages(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """Block ids one request of max_model_len takes, over every group. [blocks/request]"""
         return sum(g.pages(max_model_len, max_num_batched_tokens) for g in self.groups)
+
+    def groups_json(self, max_model_len: int, max_num_batched_tokens: int) -> list[dict[str, Any]]:
+        """The groups for --json (kv-cache's and plan's): what each holds, its block, layers, layer
+        tuples, page sizes and the pages one request of max_model_len takes in it."""
+        return [
+            {
+                "holds": g.names,
+                "sliding": g.sliding,
+                "block_size": g.specs[0].block_size,
+                "layers": len(g.specs),
+                "layer_tuples": g.layer_tuples,
+                "page_bytes": sorted({s.page for s in g.specs}, reverse=True),
+                "pages_per_request": g.pages(max_model_len, max_num_batched_tokens),
+            }
+            for g in self.groups
+        ]
 
     def memory_for(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """_max_memory_usage_bytes_from_groups: the KV-cache memory one request of max_model_len needs
@@ -470,17 +487,6 @@ def pack(
             "memory_bytes": needed,
             "estimated_max_model_len": longest,
             "kv_cache_size_tokens": tokens,
-            "groups": [
-                {
-                    "holds": g.names,
-                    "sliding": g.sliding,
-                    "block_size": g.specs[0].block_size,
-                    "layers": len(g.specs),
-                    "layer_tuples": g.layer_tuples,
-                    "page_bytes": sorted({s.page for s in g.specs}, reverse=True),
-                    "pages_per_request": g.pages(L, B),
-                }
-                for g in layout.groups
-            ],
+            "groups": layout.groups_json(L, B),
         },
     )
