@@ -5,8 +5,10 @@ A group holds, per sequence of T tokens and per layer: T entries (per token), �
 `ratio` positions a compressor has closed a window over), min(T, window) (a window, a compressor's
 running state). So the cache is T × a per-token rate (the compressed groups' entry ÷ ratio, exact
 fractions: 584 ÷ 128 = 4.5625 B) plus, once T passes the windows, a constant per sequence; the report
-gives both, each group's formula, and the exact bytes at T. kimicount.vllm_deepseek_v4 gives vLLM's
-pages and pool of the same groups, kimicount.sglang_deepseek_v4 SGLang's pools.
+gives both, each group's formula, and the exact bytes at T. The engines' pages of the same groups are
+the engines' rules, in the planner's house (kimicount.deploy.engines.vllm_deepseek_v4: vLLM's layout
+and pool; .sglang_deepseek_v4: SGLang's pools); `kimicount kv-cache` attaches them (`vllm`, `sglang`)
+from above, so this model-layer module imports no engine.
 
     >>> from kimicount.models import known_model
     >>> report = group_cache_report(known_model("deepseek-v4-pro").spec(), tokens=1_000_000)
@@ -112,7 +114,8 @@ class GroupLine:
 @dataclass(frozen=True)
 class GroupCacheReport:
     """The cache of `batch` sequences of `tokens` each, group by group; `vllm` and `sglang` the engines'
-    pages of it (None when the groups are not a DeepSeek V4 model's fp8 ones)."""
+    pages of it, attached from the planner's house (None until then, and for a cache neither engine
+    keeps: bf16)."""
 
     spec: Any
     dtype: str
@@ -169,9 +172,9 @@ def group_cache_report(
     max_num_batched_tokens: int = 8192,
     budget: int | None = None,
 ) -> GroupCacheReport:
-    """The cache of a model without an MLA group, by its groups; with vLLM's layout of them (block
-    `block_size`, vLLM's 256 by default) and SGLang's pools (pages of `block_size` tokens) when the
-    cache is fp8, the only cache either engine keeps for DeepSeek V4."""
+    """The cache of a model without an MLA group, by its groups; `block_size` (vLLM's 256 by default)
+    and `max_num_batched_tokens` are kept for the engines' pages, which the caller attaches
+    (kimicount.deploy.engines.deepseek_v4.engine_pages)."""
     from kimicount.families import cache_groups
 
     tokens = spec.max_position_embeddings if tokens is None else tokens
@@ -188,14 +191,6 @@ def group_cache_report(
     dtype = "fp8" if dtype is None else dtype
     groups = cache_groups(spec, include_mtp, dtype=dtype, indexer=indexer)
     block = 256 if block_size is None else require_positive("--block-size", block_size)
-    vllm = sglang = None
-    if dtype == "fp8":
-        from kimicount.sglang_deepseek_v4 import sglang_pools
-        from kimicount.vllm_deepseek_v4 import vllm_layout
-
-        fp8_groups = groups if indexer == "fp8" else cache_groups(spec, include_mtp, dtype=dtype)
-        vllm = vllm_layout(fp8_groups, block)
-        sglang = sglang_pools(groups, block)
     return GroupCacheReport(
         spec=spec,
         dtype=dtype,
@@ -207,8 +202,6 @@ def group_cache_report(
         budget=budget,
         block_size=block,
         max_num_batched_tokens=max_num_batched_tokens,
-        vllm=vllm,
-        sglang=sglang,
     )
 
 

@@ -72,7 +72,7 @@ def render_kv_groups(console: Console, report: GroupCacheReport, *, pages: bool 
 
 
 def _render_vllm(console: Console, report: GroupCacheReport) -> None:
-    from kimicount.vllm_deepseek_v4 import format_gib
+    from kimicount.deploy.engines.vllm_deepseek_v4 import format_gib
 
     layout, tokens, batch = report.vllm, report.tokens, report.max_num_batched_tokens
     show(

@@ -431,24 +431,13 @@ def _vllm_json(report: Any) -> dict[str, Any]:
     layout, tokens, batch = report.vllm, report.tokens, report.max_num_batched_tokens
     budget = report.budget
     return {
-        "rule": "vLLM's DeepSeek V4 KV-cache rule, as in v0.22 (kimicount/vllm_deepseek_v4.py)",
+        "rule": "vLLM's DeepSeek V4 KV-cache rule, as in v0.22 (kimicount/deploy/engines/vllm_deepseek_v4.py)",
         "block_size": report.block_size,
         "max_num_batched_tokens": batch,
         "page_sizes": list(layout.page_sizes),
         "layer_tuples": layout.layer_tuples,
         "block_bytes": layout.block_bytes,
-        "groups": [
-            {
-                "holds": group.names,
-                "sliding": group.sliding,
-                "block_size": group.specs[0].block_size,
-                "layers": len(group.specs),
-                "layer_tuples": group.layer_tuples,
-                "page_bytes": sorted({s.page for s in group.specs}, reverse=True),
-                "pages_per_request": group.pages(tokens, batch),
-            }
-            for group in layout.groups
-        ],
+        "groups": layout.groups_json(tokens, batch),
         "pages_per_request": layout.pages(tokens, batch),
         "memory_bytes": layout.memory_for(tokens, batch),
         "budget": None

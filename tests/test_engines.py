@@ -1,7 +1,8 @@
 """kimicount.deploy.engines: one interface behind a registry, and releases.
 
 - vLLM's rule is V1's, its default engine from v0.8.0 (V0, vllm/worker/worker.py, is not modelled); the
-  newest release checked is 0.15.0, the published Kimi-K2.5 run on 8 × H100 (tests/test_reserve.py).
+  pool was checked on the published Kimi-K2.5 run on 8 × H100, 0.15.0 (tests/test_reserve.py); the newest
+  release known is 0.22.0, issue #44376's DeepSeek-V4-Flash run (tests/test_vllm_deepseek_v4.py).
 - SGLang's default mem_fraction_static is PR #10975's heuristic (merged 2025-09-27, first released in
   0.5.3), read at v0.5.8.post1 (tests/test_sglang.py's MI355X run).
 - llama.cpp's releases are its builds (b5137: MLA, PR #12801; b7832: the V-less cache, PR #19067).
@@ -51,7 +52,7 @@ def test_releases_order_as_the_engines_tag_them():
 def test_the_plan_names_the_release_whose_rules_it_applied():
     args = ("--config", K25, "--text-only", "--gpus", "8xH200", "--kv-memory", "40GiB")
     newest = plan_json(*args)
-    assert (newest["engine_release"], newest["engine_rules"]) == ("0.15.0", "vLLM 0.15.0")
+    assert (newest["engine_release"], newest["engine_rules"]) == ("0.22.0", "vLLM 0.22.0")
     pinned = plan_json(*args, "--engine", "sglang==0.5.8")
     assert (pinned["engine"], pinned["engine_rules"]) == ("sglang", "SGLang 0.5.8")
     assert plan_json(*args, "--engine", "sglang", "--engine-version", "0.5.3")["engine_release"] == "0.5.3"
@@ -61,7 +62,7 @@ def test_the_plan_names_the_release_whose_rules_it_applied():
 @pytest.mark.parametrize(
     "args, needles",
     [
-        (["--engine", "vllm==0.7.3"], ["vllm==0.7.3", "from 0.8.0 to 0.15.0", "V0 not modelled"]),
+        (["--engine", "vllm==0.7.3"], ["vllm==0.7.3", "from 0.8.0 to 0.22.0", "V0 not modelled"]),
         (["--engine", "sglang==0.4.9"], ["sglang==0.4.9", "from 0.5.3 to 0.5.8.post1"]),
         (["--engine", "sglang==latest"], ["'latest' is not a release number"]),
         (["--engine", "sglang=="], ["expected a release after =="]),

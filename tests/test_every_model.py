@@ -104,7 +104,9 @@ def test_measure_on_every_bundled_config():
         args = ["measure", model.name, "--device", "cpu", "--tokens", "4", "--decode-steps", "1", "--json"]
         result = invoke(*args, env=OFFLINE)
         if "measure" not in family_of(model.spec()).commands:  # a family measure does not serve yet
-            assert "measure: " in fails_cleanly(result) and "not supported by this command yet" in result.stderr
+            assert (
+                "measure: " in fails_cleanly(result) and "not supported by this command yet" in result.stderr
+            )
             continue
         assert result.exit_code == 0, (model.name, result.output)
         report = json.loads(result.stdout)

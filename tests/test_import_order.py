@@ -9,6 +9,9 @@ is for the type checker only and is left out).
   view, and only the request, the views and the CLI read the request.
 - No engine's name is compared as a string outside kimicount/deploy/engines/: the planner asks the
   engine's object instead.
+- The model (spec, families, cache groups, kv-cache's reports, flow, storage) and the readers import
+  nothing of the planner's house: an engine's rule over a model's cache lives in deploy/engines/ and is
+  attached from above (kv-cache's DeepSeek V4 pages: deploy/engines/deepseek_v4.py).
 """
 
 from __future__ import annotations
@@ -137,3 +140,24 @@ def test_no_engine_name_is_compared_as_a_string_outside_the_engines(name):
         for text in _compared_strings(node)
     }
     assert not compared & ENGINE_NAMES
+
+
+#: Above the model: the planner itself, the CLI, the views, the JSON, the old paths' shim, and compare
+#: (models side by side with their weights on one GPU, placed by the planner's rule).
+ABOVE_THE_MODEL = (
+    "kimicount.deploy",
+    "kimicount.cli",
+    "kimicount.reports",
+    "kimicount._moved",
+    "kimicount.compare",
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(n for n in MODULES if not is_view(n) and not n.startswith(ABOVE_THE_MODEL) and n != "kimicount"),
+)
+def test_the_model_imports_no_planner(name):
+    assert not {m for m in imports(name) if m == "kimicount.deploy" or m.startswith("kimicount.deploy.")}, (
+        name
+    )

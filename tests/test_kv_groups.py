@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from kimicount.deploy.engines.deepseek_v4 import engine_pages
 from kimicount.kv_groups import group_cache_report
 
 from .helpers import ROOT, fails_cleanly, invoke
@@ -54,7 +55,7 @@ def test_the_card_s_10_percent_of_v3_2_at_1m():
 
 
 def test_v4_flash_groups_and_the_fp4_indexer():
-    report = group_cache_report(flash(), tokens=T, indexer="fp4")
+    report = engine_pages(group_cache_report(flash(), tokens=T, indexer="fp4"))
     lines = {line.group.name: line for line in report.lines}
     assert lines["CSA indexer keys"].bytes_per_sequence == 21 * (T // 4) * INDEX_FP4
     assert lines["SWA window"].bytes_per_sequence == 43 * 128 * RECORD
@@ -64,7 +65,7 @@ def test_v4_flash_groups_and_the_fp4_indexer():
 
 
 def test_bf16_entries_and_the_mtp_layer():
-    report = group_cache_report(flash(), tokens=1000, dtype="bf16", include_mtp=True)
+    report = engine_pages(group_cache_report(flash(), tokens=1000, dtype="bf16", include_mtp=True))
     lines = {line.group.name: line for line in report.lines}
     assert lines["SWA window"].bytes_per_sequence == 44 * 128 * 512 * 2  # 43 layers + the MTP one
     assert lines["HCA compressed KV"].bytes_per_sequence == 20 * (1000 // 128) * 1024

@@ -484,7 +484,7 @@ def test_kimi_k2_fp8_does_not_fit_8_h200_and_fits_16():
     out = invoke("plan", "--gpus", "8xH200").stdout
     # 121 GiB of weights fit the 126 GiB vLLM may use; with the reserve no KV page is left
     assert (
-        "on 8 × H200, TP8 (vLLM 0.15.0): does not fit: the weights and the reserve leave no room for KV cache"
+        "on 8 × H200, TP8 (vLLM 0.22.0): does not fit: the weights and the reserve leave no room for KV cache"
         in flat(out.split("\nKV cache:")[0])
     )
     assert plan_json("--gpus", "8xH200")["answer"]["verdict"] == "weights_do_not_fit"
@@ -640,7 +640,7 @@ def test_mtp_layer_is_loaded_only_when_asked():
 
 def test_text_output_has_the_tables_and_the_bar():
     out = invoke("plan", "--detail", "--gpus", "8xH200", "--config", K25, "--text-only").stdout
-    assert "on 8 × H200, TP8 (vLLM 0.15.0): fits" in out.splitlines()[0]
+    assert "on 8 × H200, TP8 (vLLM 0.22.0): fits" in out.splitlines()[0]
     assert (
         "H200: NVIDIA H200 SXM 141GB, 143,771 MiB as nvidia-smi reports it; the plan uses CUDA's total, "
         "143,156 MiB, which vLLM sizes against" in flat(out)

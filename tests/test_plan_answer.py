@@ -107,7 +107,7 @@ def test_the_answer_comes_first_in_a_few_lines():
     # 46.80 GiB ÷ (64 × 70,272 B) = 11,173 pages = 715,072 tokens; 11,173 ÷ 4,096 pages a sequence = 2.73
     # 4,096 pages × 64 × 70,272 B = 17.2 GiB a sequence
     assert out.splitlines() == [
-        "kimi-k2.5 on 8 × H200, TP8 (vLLM 0.15.0): fits",
+        "kimi-k2.5 on 8 × H200, TP8 (vLLM 0.22.0): fits",
         "KV cache: 715,072 tokens per GPU; 70,272 B per token",
         "Concurrency at 262,144 tokens (17.2 GiB each): 2.73× (2 whole sequences per replica)",
         "Limited by the KV pool: 46.8 GiB per GPU (--kv-memory)",
@@ -133,7 +133,7 @@ def test_only_the_longest_request_not_fitting_is_not_the_weights_not_fitting():
     out = plan_text(*V3_DP16)
     first = " ".join(out.split("\nKV cache:")[0].split())
     assert first == (
-        "deepseek-v3 on 16 × H800, DP16 + EP16 (vLLM 0.15.0): does not fit 163,840-token requests; up to 88,192 tokens fit"
+        "deepseek-v3 on 16 × H800, DP16 + EP16 (vLLM 0.22.0): does not fit 163,840-token requests; up to 88,192 tokens fit"
     )
     # Kimi-K2-Instruct on 8 × H200: 121 GiB of weights fit the 126 GiB vLLM may use, the reserve does not
     assert plan_json("--gpus", "8xH200")["answer"]["verdict"] == "weights_do_not_fit"
@@ -310,7 +310,7 @@ def test_gpus_in_nodes():
     answer = report["answer"]
     assert (answer["nodes"], answer["gpus_per_node"], answer["tp_spans_nodes"]) == (2, 8, True)
     out = plan_text(*args)
-    assert out.startswith("deepseek-v3 on 16 × H800 (2 nodes × 8), TP16 (vLLM 0.15.0): fits\n")
+    assert out.startswith("deepseek-v3 on 16 × H800 (2 nodes × 8), TP16 (vLLM 0.22.0): fits\n")
     assert "TP16 spans 2 nodes of 8: its all-reduces cross the network between nodes" in " ".join(out.split())
     # TP8 × DP2 keeps each TP group inside a node
     assert plan_json(*args, "--tp", "8", "--dp", "2", "--ep", "16")["answer"]["tp_spans_nodes"] is False

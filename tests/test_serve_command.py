@@ -73,7 +73,7 @@ def test_the_serve_command_reproduces_vllms_published_kimi_k2_thinking_run(k2_th
     out = invoke("plan", "--gpus", "8xH200", "--kv-memory", "46.80GiB", "--", *command)
     assert out.exit_code == 0, out.output
     assert out.stdout.splitlines()[:3] == [
-        "Kimi-K2-Thinking on 8 × H200, TP8 (vLLM 0.15.0): fits",
+        "Kimi-K2-Thinking on 8 × H200, TP8 (vLLM 0.22.0): fits",
         "KV cache: 715,072 tokens per GPU; 70,272 B per token",
         "Concurrency at 262,144 tokens (17.2 GiB each): 2.73× (2 whole sequences per replica)",
     ]

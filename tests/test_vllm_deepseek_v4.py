@@ -10,14 +10,14 @@ gpu_memory_utilization=0.95) failed with
 
 The LLM class on a GPU of at least 70 GiB that is not an A100 defaults max_num_batched_tokens to 16,384
 (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults). The pages and the pool below are written out
-by hand from the specs' rules (kimicount/vllm_deepseek_v4.py says where each is read)."""
+by hand from the specs' rules (kimicount/deploy/engines/vllm_deepseek_v4.py says where each is read)."""
 
 from __future__ import annotations
 
 import pytest
 
+from kimicount.deploy.engines.vllm_deepseek_v4 import format_gib, not_enough_memory_line, vllm_layout
 from kimicount.families import cache_groups
-from kimicount.vllm_deepseek_v4 import format_gib, not_enough_memory_line, vllm_layout
 
 from .test_deepseek_v4 import flash, pro
 

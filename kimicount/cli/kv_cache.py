@@ -239,6 +239,7 @@ def _group_cache(
     as_json,
 ) -> None:
     """kv-cache of a model without an MLA group (DeepSeek V4): its groups, and the engines' pages."""
+    from kimicount.deploy.engines.deepseek_v4 import engine_pages
     from kimicount.errors import UsageError
     from kimicount.kv_groups import group_cache_report
     from kimicount.options import parse_size
@@ -256,16 +257,20 @@ def _group_cache(
     )
     ignored(ctx, f"for {spec.name} (the chart is the MLA layouts')", "chart", "plot")
     given = ctx.get_parameter_source("block_size")
-    report = group_cache_report(
-        spec,
-        tokens=tokens,
-        batch=batch,
-        dtype=dtype,
-        indexer=indexer,
-        include_mtp=include_mtp,
-        block_size=parse_count(block_size, "--block-size") if given and given.name == "COMMANDLINE" else None,
-        max_num_batched_tokens=parse_count(max_batched, "--max-num-batched-tokens"),
-        budget=None if budget is None else parse_size(budget),
+    report = engine_pages(
+        group_cache_report(
+            spec,
+            tokens=tokens,
+            batch=batch,
+            dtype=dtype,
+            indexer=indexer,
+            include_mtp=include_mtp,
+            block_size=parse_count(block_size, "--block-size")
+            if given and given.name == "COMMANDLINE"
+            else None,
+            max_num_batched_tokens=parse_count(max_batched, "--max-num-batched-tokens"),
+            budget=None if budget is None else parse_size(budget),
+        )
     )
     if as_json:
         from kimicount.reports import group_cache_json

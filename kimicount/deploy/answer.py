@@ -34,7 +34,7 @@ def verdict_of(report: PlanReport) -> Verdict:
     """Which of the three answers the plan gives."""
     if report.fits:
         return Verdict.fits
-    return Verdict.longest_request if report.pages_per_gpu > 0 else Verdict.weights
+    return Verdict.longest_request if report.longest > 0 else Verdict.weights
 
 
 def max_num_seqs(report: PlanReport) -> int:
@@ -58,7 +58,9 @@ def limited_by(report: PlanReport) -> str:
 
 
 def sequence_bytes(report: PlanReport) -> int:
-    """What one sequence of max_model_len takes on the fullest GPU, in whole pages. [bytes]"""
+    """What one sequence of max_model_len takes on the fullest GPU, in whole pages (a Packing's). [bytes]"""
+    if report.packing is not None:
+        return report.packing.request_bytes
     return report.sequence_pages * report.block_size * report.fullest.bytes_per_token
 
 
@@ -131,8 +133,8 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
         return []
     options, count, spec = report.options, report.count, anatomy.spec
     ways: list[WayOut] = []
-    if report.pages_per_gpu > 0:
-        longest = report.pages_per_gpu * report.block_size * report.parallel.dcp
+    if report.longest > 0:
+        longest = report.longest
         found = try_plan(anatomy, gpu, count, replace(options, max_model_len=longest))
         if found is not None and found.fits:
             ways.append(
@@ -204,6 +206,10 @@ def largest_batch(report: PlanReport, context: int) -> int:
     """The most sequences per replica whose KV at `context` positions fits the pool in a decode step:
     each takes sequence_pages(context) pages on every GPU, and under PP each stage holds PP micro-batches
     at once, so floor(pages_per_gpu ÷ (pages × PP)), as speed.step_floor's `fits` counts them. [sequences]"""
+    if report.packing is not None:
+        raise UsageError(
+            f"--batch max: {report.spec.name}'s decode steps (compressed attention) are not modelled yet"
+        )
     pages = sequence_pages(context, report.block_size, report.parallel.dcp)
     return report.pages_per_gpu // (pages * report.parallel.pp)
 

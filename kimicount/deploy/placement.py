@@ -12,6 +12,14 @@ module a tensor belongs to:
 | routed experts | without EP: every expert split along its intermediate dimension over TP × DP ranks; with EP (size TP × DP): whole experts, ceil(E / EP) on the fullest rank |
 | embedding, output head | split by vocabulary, the vocabulary padded to a multiple of 64 first |
 
+DeepSeek V4 (vLLM's models/deepseek_v4.py @ 023da1f, DeepseekV4Attention and DeepseekV4MLP): wq_b is
+column-parallel (split by heads); wo_a column-parallel over its o_groups × o_lora_rank rows (each rank
+its o_groups ÷ TP groups: split with the heads); wo_b row-parallel; the shared expert's w1, w3 and w2
+split along its width; wq_a and wkv (fused_wqa_wkv, disable_tp), the norms, the compressors
+(fused_wkv_wgate, disable_tp), the indexer (ReplicatedLinear: "no tensor parallel, just replicated"),
+the router, the hash table and the hyper-connections replicated; attn_sink holds the rank's heads
+padded to at least 64 (FlashMLA's), F32.
+
 Data-parallel attention (`dp` > 1) gives each DP rank its own copy of everything the TP rule covers,
 over its own TP group (TP1: the whole attention, dense MLP, shared expert, embedding and head); only
 the routed experts span all TP × DP ranks. Pipeline parallelism gives each stage its layers (vLLM's
@@ -223,14 +231,20 @@ class Rule(str, Enum):
     vocabulary = "split by vocabulary"
 
 
-_HEAD_SPLIT = (".q_b_proj.", ".q_proj.", ".kv_b_proj.")
+_HEAD_SPLIT = (".q_b_proj.", ".q_proj.", ".kv_b_proj.", ".attn.wq_b.", ".attn.wo_a.", ".o_a_proj.")
+_HEAD_INPUT = (".o_proj.", ".attn.wo_b.", ".o_b_proj.")
 _INTERMEDIATE_ROWS = (
     ".mlp.gate_proj.",
     ".mlp.up_proj.",
     ".shared_experts.gate_proj.",
     ".shared_experts.up_proj.",
+    ".shared_experts.w1.",
+    ".shared_experts.w3.",
 )
-_INTERMEDIATE_COLUMNS = (".mlp.down_proj.", ".shared_experts.down_proj.")
+_INTERMEDIATE_COLUMNS = (".mlp.down_proj.", ".shared_experts.down_proj.", ".shared_experts.w2.")
+#: DeepSeek V4's attention sinks, one F32 per head: vLLM keeps the rank's heads, at least 64.
+_SINKS = (".attn.attn_sink", ".self_attn.sinks")
+SINK_HEADS = 64
 
 
 def tensor_rule(ref: TensorRef) -> Rule:
@@ -249,9 +263,9 @@ def tensor_rule(ref: TensorRef) -> Rule:
         return Rule.experts
     if ".indexer." in pattern:  # vLLM: "no tensor parallel, just replicated"
         return Rule.replicated
-    if any(module in pattern for module in _HEAD_SPLIT):
+    if any(module in pattern for module in _HEAD_SPLIT) or pattern.endswith(_SINKS):
         return Rule.heads
-    if ".o_proj." in pattern:
+    if any(module in pattern for module in _HEAD_INPUT):
         return Rule.heads_input
     if any(module in pattern for module in _INTERMEDIATE_ROWS + _INTERMEDIATE_COLUMNS):
         return Rule.intermediate
@@ -311,7 +325,11 @@ def shard(
         parts, option = parallel.dense_ranks, f"--tp {parallel.dense_ranks}"
     else:
         parts, option = parallel.tp, f"--tp {parallel.tp}"
-    axis = 1 if rule is Rule.heads_input or ".down_proj." in ref.pattern else 0
+    if ref.pattern.endswith(_SINKS):  # the rank's heads, padded to FlashMLA's 64 with -inf
+        heads = max(ref.shape[0] // parts, SINK_HEADS)
+        return Shard(replace(_split(spec, ref, 0, parts, option), shape=(heads,)), rule, parts, 0)
+    # down_proj and DeepSeek V4's w2 (routed and shared experts) are row-parallel: split by input
+    axis = 1 if rule is Rule.heads_input or ".down_proj." in ref.pattern or ".w2." in ref.pattern else 0
     return Shard(_split(spec, ref, axis, parts, option), rule, parts, axis)
 
 

@@ -23,6 +23,10 @@ free before the weights load × mem_fraction_static − weights, in pages of --p
 with its own default mem_fraction_static by release, its DP attention (dense MLP, shared expert and
 head over all TP × DP ranks) and its max_running_requests. The plan follows one release of its engine,
 the newest kimicount knows unless `release` names another, and says which.
+
+DeepSeek V4 caches no latent per token but windows, compressed entries and compressor states: its
+engine's `pack` gives each stage a Packing (block ids, those one request takes, the tokens the engine
+reports, the longest max_model_len that fits), which PlanReport reads in place of the pages above.
 """
 
 from __future__ import annotations
@@ -32,14 +36,16 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from kimicount.anatomy import Anatomy
+from kimicount.cache_groups import has_mla_group
 from kimicount.deploy.engines import DEFAULT_SERVER, server_engine
 from kimicount.deploy.engines.base import Release, ServerEngine, StaticFraction
 from kimicount.deploy.engines.deepep import DeepEPBuffer, low_latency_buffer
 from kimicount.deploy.engines.reserve import Reserve
-from kimicount.deploy.groups import PoolGroup, model_groups
+from kimicount.deploy.groups import Packing, PoolGroup, model_groups
 from kimicount.deploy.hardware import Accelerator
 from kimicount.deploy.placement import Parallel, Placement, parallel_layout, place
 from kimicount.errors import UsageError, require_positive
+from kimicount.families import cache_groups
 from kimicount.kvcache import (
     Layout,
     LayoutCache,
@@ -103,7 +109,7 @@ class DeploymentOptions:
     kv_memory: int | None = None
     kv_dtype: str | None = None
     kv_layout: Layout | None = None
-    block_size: int = 64
+    block_size: int | None = None  # vLLM's --block-size; None: its default (64, FlashMLA's; 256 for V4)
     max_model_len: int | None = None
     mtp: bool = False
     vision: bool = True
@@ -203,11 +209,15 @@ class StageMemory:
     #: Tokens whose KV fits in the pool, in whole pages, as the engine packs the groups (one per-token
     #: group: floor(pool ÷ (block_size × bytes_per_token)) × block_size). [tokens]
     tokens: int
+    #: A family's own groups (DeepSeek V4's) as the engine's rule packs them; None for one per-token group.
+    packing: Packing | None = None
 
     @property
     def cache(self) -> LayoutCache:
         """The per-token group's layout: bytes per token on this GPU, for its kv_layers."""
-        return self.groups[0].cache
+        cache = self.groups[0].cache
+        assert cache is not None, "a packed model's cache is its Packing"
+        return cache
 
     @property
     def bytes_per_token(self) -> int:
@@ -216,8 +226,8 @@ class StageMemory:
 
     @property
     def kv_bytes(self) -> int:
-        """What those tokens take: tokens × bytes_per_token. [bytes]"""
-        return self.tokens * self.bytes_per_token
+        """What those tokens take: tokens × bytes_per_token (a Packing's pages). [bytes]"""
+        return self.tokens * self.bytes_per_token if self.packing is None else self.packing.used_bytes
 
 
 @dataclass(frozen=True)
@@ -280,9 +290,14 @@ class PlanReport:
         return self.options.kv_memory
 
     @property
+    def packing(self) -> Packing | None:
+        """The fullest stage's Packing (DeepSeek V4's groups, one stage); None for one per-token group."""
+        return self.fullest.packing
+
+    @property
     def block_size(self) -> int:
-        """Tokens per KV page: vLLM's block size or SGLang's page size."""
-        return self.options.page()
+        """Tokens per KV page: vLLM's block size or SGLang's page size (a Packing's)."""
+        return self.options.page() if self.packing is None else self.packing.page
 
     @property
     def max_model_len(self) -> int:
@@ -324,13 +339,16 @@ class PlanReport:
 
     @property
     def pages_per_gpu(self) -> int:
-        """KV pages on each GPU of the fullest stage (every stage must hold the same tokens). [pages]"""
+        """KV pages on each GPU of the fullest stage (every stage must hold the same tokens); a
+        Packing's block ids. [pages]"""
+        if self.packing is not None:
+            return self.packing.pages
         return min(stage.tokens for stage in self.stages) // self.block_size
 
     @property
     def tokens_per_gpu(self) -> int:
-        """pages_per_gpu × block_size. [tokens]"""
-        return self.pages_per_gpu * self.block_size
+        """pages_per_gpu × block_size; a Packing's tokens as its engine reports them. [tokens]"""
+        return self.pages_per_gpu * self.block_size if self.packing is None else self.packing.tokens
 
     @property
     def tokens_per_replica(self) -> int:
@@ -345,8 +363,18 @@ class PlanReport:
 
     @property
     def sequence_pages(self) -> int:
-        """Pages one sequence of max_model_len takes on each GPU. [pages]"""
+        """Pages one sequence of max_model_len takes on each GPU (a Packing's, over all its groups). [pages]"""
+        if self.packing is not None:
+            return self.packing.request_pages
         return sequence_pages(self.max_model_len, self.block_size, self.parallel.dcp)
+
+    @property
+    def longest(self) -> int:
+        """The longest max_model_len one replica holds: pages_per_gpu × block_size × DCP (a Packing's,
+        by its engine's rule; 0 when no request fits). [tokens]"""
+        if self.packing is not None:
+            return self.packing.longest
+        return self.pages_per_gpu * self.block_size * self.parallel.dcp
 
     @property
     def max_concurrency(self) -> float:
@@ -367,6 +395,10 @@ class PlanReport:
     @property
     def short_by(self) -> int:
         """The most bytes any GPU lacks for one sequence of max_model_len (0 when it fits). [bytes]"""
+        if self.packing is not None:
+            return max(
+                0, *(stage.packing.request_bytes - stage.pool for stage in self.stages if stage.packing)
+            )
         one = self.sequence_pages * self.block_size
         return max(0, *(one * stage.bytes_per_token - stage.pool for stage in self.stages))
 
@@ -402,8 +434,12 @@ def plan_memory(
         kv_layers = placement.kv_layers(index)
         pool = options.kv_memory if options.kv_memory is not None else usable - loaded[index] - kept
         groups = model_groups(spec, layout, element_bytes(dtype, "--kv-dtype"), kv_layers, workload)
-        tokens = rules.pool_tokens(pool, groups, page)
-        stages.append(StageMemory(index, layers, kv_layers, weights[index], kept, pool, groups, tokens))
+        packing = rules.pack(pool, groups, options, spec, gpu, parallel)  # a family's own groups
+        tokens = rules.pool_tokens(pool, groups, page) if packing is None else packing.tokens
+        stages.append(
+            StageMemory(index, layers, kv_layers, weights[index], kept, pool, groups, tokens, packing)
+        )
+        dtype = dtype if packing is None else packing.dtype
     return PlanReport(
         anatomy,
         gpu,
@@ -487,6 +523,8 @@ def least_need(anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions) -
     spec = anatomy.spec
     dtype = options.dtype(spec)
     layout = engine_layout(spec, dtype, options.kv_layout)
+    if not has_mla_group(cache_groups(spec)):  # DeepSeek V4: its cache bounded below by nothing here
+        return options.rules.least_reserve(options, anatomy, gpu)
     kv = bytes_per_token_per_layer(spec, layout, element_bytes(dtype, "--kv-dtype"))
     one = sequence_pages(options.context(spec), options.page()) * options.page() * kv
     return one + options.rules.least_reserve(options, anatomy, gpu)

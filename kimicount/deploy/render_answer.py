@@ -35,8 +35,7 @@ def verdict_text(report: PlanReport) -> str:
     if kind is Verdict.fits:
         text = "fits"
     elif kind is Verdict.longest_request:
-        longest = report.pages_per_gpu * report.block_size * report.parallel.dcp
-        text = f"does not fit {report.max_model_len:,}-token requests; up to {longest:,} tokens fit"
+        text = f"does not fit {report.max_model_len:,}-token requests; up to {report.longest:,} tokens fit"
     elif report.kv_memory is None and report.fullest.weights > report.usable:
         text = (
             f"does not fit: the weights alone take {human_bytes(report.fullest.weights)} of the "
@@ -75,7 +74,8 @@ def answer_lines(report: PlanReport, nodes: int = 1) -> list[str]:
         kv += f", {report.tokens_per_replica:,} per replica (DCP {parallel.dcp})"
     if parallel.dp > 1:
         kv += f", {report.tokens_total:,} in all (DP {parallel.dp})"
-    lines.append(f"{kv}; {stage.bytes_per_token:,} B per token")
+    packing = report.packing
+    lines.append(f"{kv}; {stage.bytes_per_token:,} B per token" if packing is None else packing.summary)
     whole = plural(report.sequences_per_replica, "whole sequence")
     everywhere = f", {report.sequences_per_replica * parallel.dp:,} in all" if parallel.dp > 1 else ""
     lines.append(
@@ -102,6 +102,8 @@ def answer_lines(report: PlanReport, nodes: int = 1) -> list[str]:
             f"Limited by the KV pool: {human_bytes(max(stage.pool, 0))} per GPU = {human_bytes(report.usable)} {usable} "
             f"− {human_bytes(stage.weights)} weights − {human_bytes(stage.reserve)} {reserve}"
         )
+    if packing is not None:  # the engine's own words for a family's groups (DeepSeek V4)
+        lines += packing.notes
     if tp_spans_nodes(report, nodes):
         lines.append(
             f"TP{parallel.tp} spans {nodes} nodes of {report.count // nodes}: its all-reduces cross the network "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from kimicount.deploy.groups import Packing
 from kimicount.deploy.hardware import GIVEN_MEMORY, Accelerator
 from kimicount.deploy.placement import Kind, Parallel
 from kimicount.deploy.plan import PlanReport, StageMemory, search_limit
@@ -279,6 +280,9 @@ def _bar(report: PlanReport, stage: StageMemory) -> tuple[str, str]:
 
 def _kv(console: Console, report: PlanReport) -> None:
     stage = report.fullest
+    if stage.packing is not None:
+        _packed_kv(console, report, stage.packing)
+        return
     line, indexer = stage.cache.attention, stage.cache.indexer
     parallel = report.parallel
     keys = f" + {indexer.bytes_per_token_per_layer:,} B of indexer keys" if indexer else ""
@@ -328,6 +332,22 @@ def _kv(console: Console, report: PlanReport) -> None:
         say(console, f"Tokens: {report.tokens_per_gpu:,} per GPU{replicas}")
     for printed in report.rules.printed_lines(report):
         say(console, printed)
+    _fits(console, report)
+
+
+def _packed_kv(console: Console, report: PlanReport, packing: Packing) -> None:
+    """A family's own groups (DeepSeek V4's) as the engine's rule packs them: its groups, block ids."""
+    say(console, f"KV cache: {report.spec.name}'s groups in {packing.dtype}, by {packing.rule}:")
+    for name, words in packing.rows:
+        say(console, f"  {name}: {words}")
+    say(console, packing.calculation)
+    for printed in report.rules.printed_lines(report):
+        say(console, printed)
+    _fits(console, report)
+
+
+def _fits(console: Console, report: PlanReport) -> None:
+    """Whether every GPU holds what it must, and what that rests on."""
     needs = (
         f"one sequence of {report.max_model_len:,} tokens"
         if report.kv_memory is not None

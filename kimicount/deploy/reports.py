@@ -5,7 +5,8 @@ the plan applied, e.g. '0.5.8.post1'), `engine_rules` ('SGLang 0.5.8.post1'), `e
 engine would print at start-up, in its words), `gpus` (the accelerator and its figures),
 `parallel`, `weights` (the components per GPU), `stages` (each stage's memory), `reserve`, `sglang`
 (SGLang's mem_fraction_static and what it prints; null for vLLM), `deepep_buffer` (under EP, DeepEP's
-low-latency buffer per GPU: an estimate, not in the pool), `kv_cache`, `fits`, `short_by_bytes`,
+low-latency buffer per GPU: an estimate, not in the pool), `kv_cache` (with `packing` for a family's
+own groups, DeepSeek V4's, as the engine's rule packs them; null otherwise), `fits`, `short_by_bytes`,
 `min_gpus`, `min_gpus_search` (under --min-gpus: the largest count tried, the layouts planned, the closest layout that did
 not fit and by how much, the least any layout needs against a GPU's usable memory; else null), and
 `estimate` wherever a figure rests on an estimate: on each stage, on `kv_cache`, on
@@ -78,7 +79,6 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
     spec, placement = report.spec, report.placement
     reserve = report.reserve
     fullest = report.fullest
-    line = fullest.cache.attention
     estimate = report.estimate
     figures_key, figures = report.rules.json_figures(report)
     return {
@@ -112,7 +112,7 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
                 "weights_bytes": s.weights,
                 "reserve_bytes": s.reserve,
                 "kv_pool_bytes": s.pool,
-                "kv_bytes_per_token": s.bytes_per_token,
+                "kv_bytes_per_token": s.bytes_per_token if s.packing is None else None,
                 "kv_tokens": s.tokens,
                 "kv_bytes": s.kv_bytes,
                 "estimate": estimate,
@@ -140,12 +140,9 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
         },
         "kv_memory_bytes": report.kv_memory,
         "kv_cache": {
-            "layout": report.layout.value,
+            **_cache_json(report),
             "dtype": report.dtype,
-            "bytes_per_token_per_layer": fullest.cache.bytes_per_token_per_layer,
-            "attention_calculation": line.calculation,
             "layers": fullest.kv_layers,
-            "bytes_per_token_per_gpu": fullest.bytes_per_token,
             "block_size": report.block_size,
             "tokens_per_gpu": report.tokens_per_gpu,
             "tokens_per_replica": report.tokens_per_replica,
@@ -171,6 +168,40 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
         "min_gpus_search": None
         if report.min_gpus_search is None
         else search_json(report.min_gpus_search, report.engine),
+    }
+
+
+def _cache_json(report: PlanReport) -> dict[str, Any]:
+    """The cache's own keys: an MLA layout's bytes per token; or, for a family's own groups packed by
+    the engine's rule (DeepSeek V4), null there and `packing`: the rule, the block ids, a request's,
+    its bytes, the longest max_model_len that fits, the engine's groups and figures and its words."""
+    fullest, packing = report.fullest, report.packing
+    if packing is None:
+        return {
+            "layout": report.layout.value,
+            "bytes_per_token_per_layer": fullest.cache.bytes_per_token_per_layer,
+            "attention_calculation": fullest.cache.attention.calculation,
+            "bytes_per_token_per_gpu": fullest.bytes_per_token,
+            "packing": None,
+        }
+    return {
+        "layout": None,
+        "bytes_per_token_per_layer": None,
+        "attention_calculation": None,
+        "bytes_per_token_per_gpu": None,
+        "packing": {
+            "rule": packing.rule,
+            "block_bytes": packing.page_bytes,
+            "blocks": packing.pages,
+            "blocks_per_request": packing.request_pages,
+            "request_bytes": packing.request_bytes,
+            "longest_max_model_len": packing.longest,
+            "used_bytes": packing.used_bytes,
+            "calculation": packing.calculation,
+            "groups": [{"name": name, "paged": words} for name, words in packing.rows],
+            "figures": packing.figures,
+            "notes": list(packing.notes),
+        },
     }
 
 

@@ -191,6 +191,10 @@ def step_floor(
     `prefill` of one prompt of `context` tokens (then `batch` is ignored: the prompt's tokens are the
     batch). See the module docstring for the formulas."""
     gpu = gpu or report.gpu
+    if report.packing is not None:  # DeepSeek V4: windows, compressed entries and sparse reads
+        raise UsageError(
+            f"--batch/--context: {report.spec.name}'s speed floor (compressed attention) is not modelled yet"
+        )
     if gpu.hbm_bandwidth <= 0 or gpu.bf16_flops <= 0:
         raise UsageError(
             "--batch/--context: the speed floor needs the GPU's --hbm-bandwidth and --peak-bf16 (a GPU given "

@@ -91,7 +91,7 @@ FAMILIES = (
         (),
         ("DeepseekV4ForCausalLM",),
         "kimicount.families.deepseek_v4",
-        frozenset({"params", "kv-cache", "verify", "models", "flops", "show", "explore"}),
+        frozenset({"params", "kv-cache", "verify", "models", "flops", "show", "explore", "plan"}),
     ),
 )
 

@@ -30,7 +30,7 @@ from kimicount.reading import shorten
 if TYPE_CHECKING:
     from kimicount.anatomy import Anatomy
     from kimicount.deploy.engines.reserve import Reserve
-    from kimicount.deploy.groups import PoolGroup
+    from kimicount.deploy.groups import Packing, PoolGroup
     from kimicount.deploy.hardware import Accelerator
     from kimicount.deploy.placement import Parallel, PlacedComponent, Placement
     from kimicount.deploy.plan import DeploymentOptions, PlanReport, StageMemory
@@ -183,10 +183,11 @@ class MemoryRow:
 class ServerEngine(Engine, ABC):
     """A serving engine that sizes its KV pool itself (vLLM, SGLang): the planner's questions to it.
 
-    The memory rule reads the model's cache groups (deploy/groups.py): today one per-token group; a
-    hybrid model's state pool or a compressed cache adds groups, which `pool_tokens` packs by the
-    engine's own rule (vLLM's hybrid KV-cache manager, SGLang's mamba_full_memory_ratio split) once
-    that rule is written there."""
+    The memory rule reads the model's cache groups (deploy/groups.py): one per-token group, which
+    `pool_tokens` packs; a family's own groups (DeepSeek V4's windows, compressed entries and
+    compressor states), which `pack` packs by the engine's rule for them into a Packing; a hybrid
+    model's state pool adds groups, packed by the engine's own rule (vLLM's hybrid KV-cache manager,
+    SGLang's mamba_full_memory_ratio split) once that rule is written there."""
 
     route: Route = "server"
     #: The concurrency cap: the DeploymentOptions field and its flag.
@@ -304,7 +305,21 @@ class ServerEngine(Engine, ABC):
         from kimicount.deploy.groups import single_per_token
 
         group = single_per_token(groups, self.label)
+        assert group.cache is not None  # single_per_token returns only an MLA layout's group
         return group.cache.max_tokens(pool) if pool > 0 else 0
+
+    def pack(
+        self,
+        pool: int,
+        groups: Sequence[PoolGroup],
+        options: DeploymentOptions,
+        spec: Any,
+        gpu: Accelerator,
+        parallel: Parallel,
+    ) -> Packing | None:
+        """A family's own groups (DeepSeek V4's) packed into `pool` by this engine's rule for them; None
+        for groups pool_tokens packs (or refuses). The base engine has no such rule."""
+        return None
 
     # --- what it prints and how the plan words it ----------------------------------------------------
 

@@ -41,6 +41,7 @@ from fractions import Fraction
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from kimicount.deploy.engines import sglang_deepseek_v4
 from kimicount.deploy.engines.base import MemoryRow, Ruled, ServerEngine, StaticFraction, rule_for
 from kimicount.deploy.engines.reserve import Reserve
 from kimicount.deploy.engines.sglang_flags import (
@@ -55,6 +56,7 @@ from kimicount.errors import UsageError
 
 if TYPE_CHECKING:
     from kimicount.anatomy import Anatomy
+    from kimicount.deploy.groups import Packing, PoolGroup
     from kimicount.deploy.plan import DeploymentOptions, PlanReport, StageMemory
     from kimicount.spec import ModelSpec
 
@@ -333,7 +335,12 @@ class SGLang(ServerEngine):
     images = ("lmsysorg/sglang", "rocm/sgl-dev")
 
     def rules(self) -> dict[str, Sequence[Ruled[Any]]]:
-        return {"mem_fraction_static": FRACTION_RULE, "multimodal": VLM_RULE, "int4_moe_rocm": INT4_MOE_RULE}
+        return {
+            "mem_fraction_static": FRACTION_RULE,
+            "multimodal": VLM_RULE,
+            "int4_moe_rocm": INT4_MOE_RULE,
+            "deepseek_v4": sglang_deepseek_v4.DEEPSEEK_V4_RULE,
+        }
 
     # --- the options -------------------------------------------------------------------------------
 
@@ -341,7 +348,7 @@ class SGLang(ServerEngine):
         """Refuse vLLM's options, naming SGLang's; DCP; DP without DP attention."""
         for option, given, instead in (
             ("--gpu-memory-utilization", options.utilization != Fraction(9, 10), "--mem-fraction-static"),
-            ("--block-size", options.block_size != 64, "--page-size"),
+            ("--block-size", options.block_size is not None, "--page-size"),
             ("--max-num-seqs", options.max_num_seqs is not None, "--max-running-requests"),
             (
                 "--max-batched-tokens",
@@ -454,6 +461,37 @@ class SGLang(ServerEngine):
         rule = "int32 indices, kept on ROCm"
         return (PlacedComponent(INT4_MOE_INDICES, rule, 0, per_stage, Kind.weights, False),)
 
+    def pack(
+        self,
+        pool: int,
+        groups: Sequence[PoolGroup],
+        options: DeploymentOptions,
+        spec: Any,
+        gpu: Accelerator,
+        parallel: Parallel,
+    ) -> Packing | None:
+        """DeepSeek V4's groups as SGLang's DSV4PoolConfigurator splits the pool (engines/sglang_deepseek_v4.py),
+        one stage; None for any other model."""
+        from kimicount.deploy.groups import compressed
+
+        if not compressed(groups):
+            return None
+        if parallel.pp > 1:
+            raise UsageError(
+                f"--pp {parallel.pp}: SGLang's DeepSeek V4 pools per pipeline stage are not modelled"
+            )
+        return sglang_deepseek_v4.pack(
+            pool,
+            groups,
+            release=options.engine_release,
+            max_model_len=options.context(spec),
+            max_running_requests=options.max_running_requests,
+            dp=parallel.dp,
+            page_size=options.page_size,
+            speculative=options.mtp,
+            dtype_given=options.kv_dtype,
+        )
+
     def loaded(self, weights: Sequence[int]) -> list[int]:
         """SGLang measures the free memory after loading as the minimum over all ranks
         (get_available_gpu_memory with distributed=True): every stage sizes from the fullest one's."""
@@ -489,6 +527,9 @@ class SGLang(ServerEngine):
     def max_running(self, report: PlanReport) -> int:
         """max_running_requests per DP rank, as it prints it."""
         given = report.options.max_running_requests
+        packing = report.fullest.packing
+        if given is None and packing is not None:  # the model's own default (DeepSeek V4: 256)
+            given = packing.cap
         return max_running_requests(report.tokens_per_gpu, report.max_model_len, given, report.parallel.dp)
 
     def max_sequences(self, report: PlanReport) -> int:
@@ -525,6 +566,14 @@ class SGLang(ServerEngine):
         """What SGLang prints at start-up, per DP rank (it prints GiB as "GB")."""
         per_rank = " (each DP rank's scheduler prints its own)" if report.parallel.dp > 1 else ""
         tokens = report.tokens_per_gpu
+        packing = report.fullest.packing
+        if packing is not None:  # DeepSeek V4: the configurator's own lines, then the scheduler's
+            return [
+                f"{report.release} would print: "
+                + "; ".join(packing.printed)
+                + f"; max_total_num_tokens={tokens}, max_running_requests={report.max_running_requests}, "
+                f"context_len={report.max_model_len}{per_rank}"
+            ]
         kv = tokens * report.fullest.bytes_per_token / GIB
         fraction = report.static_fraction
         printed = "" if fraction is None else f"mem_fraction_static={fraction.printed}; "
@@ -551,6 +600,14 @@ class SGLang(ServerEngine):
             "max_total_num_tokens": report.tokens_per_gpu,
             "max_running_requests": report.max_running_requests,
             "context_len": report.max_model_len,
-            "kv_size_gib": round(report.tokens_per_gpu * report.fullest.bytes_per_token / GIB, 2),
+            "kv_size_gib": round(
+                (
+                    report.tokens_per_gpu * report.fullest.bytes_per_token
+                    if report.fullest.packing is None
+                    else report.fullest.packing.used_bytes
+                )
+                / GIB,
+                2,
+            ),
             "estimate": report.estimate,
         }

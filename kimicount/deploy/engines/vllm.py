@@ -6,9 +6,11 @@ request_memory = ceil(CUDA's total × gpu_memory_utilization) (its MemorySnapsho
 torch.cuda.mem_get_info), less the weights and what the start-up profile adds (engines/reserve.py);
 pages of --block-size tokens. V1 is vLLM's engine by default from 0.8.0 (and its only one from 0.11.0,
 which removed V0); V0's rule (vllm/worker/worker.py, `determine_num_available_blocks`) is not modelled,
-so kimicount knows vLLM from 0.8.0. The newest release it was checked against is 0.15.0: the published
-Kimi-K2.5 run on 8 × H100 (a setup log of 2026-02-09, vLLM 0.15.0) whose reserve tests/test_reserve.py
-reproduces.
+so kimicount knows vLLM from 0.8.0. The pool was checked against the published Kimi-K2.5 run on 8 × H100
+(a setup log of 2026-02-09, vLLM 0.15.0) whose reserve tests/test_reserve.py reproduces; the newest
+release kimicount knows is 0.22.0, the release of issue #44376 (DeepSeek-V4-Flash on 2 × GH200), whose
+KV-cache figures engines/vllm_deepseek_v4.py reproduces. A DeepSeek V4 model's groups (windows,
+compressed entries, compressor states) are packed by that module's rule (`pack`).
 
 What it prints (and the plan prints in its words): "Available KV cache memory: 46.80 GiB"
 (gpu_worker.py), "GPU KV cache size: 715,072 tokens" and "Maximum concurrency for 262,144 tokens per
@@ -21,6 +23,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kimicount.deploy.engines import vllm_deepseek_v4
 from kimicount.deploy.engines.base import MemoryRow, Release, Ruled, ServerEngine, rule_for
 from kimicount.deploy.engines.reserve import Reserve, large_gpu, reserve_estimate
 from kimicount.deploy.engines.vllm_flags import (
@@ -34,6 +37,7 @@ from kimicount.errors import UsageError
 
 if TYPE_CHECKING:
     from kimicount.anatomy import Anatomy
+    from kimicount.deploy.groups import Packing, PoolGroup
     from kimicount.deploy.hardware import Accelerator
     from kimicount.deploy.plan import DeploymentOptions, PlanReport, StageMemory
     from kimicount.spec import ModelSpec
@@ -69,9 +73,9 @@ class VLLM(ServerEngine):
     name = "vllm"
     label = "vLLM"
     oldest = "0.8.0"
-    newest = "0.15.0"
+    newest = "0.22.0"
     releases_source = (
-        "V1's memory rule, the default engine from 0.8.0; checked against runs up to 0.15.0; V0 not modelled"
+        "V1's memory rule, the default engine from 0.8.0; checked against runs up to 0.22.0; V0 not modelled"
     )
     sequence_cap = ("max_num_seqs", "--max-num-seqs")
     usable_words = ("usable", "reserve")
@@ -96,7 +100,12 @@ class VLLM(ServerEngine):
     image_entrypoint = "vllm serve"
 
     def rules(self) -> dict[str, Sequence[Ruled[Any]]]:
-        return {"pool": POOL_RULE, "block_size": BLOCK_SIZE, "batch_defaults": BATCH_DEFAULTS}
+        return {
+            "pool": POOL_RULE,
+            "block_size": BLOCK_SIZE,
+            "batch_defaults": BATCH_DEFAULTS,
+            "deepseek_v4": vllm_deepseek_v4.DEEPSEEK_V4_RULE,
+        }
 
     # --- the options -------------------------------------------------------------------------------
 
@@ -131,7 +140,11 @@ class VLLM(ServerEngine):
 
     def page(self, options: DeploymentOptions) -> int:
         """--block-size (64 unless given: FlashMLA's)."""
-        return options.block_size
+        return (
+            rule_for(BLOCK_SIZE, options.engine_release.version).value
+            if options.block_size is None
+            else options.block_size
+        )
 
     # --- the memory rule ---------------------------------------------------------------------------
 
@@ -200,6 +213,44 @@ class VLLM(ServerEngine):
         flags.pop("expert_parallel", None)
         return settings
 
+    def pack(
+        self,
+        pool: int,
+        groups: Sequence[PoolGroup],
+        options: DeploymentOptions,
+        spec: Any,
+        gpu: Accelerator,
+        parallel: Parallel,
+    ) -> Packing | None:
+        """DeepSeek V4's groups by vLLM's rule for them (engines/vllm_deepseek_v4.py), one stage, no DCP;
+        None for any other model."""
+        from kimicount.deploy.groups import compressed
+
+        if not compressed(groups):
+            return None
+        for option, size, what in (
+            ("--pp", parallel.pp, "its groups per pipeline stage"),
+            ("--dcp", parallel.dcp, "decode-context parallelism"),
+        ):
+            if size > 1:
+                raise UsageError(f"{option} {size}: vLLM's DeepSeek V4 rule with {what} is not modelled")
+        if spec.o_groups % parallel.tp:
+            raise UsageError(
+                f"--tp {parallel.tp}: vLLM gives each rank o_groups ÷ tp of {spec.name}'s {spec.o_groups} output "
+                "groups (n_local_groups); use a TP size that divides them"
+            )
+        tokens, _ = self.batch_defaults(gpu, options.engine_release)
+        return vllm_deepseek_v4.pack(
+            pool,
+            groups,
+            release=options.engine_release,
+            block_size=options.block_size,
+            max_model_len=options.context(spec),
+            max_num_batched_tokens=options.max_batched_tokens or tokens,
+            batched_given=options.max_batched_tokens is not None,
+            dtype_given=options.kv_dtype,
+        )
+
     # --- what it prints and how the plan words it ----------------------------------------------------
 
     def max_sequences(self, report: PlanReport) -> int:
@@ -233,6 +284,9 @@ class VLLM(ServerEngine):
 
     def printed_lines(self, report: PlanReport) -> list[str]:
         """vLLM's start-up lines for this plan, and its maximum concurrency in words."""
+        packing = report.fullest.packing
+        if packing is not None:  # DeepSeek V4: its lines, or the error it stops with
+            return [f"{report.release} would print: " + "; ".join(packing.printed)]
         parallel, page = report.parallel, report.block_size
         whole = f"{report.sequences_per_replica:,} whole sequence" + (
             "" if report.sequences_per_replica == 1 else "s"

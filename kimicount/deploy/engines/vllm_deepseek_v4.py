@@ -22,7 +22,8 @@ never shipped):
 - vllm/model_executor/layers/deepseek_compressor.py @ 0de10a2, CompressorStateCache: each compressor's
   state a SlidingWindowMLASpec(block_size 4 for ratio 4, 8 for ratio 128; sliding_window coff × ratio;
   head_size 2 × coff × head_dim in F32; alignment 576);
-- vllm/v1/core/kv_cache_planning.py @ 4253bd4 (in v0.22, kv_cache_utils.py):
+- vllm/v1/core/kv_cache_utils.py (v0.22's; its DeepSeek V4 functions read in a copy of that file
+  and checked against vllm/v1/core/kv_cache_planning.py @ 4253bd4, where later trees moved them):
   group_and_unify_kv_cache_specs (the MLA specs one group; the sliding ones grouped by (block_size,
   sliding_window)), _get_kv_cache_groups_uniform_groups (each sliding layer's page padded to the
   nearest full-MLA page size at least as large; `num_layer_tuples` chosen by _approximate_gcd with
@@ -30,13 +31,18 @@ never shipped):
   num_layer_tuples) groups), _max_memory_usage_bytes_from_groups ("Special case (only DeepseekV4 for
   now)": Σ over groups of num_layer_tuples × max_memory_usage_pages × Σ page sizes),
   _estimate_max_model_len_from_groups (binary search in [1, max_model_len]),
-  _check_enough_kv_cache_memory (the "... GiB KV cache is needed" error), _pool_bytes_per_block and
-  _get_kv_cache_config_deepseek_v4 (num_blocks = memory // (Σ page sizes × num_layer_tuples)),
+  _check_enough_kv_cache_memory (the "... GiB KV cache is needed" error, against the available
+  memory itself: get_kv_cache_configs passes it unchanged; from 4253bd4 it plans against the
+  available memory less one block id, the null block BlockPool holds back, which this rule, v0.22's,
+  does not), _pool_bytes_per_block (num_blocks = memory // (Σ page sizes × num_layer_tuples)),
   get_max_concurrency_for_kv_cache_config and _report_kv_cache_config ("GPU KV cache size" =
-  int(max_concurrency × max_model_len)).
+  int(max_concurrency × max_model_len): "the total tokens of context the pool can hold at peak
+  utilization", its comment says, because a window's blocks per request are capped).
 
-vLLM caches V4 in fp8 only ("DeepseekV4 only supports fp8 kv-cache format for now"): these rules take
-the fp8 groups (kimicount.families.cache_groups(spec), the default).
+vLLM caches V4 in fp8 only (DeepseekV4MLAAttention asserts "DeepseekV4 only supports fp8 kv-cache
+format for now, got auto" when --kv-cache-dtype is not fp8): these rules take the fp8 groups
+(kimicount.families.cache_groups(spec), the default). The planner's use of the rule (`pack`, a
+Packing of one GPU's pool) and the releases it holds for (DEEPSEEK_V4_RULE) are at the end.
 """
 
 from __future__ import annotations
@@ -44,8 +50,11 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kimicount.cache_groups import COMPRESSOR_STATE, INDEX_KEYS, CacheGroup, MemoryKind
+from kimicount.deploy.engines.base import Release, Ruled, rule_for
+from kimicount.deploy.groups import Packing, PoolGroup
 from kimicount.errors import UsageError, require_positive
 
 #: FlashMLA needs every DeepSeek V4 page to be a multiple of 576 bytes (the alignment of every spec above).
@@ -212,6 +221,22 @@ class VllmLayout:
         """Block ids one request of max_model_len takes, over every group. [blocks/request]"""
         return sum(g.pages(max_model_len, max_num_batched_tokens) for g in self.groups)
 
+    def groups_json(self, max_model_len: int, max_num_batched_tokens: int) -> list[dict[str, Any]]:
+        """The groups for --json (kv-cache's and plan's): what each holds, its block, layers, layer
+        tuples, page sizes and the pages one request of max_model_len takes in it."""
+        return [
+            {
+                "holds": g.names,
+                "sliding": g.sliding,
+                "block_size": g.specs[0].block_size,
+                "layers": len(g.specs),
+                "layer_tuples": g.layer_tuples,
+                "page_bytes": sorted({s.page for s in g.specs}, reverse=True),
+                "pages_per_request": g.pages(max_model_len, max_num_batched_tokens),
+            }
+            for g in self.groups
+        ]
+
     def memory_for(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """_max_memory_usage_bytes_from_groups: the KV-cache memory one request of max_model_len needs
         ("… GiB KV cache is needed"). [bytes]"""
@@ -322,4 +347,146 @@ def not_enough_memory_line(
         f"({format_gib(needed)} GiB KV cache is needed, which is larger than the available KV cache "
         f"memory ({format_gib(available)} GiB). Based on the available memory, the estimated maximum "
         f"model length is {estimate}."
+    )
+
+
+# --- the planner's use of the rule ---------------------------------------------------------------
+
+#: vLLM's DeepSeek V4 rule, by release: read as in v0.22, the release of issue #44376 whose two
+#: printed figures it reproduces (tests/test_vllm_deepseek_v4.py); vLLM served V4 from 0.20-dev
+#: builds, whose rule kimicount has not read, and after 0.22 the check keeps a null block back.
+DEEPSEEK_V4_RULE: tuple[Ruled[str | None], ...] = (
+    Ruled(None, "no DeepSeek V4 rule read before v0.22 (issue #44376's release)", until="0.22.0"),
+    Ruled(
+        "block ids of --block-size tokens shared by every group: the compressed KV and indexer keys in "
+        "block_size ÷ ratio entries a page, the windows in 64-token and the compressor states in 4- and "
+        "8-token blocks, every page padded to 576 B and then to a full-MLA page size; one request takes "
+        "each group's most pages over its layers",
+        "vllm/v1/core/kv_cache_utils.py (v0.22) _get_kv_cache_groups_uniform_groups, "
+        "_max_memory_usage_bytes_from_groups, _estimate_max_model_len_from_groups, _report_kv_cache_config; "
+        "vllm/model_executor/layers/deepseek_v4_attention.py @ 0a291a2; checked on issue #44376's run",
+        since="0.22.0",
+    ),
+)
+
+
+def pack(
+    pool: int,
+    groups: Sequence[PoolGroup],
+    *,
+    release: Release,
+    block_size: int | None,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    batched_given: bool,
+    dtype_given: str | None,
+) -> Packing:
+    """One GPU's pool of `pool` bytes under vLLM's DeepSeek V4 rule at `release`: block ids of
+    `block_size` tokens (256, the backend's preferred size, unless given), those one request of
+    max_model_len takes with chunks of max_num_batched_tokens, and what vLLM reports of them.
+
+    >>> from kimicount.deploy.engines.base import Version
+    >>> from kimicount.deploy.groups import model_groups
+    >>> from kimicount.kvcache import Layout, Workload
+    >>> from kimicount.models import known_model
+    >>> flash = known_model("deepseek-v4-flash").spec()
+    >>> groups = model_groups(flash, Layout.latent, 1, 43, Workload(30_000))
+    >>> p = pack(5_554 * 1_051_776, groups, release=Release("vLLM", Version.parse("0.22.0")), block_size=256,
+    ...          max_model_len=30_000, max_num_batched_tokens=16_384, batched_given=True, dtype_given="fp8")
+    >>> p.pages, p.request_pages, p.request_bytes, p.longest  # "6.66 GiB ... is 13528"
+    (5554, 6800, 7152076800, 13528)
+    """
+    if rule_for(DEEPSEEK_V4_RULE, release.version).value is None:
+        raise UsageError(
+            f"{release}: kimicount reads vLLM's DeepSeek V4 KV-cache rule from 0.22.0 (the release of issue "
+            "#44376); plan it with --engine vllm==0.22.0"
+        )
+    if dtype_given not in (None, "fp8"):
+        raise UsageError(
+            f"--kv-dtype {dtype_given}: vLLM caches DeepSeek V4 in fp8 only (its attention asserts "
+            '"DeepseekV4 only supports fp8 kv-cache format for now"); use --kv-cache-dtype fp8'
+        )
+    block = DEFAULT_BLOCK if block_size is None else block_size
+    cache_groups = [g.group for g in groups if g.group is not None]
+    layout = vllm_layout(cache_groups, block)
+    L, B = max_model_len, max_num_batched_tokens
+    usable = max(pool, 0)
+    blocks = layout.num_blocks(usable)
+    request = layout.pages(L, B)
+    needed = layout.memory_for(L, B)
+    longest = layout.estimate_max_model_len(usable, L, B)
+    tokens = layout.kv_cache_size_tokens(usable, L, B) if blocks else 0
+    full = layout.groups[0].pages(L, B)
+    summary = (
+        f"KV cache: {blocks:,} block ids of {layout.block_bytes:,} B per GPU ({block} tokens in {len(layout.groups)} "
+        f"groups, {layout.layer_tuples} layer tuples); a {L:,}-token request takes {request:,}: {full:,} of "
+        f"compressed entries, {request - full:,} of windows and compressor states"
+    )
+    why = (
+        f'vLLM\'s "GPU KV cache size" is {tokens:,} tokens: max concurrency × max-model-len ({blocks:,} ÷ '
+        f"{request:,} × {L:,}; issue #51041), not the pool ÷ bytes per token, since windows and states take "
+        f"as many block ids at any length from {B + 127:,} tokens on"
+    )
+    line = not_enough_memory_line(layout, usable, L, B)
+    notes = [why] if line is None else []  # vLLM prints its "GPU KV cache size" only when it starts
+    printed = (
+        [line]
+        if line is not None
+        else [
+            f"Available KV cache memory: {format_gib(usable)} GiB",
+            f"GPU KV cache size: {tokens:,} tokens",
+            f"Maximum concurrency for {L:,} tokens per request: {layout.max_concurrency(usable, L, B):.2f}x",
+        ]
+    )
+    if line is not None and pool > 0:
+        notes.insert(0, f'{release} would stop: "{line}"')
+    if not batched_given:
+        notes.append(
+            f"--max-num-batched-tokens {B:,} (vllm serve's default here; the LLM class's is 16,384) sizes the "
+            "windows' and states' blocks: give the one you run"
+        )
+    if dtype_given is None:
+        notes.append('vLLM needs --kv-cache-dtype fp8 for DeepSeek V4 ("auto" fails its fp8 assertion)')
+    rows = tuple(
+        (
+            group.names,
+            (f"sliding window {group.specs[0].window}" if group.sliding else "compressed, full-MLA")
+            + f": blocks of {group.specs[0].block_size} tokens, pages "
+            + " + ".join(f"{p:,}" for p in sorted({s.page for s in group.specs}, reverse=True))
+            + f" B, {group.layer_tuples} layer tuples, {group.pages(L, B):,} block ids a request",
+        )
+        for group in layout.groups
+    )
+    return Packing(
+        rule=f"vLLM's DeepSeek V4 KV-cache rule ({release})",
+        dtype="fp8",
+        page=block,
+        page_bytes=layout.block_bytes,
+        pages=blocks,
+        request_pages=request,
+        request_bytes=needed,
+        tokens=tokens,
+        longest=longest,
+        used_bytes=blocks * layout.block_bytes,
+        summary=summary,
+        calculation=(
+            f"Block ids: floor({usable:,} B ÷ {layout.block_bytes:,} B) = {blocks:,}; a {L:,}-token request: "
+            f"{request:,} × {layout.block_bytes:,} B = {needed:,} B"
+        ),
+        notes=tuple(notes),
+        printed=tuple(printed),
+        rows=rows,
+        figures={
+            "block_size": block,
+            "max_num_batched_tokens": B,
+            "page_sizes": list(layout.page_sizes),
+            "layer_tuples": layout.layer_tuples,
+            "block_bytes": layout.block_bytes,
+            "num_blocks": blocks,
+            "pages_per_request": request,
+            "memory_bytes": needed,
+            "estimated_max_model_len": longest,
+            "kv_cache_size_tokens": tokens,
+            "groups": layout.groups_json(L, B),
+        },
     )
