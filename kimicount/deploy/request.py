@@ -104,6 +104,7 @@ class PlanArgs:
     ram_bandwidth: str | None = None
     ram_channels: str | None = None
     ram_speed: str | None = None
+    disk_bandwidth: str | None = None
     typed: dict[str, str] = field(default_factory=dict)
 
 
