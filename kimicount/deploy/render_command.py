@@ -7,6 +7,7 @@ terminal, an option kept with its value; printed without wrapping (a layout woul
 from __future__ import annotations
 
 import shlex
+import textwrap
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -64,7 +65,9 @@ def command_lines(
         return [*lines, current]
     if len(current + note) <= width:
         return [*lines, current + note]
-    return [*lines, current, f"{indent}# {comment}"]
+    # a comment wider than the terminal: comment lines of their own, each `# `, so that none wraps
+    notes = textwrap.wrap(comment, max(width - len(indent) - 2, 20), break_long_words=False)
+    return [*lines, current, *(f"{indent}# {line}" for line in notes)]
 
 
 def print_command(console: Console, lines: Sequence[str]) -> None:

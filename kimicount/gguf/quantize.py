@@ -281,7 +281,7 @@ def parse_quant(text: str) -> str:
 #: Said with every figure estimate_uniform gives.
 ESTIMATE = (
     "estimate: the tensors convert_hf_to_gguf.py writes (MLA layout), typed by llama-quantize's rules "
-    "for {quant} (src/llama-quant.cpp, b10572); dynamic quants (UD-*, imatrix mixes) differ: read their header"
+    "for {quant} (src/llama-quant.cpp); dynamic quants (UD-*, imatrix mixes) differ: read their header"
 )
 #: Said with the figures of an ftype that needs an importance matrix.
 IMATRIX = "{quant} needs an importance matrix (llama-quantize --imatrix): sized as made with one"
