@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any
 
 from kimicount.anatomy import Anatomy
 from kimicount.deploy.hardware import Accelerator
@@ -173,29 +174,29 @@ def engine_settings(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> l
             ways.append(
                 WayOut("max_model_len", f"the longest --max-model-len that fits: {longest:,} tokens", found)
             )
-    raised: dict[str, object] = {}
+    shared, share_words = None, ""  # the options at the engine's higher memory share, and its flag
     share = report.rules.memory_share
     if share is not None and options.kv_memory is None:
         field, value, where = share
         if getattr(options, field) < value:
-            raised = {field: value}
-            found = settled(anatomy, gpu, count, replace(options, **raised))
+            raise_to: dict[str, Any] = {field: value}
+            shared, share_words = replace(options, **raise_to), f"{PLAN_FLAGS[field][0]} {float(value):g}"
+            found = settled(anatomy, gpu, count, shared)
             if found is not None:
                 ways.append(
                     WayOut(
                         "utilization",
-                        f"{PLAN_FLAGS[field][0]} {float(value):g} ({where}): {found.tokens_per_gpu:,} tokens "
-                        f"per GPU{_shortened(found, report)}",
+                        f"{share_words} ({where}): {found.tokens_per_gpu:,} tokens per GPU"
+                        + _shortened(found, report),
                         found,
                     )
                 )
     if report.dtype != "fp8":
         found = settled(anatomy, gpu, count, replace(options, kv_dtype="fp8"))
         with_share = ""
-        if found is None and raised:
-            found = settled(anatomy, gpu, count, replace(options, kv_dtype="fp8", **raised))
-            field = next(iter(raised))
-            with_share = f" at {PLAN_FLAGS[field][0]} {float(raised[field]):g}"  # type: ignore[arg-type]
+        if found is None and shared is not None:
+            found = settled(anatomy, gpu, count, replace(shared, kv_dtype="fp8"))
+            with_share = f" at {share_words}"
         if found is not None:
             ways.append(
                 WayOut(
