@@ -99,6 +99,28 @@ def test_try_lines_paste_into_a_shell_as_the_commands_they_say(tmp_path):
     assert str(folder) in shell.stdout.splitlines() and not (tmp_path / "pwned").exists()
 
 
+def test_names_from_input_are_shown_escaped_and_still_paste(tmp_path):
+    # issue 27: the try lines went to the terminal through console.print, past kimicount.render.show's
+    # escaping: an ESC in a config folder's name reached the terminal raw. Now it shows as \x1b, in the
+    # answer's lines and, in bash's $'…' quoting, in the commands, which still paste as the same path
+    folder = tmp_path / "v3\x1b[31mred $(touch pwned)"
+    shutil.copytree(V3, folder)
+    args = ("--config", str(folder), *V3_DP16[2:])
+    out = invoke("plan", *args, env={"COLUMNS": "80"}).stdout
+    assert "\x1b" not in out and "\\x1b[31mred" in out.splitlines()[0]
+    commands = plan_json(*args)["try"]
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("try: "))
+    block = lines[
+        first : first + next(i for i, line in enumerate(lines[first:]) if not line.endswith("\\")) + 1
+    ]
+    assert any("$'" in line and "\\x1b[31mred" in line for line in block)
+    pasted = "\n".join(block).removeprefix("try: ").replace("kimicount", "printf '%s\\n'", 1)
+    shell = subprocess.run(["bash", "-c", pasted], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert shell.stdout.splitlines() == shlex.split(commands[0]["command"])[1:]
+    assert str(folder) in shell.stdout.splitlines() and not (tmp_path / "pwned").exists()
+
+
 # --- the short answer --------------------------------------------------------------------------------
 
 
