@@ -37,15 +37,18 @@ def make_console(stderr: bool = False) -> Console:
     return Console(file=stream, width=width, highlight=False)
 
 
-def show(console: Console, *renderables: RenderableType, width: int | None = None) -> None:
-    """Print (`width` columns at most, if given), with what a terminal would act on escaped (_Escaped);
-    off a terminal, without the padding rich leaves at the end of table lines."""
+def show(
+    console: Console, *renderables: RenderableType, width: int | None = None, soft_wrap: bool = False
+) -> None:
+    """Print (`width` columns at most, if given; with `soft_wrap`, lines as they are, never broken), with
+    what a terminal would act on escaped (_Escaped); off a terminal, without the padding rich leaves at
+    the end of table lines."""
     escaped = [_Escaped(renderable) for renderable in renderables]
     if console.is_terminal:
-        console.print(*escaped, width=width)
+        console.print(*escaped, width=width, soft_wrap=soft_wrap)
         return
     with console.capture() as captured:
-        console.print(*escaped, width=width)
+        console.print(*escaped, width=width, soft_wrap=soft_wrap)
     console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 

@@ -12,10 +12,14 @@ from kimicount.flow import FlopsReport, Mla, node_calculation, node_compute
 def flops_json(report: FlopsReport) -> dict[str, Any]:
     """`kimicount flops --json`: the tree with each node's matmul FLOPs per token, the attention per way,
     and the totals."""
+    from kimicount.component_ids import tree_ids
+
     spec = report.spec
+    ids = tree_ids(report.model)
 
     def node(n: Node) -> dict[str, Any]:
         return {
+            "id": ids[id(n)],
             "name": n.name,
             "instances": n.instances,
             "calculation": node_calculation(spec, n),

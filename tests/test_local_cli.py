@@ -143,7 +143,7 @@ def test_text_view(ud_file):
     "args, message",
     [
         (["--quant", "Q4_K_M", "--gguf", "x.gguf"], "give --gguf FILE or --quant TYPE (one of them)"),
-        (["--ram", "512GiB"], "give --gguf FILE or --quant TYPE"),
+        (["--ram", "512GiB", "--quant", "IQ5_K"], "--quant 'IQ5_K': expected one of"),
         (["--quant", "Q4_K_M", "--offload", "attention"], "--offload 'attention': expected experts"),
         (["--quant", "Q4_K_M", "--engine", "vllm"], "--engine 'vllm': expected llama.cpp or ik_llama.cpp"),
         (["--quant", "Q4_K_M", "--build", "latest"], "--build 'latest': expected a llama.cpp release tag"),

@@ -25,7 +25,7 @@ import pytest
 from kimicount.deploy.plan import DeploymentOptions
 from kimicount.deploy.serve_command import PLAN_FLAGS
 
-from .helpers import FIXTURES, fails_cleanly, heavy_imports, invoke
+from .helpers import FIXTURES, ROOT, fails_cleanly, heavy_imports, invoke
 
 K25 = str(FIXTURES / "kimi-k2.5")  # K2-Thinking's language model and quantization (+ a vision tower)
 V3 = str(FIXTURES / "deepseek-v3")
@@ -76,7 +76,7 @@ def test_try_lines_wrap_as_shell_continuations_on_a_narrow_terminal():
     wide = try_lines(plan_text(*V3_DP16))
     narrow = invoke("plan", *V3_DP16, env={"COLUMNS": "80"}).stdout
     assert max(len(line) for line in narrow.splitlines()) <= 80
-    assert try_lines(narrow) == wide and len(wide) == 5
+    assert try_lines(narrow) == wide and len(wide) == 6
 
 
 def test_try_lines_paste_into_a_shell_as_the_commands_they_say(tmp_path):
@@ -93,6 +93,28 @@ def test_try_lines_paste_into_a_shell_as_the_commands_they_say(tmp_path):
         first : first + next(i for i, line in enumerate(lines[first:]) if not line.endswith("\\")) + 1
     ]
     assert len(block) > 1  # broken at 60 columns
+    pasted = "\n".join(block).removeprefix("try: ").replace("kimicount", "printf '%s\\n'", 1)
+    shell = subprocess.run(["bash", "-c", pasted], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert shell.stdout.splitlines() == shlex.split(commands[0]["command"])[1:]
+    assert str(folder) in shell.stdout.splitlines() and not (tmp_path / "pwned").exists()
+
+
+def test_names_from_input_are_shown_escaped_and_still_paste(tmp_path):
+    # issue 27: the try lines went to the terminal through console.print, past kimicount.render.show's
+    # escaping: an ESC in a config folder's name reached the terminal raw. Now it shows as \x1b, in the
+    # answer's lines and, in bash's $'…' quoting, in the commands, which still paste as the same path
+    folder = tmp_path / "v3\x1b[31mred $(touch pwned)"
+    shutil.copytree(V3, folder)
+    args = ("--config", str(folder), *V3_DP16[2:])
+    out = invoke("plan", *args, env={"COLUMNS": "80"}).stdout
+    assert "\x1b" not in out and "\\x1b[31mred" in out.splitlines()[0]
+    commands = plan_json(*args)["try"]
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("try: "))
+    block = lines[
+        first : first + next(i for i, line in enumerate(lines[first:]) if not line.endswith("\\")) + 1
+    ]
+    assert any("$'" in line and "\\x1b[31mred" in line for line in block)
     pasted = "\n".join(block).removeprefix("try: ").replace("kimicount", "printf '%s\\n'", 1)
     shell = subprocess.run(["bash", "-c", pasted], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert shell.stdout.splitlines() == shlex.split(commands[0]["command"])[1:]
@@ -176,9 +198,10 @@ def test_estimates_are_said_in_the_answer():
 @pytest.mark.parametrize(
     "args, kinds",
     [
-        (V3_DP16, {"max_model_len", "fewest_gpus", "layout", "fp8_kv"}),
-        (("--gpus", "8xH200"), {"fewest_gpus"}),  # no other layout of 8 H200 holds it
-        (("--gpus", "8xH100"), {"fewest_gpus"}),
+        (V3_DP16, {"max_model_len", "utilization", "fp8_kv", "layout", "whole_nodes"}),
+        # no other layout of 8 H200 holds it: engine settings, then whole nodes
+        (("--gpus", "8xH200"), {"utilization", "fp8_kv", "whole_nodes"}),
+        (("--gpus", "8xH100"), {"whole_nodes"}),
         (
             (
                 "--config",
@@ -206,6 +229,60 @@ def test_every_try_line_is_a_command_that_fits(args, kinds):
         assert words[:2] == ["kimicount", "plan"]
         found = plan_json(*words[2:])
         assert found["fits"] is True, command
+
+
+def test_engine_settings_first_then_whole_nodes():
+    # issue 27: Kimi-K2-Instruct on 8 × H200 offered 9 × H200 (TP1 × PP9) alone; nobody buys nine GPUs.
+    # At --gpu-memory-utilization 0.95 (vLLM's Kimi-K2 recipe): usable = ceil(150,109,945,856 × 0.95) =
+    # 142,604,448,564 B; − 129,873,676,000 B of weights − 9,428,795,392 B of reserve = 3,301,977,172 B;
+    # floor(÷ (64 × 70,272)) = 734 pages = 46,976 tokens; in fp8, floor(÷ (64 × 35,136)) = 1,468 pages = 93,952
+    assert -(-150_109_945_856 * 95 // 100) - 129_873_676_000 - 9_428_795_392 == 3_301_977_172
+    assert 3_301_977_172 // (64 * 70_272) == 734 and 3_301_977_172 // (64 * 35_136) == 1_468
+    report = plan_json("--gpus", "8xH200")
+    assert [way["kind"] for way in report["try"]] == ["utilization", "fp8_kv", "whole_nodes"]
+    utilization, fp8, nodes = report["try"]
+    assert (
+        utilization["command"]
+        == "kimicount plan --gpus 8xH200 --gpu-memory-utilization 0.95 --max-model-len 46976"
+    )
+    assert (utilization["tokens_per_gpu"], utilization["max_model_len"]) == (46_976, 46_976)
+    assert fp8["command"].endswith("--gpu-memory-utilization 0.95 --kv-dtype fp8 --max-model-len 93952")
+    assert fp8["tokens_per_gpu"] == 93_952
+    # whole nodes of 8: 2 × 8 × H200, TP8 within each node × PP2 across them (vLLM's common practice)
+    assert nodes["command"] == "kimicount plan --gpus 2x8xH200 --tp 8 --pp 2"
+    assert (nodes["gpus"], nodes["parallel"]["label"]) == (16, "TP8 × PP2")
+    assert all("9xH200" not in way["command"] for way in report["try"])
+    # the fewest GPUs of H100 are 18 (--min-gpus): 3 whole nodes of 8
+    assert (
+        plan_json("--gpus", "8xH100")["try"][-1]["command"] == "kimicount plan --gpus 3x8xH100 --tp 8 --pp 3"
+    )
+    # nodes named: more of them, as named
+    named = plan_json("--gpus", "1x8xH100")["try"][-1]
+    assert (
+        named["command"] == "kimicount plan --gpus 3x8xH100 --tp 8 --pp 3" and named["kind"] == "whole_nodes"
+    )
+    # the text says them in that order, each a command
+    out = plan_text("--gpus", "8xH200")
+    assert [line.split("  # ")[0] for line in out.splitlines() if line.startswith("try: ")] == [
+        "try: " + way["command"] for way in report["try"]
+    ]
+
+
+def test_docs_plan_md_says_what_its_example_prints():
+    # issue 27: docs/plan.md said Kimi-K2-Instruct's weights on 8 × H200 leave "1,001 MiB less than nothing"
+    # (the reserve estimate before it grew) under an example that prints a pool of −3.91 GiB
+    from kimicount.render import human_bytes
+
+    text = " ".join((ROOT / "docs" / "plan.md").read_text().split())
+    report = plan_json("--gpus", "8xH200")
+    (stage,) = report["stages"]
+    # usable − weights − reserve, each as the --detail example prints it
+    assert stage["kv_pool_bytes"] == 135_098_951_271 - 129_873_676_000 - 9_428_795_392 == -4_203_520_121
+    assert f"leave {human_bytes(-stage['kv_pool_bytes'])} less than nothing of the" in text  # 3.91 GiB
+    sequence = report["answer"]["sequence_bytes"]
+    assert f"a 128K-token sequence needs {human_bytes(sequence)} more: a GPU is short by " in text
+    assert f"short by {human_bytes(report['short_by_bytes'])}." in text  # 12.5 GiB
+    assert "1,001 MiB" not in text
 
 
 def test_the_try_lines_figures():

@@ -381,7 +381,8 @@ def plan_command(
         typer.Option(
             "--quant",
             metavar="TYPE",
-            help="Local run: a uniform llama-quantize of the model (Q4_K_M, Q8_0…), estimated.",
+            help="Local run: a uniform llama-quantize of the model (Q4_K_M, IQ2_XXS…), estimated; without it "
+            "(and --gguf), which quants fit.",
             show_default=False,
         ),
     ] = None,
@@ -492,6 +493,16 @@ def plan_command(
             show_default=False,
         ),
     ] = None,
+    disk_bandwidth: Annotated[
+        str | None,
+        typer.Option(
+            "--disk-bandwidth",
+            metavar="RATE",
+            help="Local run: the disk's read rate, for weights RAM cannot hold (default: a PCIe 4.0 ×4 "
+            "NVMe link's 7.88GB/s).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Will it fit: the verdict, KV tokens per GPU, the concurrency at max-model-len and what limits it.
@@ -502,7 +513,7 @@ def plan_command(
 
     With --gguf, --quant, --ram, --offload, --n-cpu-moe, -ngl or --engine llama.cpp|ik_llama.cpp: a local
     llama.cpp or ik_llama.cpp run instead (the GGUF on GPUs and in RAM, its KV cache per build, the
-    longest context, the flags).
+    longest context, the flags); without --gguf or --quant, which quants fit, largest first.
     """
     # the parameters as typer converted them (ctx.params holds click's values: paths as text)
     params = {name: value for name, value in locals().items() if name not in _NOT_ASKED}
@@ -519,14 +530,14 @@ def plan_command(
             say(f"kimicount: error: {mismatch}")
             raise typer.Exit(1) from None
         if as_json:
-            from kimicount.deploy.local.reports import local_plan_json
+            from kimicount.deploy.local.reports import local_answer_json
 
-            print_json(local_plan_json(plan))
+            print_json(local_answer_json(plan))
             return
-        from kimicount.deploy.render_local import render_local_plan
+        from kimicount.deploy.render_local import render_local_answer
         from kimicount.render import make_console
 
-        render_local_plan(make_console(), plan)
+        render_local_answer(make_console(), plan)
         return
     if request.compare is not None:
         ignored(

@@ -16,12 +16,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any
 
 from kimicount.anatomy import Anatomy
 from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.options import PLAN_FLAGS
 from kimicount.deploy.placement import Parallel, parallel_layout
-from kimicount.deploy.plan import DeploymentOptions, PlanReport, fewest_gpus, plan_memory, sequence_pages
+from kimicount.deploy.plan import (
+    DeploymentOptions,
+    PlanReport,
+    candidate_layouts,
+    fewest_gpus,
+    plan_memory,
+    search_limit,
+    sequence_pages,
+)
 from kimicount.errors import UsageError
+from kimicount.spec import ModelSpec
 
 
 class Verdict(str, Enum):
@@ -69,12 +80,14 @@ def sequence_bytes(report: PlanReport) -> int:
 
 @dataclass(frozen=True)
 class WayOut:
-    """A plan that fits, found by changing one thing: `kind` says what (max_model_len, fewest_gpus,
-    layout, fp8_kv), `why` says it in words; `report` is the plan it gives."""
+    """A plan that fits, found by changing what `kind` says (max_model_len, utilization, fp8_kv, layout,
+    whole_nodes), `why` says it in words; `report` is the plan it gives, on `nodes` nodes (None: the
+    GPUs as asked)."""
 
     kind: str
     why: str
     report: PlanReport
+    nodes: int | None = None
 
 
 def try_plan(anatomy: Anatomy, gpu: Accelerator, count: int, options: DeploymentOptions) -> PlanReport | None:
@@ -84,6 +97,19 @@ def try_plan(anatomy: Anatomy, gpu: Accelerator, count: int, options: Deployment
         return plan_memory(anatomy, gpu, options.parallel(anatomy.spec, count), options)
     except UsageError:
         return None
+
+
+def settled(anatomy: Anatomy, gpu: Accelerator, count: int, options: DeploymentOptions) -> PlanReport | None:
+    """The plan these options give when it fits; else, when its pool holds some KV, the same with the
+    longest --max-model-len that fits; None when neither fits."""
+    found = try_plan(anatomy, gpu, count, options)
+    if found is None or found.fits:
+        return found
+    if found.longest > 0:
+        shorter = try_plan(anatomy, gpu, count, replace(options, max_model_len=found.longest))
+        if shorter is not None and shorter.fits:
+            return shorter
+    return None
 
 
 def layout_options(options: DeploymentOptions, parallel: Parallel) -> DeploymentOptions:
@@ -124,14 +150,19 @@ def _layout_families(report: PlanReport) -> list[tuple[str, list[dict[str, int]]
     return families
 
 
-def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[WayOut]:
-    """For a plan that does not fit, one plan that does per way out: the longest max_model_len that
-    fits (when some KV fits), the fewest GPUs of this type (not under --kv-memory, which is one layout's
-    pool), the first layout of each family (TP × PP, DP + EP, DCP) on these GPUs that fits, and an fp8
-    KV cache. Each is checked: only plans that fit are returned."""
-    if report.fits:
-        return []
-    options, count, spec = report.options, report.count, anatomy.spec
+def _shortened(found: PlanReport, asked: PlanReport) -> str:
+    """', requests of up to 46,976' when the way also shortens the longest request (--max-model-len)."""
+    return (
+        "" if found.max_model_len == asked.max_model_len else f", requests of up to {found.max_model_len:,}"
+    )
+
+
+def engine_settings(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[WayOut]:
+    """The ways out on the same GPUs and layout, before any hardware: the longest --max-model-len that
+    fits (when some KV fits); the engine's higher memory share (vLLM's --gpu-memory-utilization 0.95, its
+    published Kimi-K2-Thinking run's), with the longest context that then fits; an fp8 KV cache, with
+    that share when it alone leaves no KV."""
+    options, count = report.options, report.count
     ways: list[WayOut] = []
     if report.longest > 0:
         longest = report.longest
@@ -140,23 +171,110 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
             ways.append(
                 WayOut("max_model_len", f"the longest --max-model-len that fits: {longest:,} tokens", found)
             )
-    # layouts are written back as kimicount's options (tp per attention group): only for an engine whose
-    # terms they are (SGLang's --tp is every GPU of a stage)
-    as_options = report.rules.layouts_as_options
-    if options.kv_memory is None and as_options:
-        searched = report.min_gpus_search  # --min-gpus searched already: the same options, the same answer
-        fewest = fewest_gpus(anatomy, gpu, options) if searched is None else searched.found
-        if fewest is not None:
-            gpus, parallel = fewest
-            found = try_plan(anatomy, gpu, gpus, layout_options(options, parallel))
-            if found is not None and found.fits:
+    shared, share_words = None, ""  # the options at the engine's higher memory share, and its flag
+    share = report.rules.memory_share
+    if share is not None and options.kv_memory is None:
+        field, value, where = share
+        if getattr(options, field) < value:
+            raise_to: dict[str, Any] = {field: value}
+            shared, share_words = replace(options, **raise_to), f"{PLAN_FLAGS[field][0]} {float(value):g}"
+            found = settled(anatomy, gpu, count, shared)
+            if found is not None:
                 ways.append(
                     WayOut(
-                        "fewest_gpus",
-                        f"the fewest GPUs that hold it: {gpus} × {gpu.name}, {parallel.label}",
+                        "utilization",
+                        f"{share_words} ({where}): {found.tokens_per_gpu:,} tokens per GPU"
+                        + _shortened(found, report),
                         found,
                     )
                 )
+    if report.dtype != "fp8":
+        found = settled(anatomy, gpu, count, replace(options, kv_dtype="fp8"))
+        with_share = ""
+        if found is None and shared is not None:
+            found = settled(anatomy, gpu, count, replace(shared, kv_dtype="fp8"))
+            with_share = f" at {share_words}"
+        if found is not None:
+            ways.append(
+                WayOut(
+                    "fp8_kv",
+                    f"an fp8 KV cache{with_share}: {found.tokens_per_gpu:,} tokens per GPU{_shortened(found, report)}",
+                    found,
+                )
+            )
+    return ways
+
+
+def node_layouts(
+    spec: ModelSpec, count: int, per_node: int, redundant: int = 0, dense_over_dp: bool = False
+) -> list[Parallel]:
+    """The layouts of `count` GPUs in nodes of `per_node`, in the order the whole-node way tries them:
+    vLLM's common practice first, "the tensor parallel size … the number of GPUs in each node, and the
+    pipeline parallel size … the number of nodes" (docs.vllm.ai, Distributed Inference and Serving), then
+    the others whose TP group stays inside a node (candidate_layouts' order), then those whose TP group
+    crosses nodes."""
+    nodes = count // per_node
+
+    def rank(parallel: Parallel) -> int:
+        if parallel.tp == per_node and parallel.pp == nodes and parallel.dp == 1:
+            return 0 if not parallel.ep else 1
+        return 2 if parallel.tp <= per_node else 3
+
+    layouts = list(candidate_layouts(spec, count, redundant, dense_over_dp))
+    return sorted(layouts, key=rank)  # stable: candidate_layouts' order within a rank
+
+
+def whole_nodes(anatomy: Anatomy, gpu: Accelerator, report: PlanReport, per_node: int) -> WayOut | None:
+    """The fewest whole nodes of `per_node` GPUs (more than the GPUs asked) on which a layout fits, from
+    the fewest GPUs that hold it (the --min-gpus search) up; None when no count of GPUs does."""
+    options, spec = report.options, anatomy.spec
+    searched = report.min_gpus_search  # --min-gpus searched already: the same options, the same answer
+    fewest = fewest_gpus(anatomy, gpu, options) if searched is None else searched.found
+    if fewest is None:
+        return None
+    first = max(report.count // per_node + 1, -(-fewest[0] // per_node))
+    for nodes in range(first, search_limit(spec) // per_node + 1):
+        count = nodes * per_node
+        for parallel in node_layouts(
+            spec, count, per_node, options.redundant_experts, options.rules.dense_over_dp
+        ):
+            found = try_plan(anatomy, gpu, count, layout_options(options, parallel))
+            if found is not None and found.fits:
+                spans = " (its TP group crosses nodes)" if parallel.tp > per_node else ""
+                why = f"whole nodes: {nodes} × {per_node} × {gpu.name}, {parallel.label}{spans}, {found.tokens_per_gpu:,} tokens per GPU"
+                return WayOut("whole_nodes", why, found, nodes)
+    return None
+
+
+#: GPUs in a node when --gpus names no nodes (at most the GPUs asked): the 8 of an HGX or DGX board
+#: (H100, H200, B200) and of AMD's MI300X platform.
+NODE_GPUS = 8
+
+
+def node_size(count: int, nodes: int) -> int:
+    """The GPUs of a node: as --gpus NODESxN names them, else NODE_GPUS, at most `count`.
+
+    >>> node_size(16, 2), node_size(16, 1), node_size(9, 1), node_size(4, 1)
+    (8, 8, 8, 4)
+    """
+    return count // nodes if nodes > 1 else min(count, NODE_GPUS)
+
+
+def ways_out(
+    anatomy: Anatomy, gpu: Accelerator, report: PlanReport, per_node: int | None = None
+) -> list[WayOut]:
+    """For a plan that does not fit, one plan that does per way out, engine settings first: the longest
+    max_model_len that fits, the engine's higher memory share, an fp8 KV cache (engine_settings); then the
+    first layout of each family (TP × PP, DP + EP, DCP) on these GPUs that fits; then the fewest whole
+    nodes of `per_node` GPUs (node_size of the GPUs asked by default; not under --kv-memory, which is one
+    layout's pool). Each is checked: only plans that fit are returned."""
+    if report.fits:
+        return []
+    options, count, spec = report.options, report.count, anatomy.spec
+    ways = engine_settings(anatomy, gpu, report)
+    # layouts are written back as kimicount's options (tp per attention group): only for an engine whose
+    # terms they are (SGLang's --tp is every GPU of a stage)
+    as_options = report.rules.layouts_as_options
     for family, layouts in _layout_families(report) if as_options else ():
         for layout in layouts:
             try:
@@ -188,14 +306,10 @@ def ways_out(anatomy: Anatomy, gpu: Accelerator, report: PlanReport) -> list[Way
                     )
                 )
                 break
-    seen = {(way.report.count, way.report.parallel) for way in ways if way.kind == "fewest_gpus"}
-    ways = [
-        way for way in ways if way.kind != "layout" or (way.report.count, way.report.parallel) not in seen
-    ]
-    if report.dtype != "fp8":
-        found = try_plan(anatomy, gpu, count, replace(options, kv_dtype="fp8"))
-        if found is not None and found.fits:
-            ways.append(WayOut("fp8_kv", f"an fp8 KV cache: {found.tokens_per_gpu:,} tokens per GPU", found))
+    if options.kv_memory is None and as_options:
+        nodes = whole_nodes(anatomy, gpu, report, per_node or node_size(count, 1))
+        if nodes is not None:
+            ways.append(nodes)
     return ways
 
 

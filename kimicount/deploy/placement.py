@@ -59,6 +59,7 @@ from enum import Enum
 from functools import lru_cache
 
 from kimicount.anatomy import Anatomy, Node, Role, TensorRef
+from kimicount.component_ids import tree_ids
 from kimicount.errors import UsageError, require_positive
 from kimicount.flow import is_kv_b_proj, vllm_bf16_absorption
 from kimicount.kvcache import DTYPE_BYTES, check_tp, default_dtype
@@ -403,6 +404,7 @@ class PlacedComponent:
     bytes_per_gpu: tuple[int, ...]  # one per stage
     kind: Kind = Kind.weights
     in_checkpoint: bool = True
+    component_ids: tuple[str, ...] = ()  # the tree nodes it sums (kimicount.component_ids), in order
 
 
 @dataclass(frozen=True)
@@ -439,6 +441,11 @@ class _Row:
     model_bytes: int = 0
     per_stage: list[int] = field(default_factory=list)
     shards: list[Shard] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)  # the component ids of the nodes it sums
+
+    def owns(self, component_id: str) -> None:
+        if component_id not in self.ids:
+            self.ids.append(component_id)
 
 
 def _kind(node: Node) -> Kind:
@@ -493,8 +500,13 @@ def place(
     copies = _Row(Kind.absorption, per_stage=[0] * count)  # vLLM's dequantized kv_b_proj, per stage
     copy_bytes = DTYPE_BYTES[default_dtype(spec)] if vllm_bf16_absorption(spec) else 0
 
-    def add(name: str, kind: Kind, ref: TensorRef, stage_layers: dict[int, Sequence[int] | None]) -> None:
+    ids = tree_ids(anatomy.model, anatomy.mtp, anatomy.vision)
+
+    def add(
+        node: Node, name: str, kind: Kind, ref: TensorRef, stage_layers: dict[int, Sequence[int] | None]
+    ) -> None:
         row = rows.setdefault(name, _Row(kind, per_stage=[0] * count))
+        row.owns(ids[id(node)])
         row.model_bytes += shard_bytes(spec, ref)
         for stage, kept in stage_layers.items():
             placed = shard(spec, ref, parallel, kept)
@@ -504,34 +516,51 @@ def place(
                 if copy_bytes and is_kv_b_proj(ref):
                     copies.per_stage[stage] += placed.ref.elements * placed.ref.copies * copy_bytes
                     copies.shards.append(placed)
+                    copies.owns(ids[id(node)])
 
     for node in _leaves(anatomy.model):
         for ref in node.tensors:
             if ref.layers:
-                add(node.name, _kind(node), ref, dict(enumerate(stages)))
+                add(node, node.name, _kind(node), ref, dict(enumerate(stages)))
             else:  # the embedding goes to the first stage; the final norm and the head to the last
-                add(node.name, _kind(node), ref, {0 if ref.role is Role.EMBEDDING else count - 1: None})
+                add(node, node.name, _kind(node), ref, {0 if ref.role is Role.EMBEDDING else count - 1: None})
     if mtp and anatomy.mtp is not None:
         for node in _leaves(anatomy.mtp):
             for ref in node.tensors:
-                add("Multi-token prediction", Kind.mtp, ref, {count - 1: spec.mtp_layers})
+                add(node, "Multi-token prediction", Kind.mtp, ref, {count - 1: spec.mtp_layers})
     if vision and anatomy.vision is not None:
         for node in _leaves(anatomy.vision):
             for ref in node.tensors:
                 row = rows.setdefault("Vision tower and projector", _Row(Kind.vision, per_stage=[0] * count))
+                row.owns(ids[id(node)])
                 row.model_bytes += shard_bytes(spec, ref)
                 row.per_stage[0] += shard_bytes(spec, ref)
                 row.shards.append(Shard(ref, Rule.replicated))
     components = [
         PlacedComponent(
-            name, rules_text(spec, parallel, row.shards), row.model_bytes, tuple(row.per_stage), row.kind
+            name,
+            rules_text(spec, parallel, row.shards),
+            row.model_bytes,
+            tuple(row.per_stage),
+            row.kind,
+            component_ids=tuple(row.ids),
         )
         for name, row in rows.items()
     ]
     if copies.shards:
         rule = f"{ABSORPTION_RULE}, {rule_text(spec, parallel, Rule.heads, copies.shards)}"
         name = copies_name or ABSORPTION_COPIES
-        components.append(PlacedComponent(name, rule, 0, tuple(copies.per_stage), Kind.absorption, False))
+        components.append(
+            PlacedComponent(
+                name,
+                rule,
+                0,
+                tuple(copies.per_stage),
+                Kind.absorption,
+                False,
+                component_ids=tuple(copies.ids),
+            )
+        )
     mtp_layers = len(spec.mtp_layers) if mtp and anatomy.mtp is not None else 0
     return Placement(parallel, tuple(stages), tuple(components), mtp_layers)
 

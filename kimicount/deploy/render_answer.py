@@ -149,7 +149,9 @@ def render_answer(
                 print_command(console, try_line(command, why, console.width))
         else:
             say(
-                console, "No way out found: no shorter max-model-len, layout, GPU count or fp8 KV cache fits."
+                console,
+                "No way out found: no engine setting (a shorter max-model-len, more of the memory, an fp8 KV "
+                "cache), layout or number of whole nodes fits.",
             )
     if not detail:
         say(

@@ -1,5 +1,5 @@
 """The local `plan` view: a GGUF under llama.cpp or ik_llama.cpp, device by device, with its cache, the
-longest context, the flags to pass and the speed floor."""
+longest context, the flags to pass and the speed floor; without --gguf or --quant, the quants that fit."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kimicount.deploy.local.builds import CacheLayout
+from kimicount.deploy.local.choice import QuantChoice, QuantFit
+from kimicount.deploy.local.floor import DISK_BANDWIDTH, DISK_SOURCE
 from kimicount.deploy.local.placement import COMPUTE_SOURCE, DeviceLoad
 from kimicount.deploy.local.plan import LocalPlan
 from kimicount.deploy.render_command import command_lines, print_command
@@ -26,10 +28,18 @@ def _engine(plan: LocalPlan) -> str:
     return plan.options.engine.describe(plan.options.build)
 
 
-def _box(plan: LocalPlan) -> str:
+def _box(plan: LocalPlan | QuantChoice) -> str:
     gpus = f"{plan.count} × {plan.gpu.name}" if plan.gpu else "no GPU"
     ram = "" if plan.options.ram is None else f" + {human_bytes(plan.options.ram)} RAM"
     return gpus + ram
+
+
+def render_local_answer(console: Console, answer: LocalPlan | QuantChoice) -> None:
+    """A local plan, or which quants fit."""
+    if isinstance(answer, LocalPlan):
+        render_local_plan(console, answer)
+    else:
+        render_quant_choice(console, answer)
 
 
 def render_local_plan(console: Console, plan: LocalPlan) -> None:
@@ -169,9 +179,131 @@ def _floor(console: Console, plan: LocalPlan) -> None:
         f"{plan.spec.num_experts_per_tok} of {plan.spec.n_routed_experts} per layer), in turn: ≥ "
         f"{floors.decode_seconds * 1000:.1f} ms, ≤ {floors.decode_tokens_per_s:.1f} tokens/s.",
     )
+    disk = floors.disk
+    if disk is not None:
+        host = plan.layout.host
+        source = DISK_SOURCE if floors.disk_bandwidth == DISK_BANDWIDTH else "--disk-bandwidth"
+        say(
+            console,
+            f"Read from disk: the page cache holds {human_bytes(host.weights - floors.uncached)} of the "
+            f"{human_bytes(host.weights)} of host tensors, so each token reads the rest's share of its routed "
+            f"experts, {human_bytes(round(disk.bytes))}, from disk at {floors.disk_bandwidth / 1e9:,.2f} GB/s "
+            f"({source}): {disk.seconds * 1000:,.1f} ms of the floor, ≤ {1 / disk.seconds:.2f} tokens/s from "
+            "the disk alone (uniform routing; skewed routing keeps the hot experts cached and reads less).",
+        )
     say(
         console,
         f"Prompt floor: each {floors.ubatch}-token ubatch moves the {human_bytes(floors.ram_weights)} in RAM "
-        f"over PCIe at {floors.pcie_bandwidth / 1e9:.1f} GB/s and computes on the GPU: ≥ "
+        f"over PCIe at {floors.pcie_bandwidth / 1e9:.1f} GB/s"
+        + (f", reads {human_bytes(floors.uncached)} of them from disk," if floors.uncached else "")
+        + " and computes on the GPU: ≥ "
         f"{floors.prompt_seconds:.2f} s ({floors.prompt_bound}-bound), ≤ {floors.prompt_tokens_per_s:,.0f} tokens/s.",
     )
+
+
+# --- which quant fits ------------------------------------------------------------------------------
+
+
+def render_quant_choice(console: Console, choice: QuantChoice) -> None:
+    """The quants that fit, largest first, a table of their offload and context, the next larger that
+    does not fit and why, and the command of the largest."""
+    fitting = choice.fitting
+    engine = choice.options.engine.describe(choice.options.build)
+    where = _box(choice) + (
+        "" if choice.options.ram is not None else " (the GPUs alone: --ram SIZE adds RAM)"
+    )
+    count = (
+        f"{plural(len(fitting), 'uniform llama-quantize type')} fit"
+        if fitting
+        else "no uniform llama-quantize type fits"
+    )
+    say(
+        console,
+        f"[bold]{choice.spec.name}[/] on {where}, {engine}: {count}"
+        + (", largest first:" if fitting else "."),
+    )
+    if fitting:
+        show_fitted(console, *_choice_table(console, choice, fitting))
+    larger = choice.next_larger
+    if larger is not None:
+        what = "The next larger" if fitting else "The smallest"
+        say(
+            console,
+            f"{what}, {larger.quant} ({human_bytes(larger.file_bytes)}), does not fit: {_why(choice, larger)}.",
+        )
+        if larger.sized is None or any(load.name == "RAM" for load in larger.full):
+            say(
+                console,
+                "With mmap (the default) llama.cpp runs a larger one anyway, reading what RAM cannot hold from "
+                "disk at every token: --quant TYPE with --ram-bandwidth gives its speed floor, the disk's read "
+                "rate included.",
+            )
+    context = (
+        f"at {choice.options.context:,} tokens (--context)"
+        if choice.options.context is not None
+        else f"with at least {choice.min_context:,} tokens of context (the longest shown; --context asks for one)"
+    )
+    say(
+        console,
+        f"Fits: every GPU{' and RAM' if choice.options.ram is not None else ''} holds its tensors, KV cache and "
+        f"compute buffers {context}; RAM holds the host tensors, none read from disk at each token.",
+    )
+    imatrix = [row.quant for row in fitting if row.imatrix]
+    say(
+        console,
+        "Sizes are estimates: llama-quantize's rules for a uniform conversion (llama.cpp b10572); dynamic "
+        "quants (UD-*) differ: give --gguf."
+        + (f" {', '.join(imatrix)} need an importance matrix (llama-quantize --imatrix)." if imatrix else ""),
+    )
+    if fitting:
+        show(console)
+        show(console, f"Run the largest ({fitting[0].quant}):")
+        print_command(console, command_lines(fitting[0].flags, console.width, lead="  "))
+    say(
+        console,
+        "--quant TYPE plans one whole: each device's buffers, the fewest --n-cpu-moe, the speed floor.",
+    )
+
+
+def _why(choice: QuantChoice, row: QuantFit) -> str:
+    """Why a quant does not fit: the file against all the memory, the devices it overfills, or the
+    context it leaves."""
+    if row.sized is None:
+        return f"the file alone is more than the GPUs and RAM hold together ({human_bytes(choice.memory)})"
+    if row.full:
+        loads = ", ".join(
+            f"{load.name} {human_bytes(load.total)} of {human_bytes(load.memory or 0)}" for load in row.full
+        )
+        return f"at {row.sized.context:,} tokens it would take {loads}"
+    longest = row.sized.fit.longest
+    return f"only {longest:,} tokens of context fit" if longest else "not one block of context fits"
+
+
+def _choice_table(
+    console: Console, choice: QuantChoice, rows: tuple[QuantFit, ...]
+) -> tuple[Table, list[Column]]:
+    speed = any(row.floors is not None for row in rows)
+    columns = [
+        Column("Quant"),
+        Column("File", number=True),
+        Column("BPW", number=True),
+        Column("GPUs" if choice.count > 1 else "GPU", number=True),
+        Column("RAM", number=True, drop=1),
+        Column("Context", number=True),
+        Column("Offload", wraps=True),
+        *([Column("Decode ≤", number=True, drop=2, hint="--json")] if speed else []),
+    ]
+    table_rows = [
+        [
+            row.quant,
+            human_bytes(row.file_bytes),
+            f"{row.bits_per_weight:.2f}",
+            human_bytes(row.gpu_bytes),
+            human_bytes(row.ram_bytes),
+            f"{row.context:,}" if row.context is not None else "—",
+            " ".join(row.offload.flags()),
+            *([f"{row.floors.decode_tokens_per_s:.1f} tok/s" if row.floors else "—"] if speed else []),
+        ]
+        for row in rows
+    ]
+    return fitted(console, columns, table_rows)

@@ -96,6 +96,7 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
         "weights": [
             {
                 "name": c.name,
+                "component_ids": list(c.component_ids),
                 "rule": c.rule,
                 "kind": c.kind.value,
                 "in_checkpoint": c.in_checkpoint,

@@ -104,6 +104,7 @@ class PlanArgs:
     ram_bandwidth: str | None = None
     ram_channels: str | None = None
     ram_speed: str | None = None
+    disk_bandwidth: str | None = None
     typed: dict[str, str] = field(default_factory=dict)
 
 
@@ -363,12 +364,18 @@ class PlanRequest:
     positions: int | None = None
     gpu_words: tuple[str, ...] = ()
 
-    def command(self, count: int, options: DeploymentOptions) -> str:
-        """The plan command that gives `options` on `count` GPUs of this type, quoted for the shell."""
+    def command(self, count: int, options: DeploymentOptions, nodes: int | None = None) -> str:
+        """The plan command that gives `options` on `count` GPUs of this type (in `nodes` nodes, when
+        given), quoted for the shell."""
         gpu = self.gpu
-        where = (
-            self.gpus if count == self.count else f"{count}x{gpu.name}" if gpu.name != "GPU" else str(count)
-        )
+        if count == self.count:
+            where = self.gpus
+        elif gpu.name == "GPU":  # described by --gpu-memory: a count alone
+            where = str(count)
+        elif nodes is not None and nodes > 1:
+            where = f"{nodes}x{count // nodes}x{gpu.name}"
+        else:
+            where = f"{count}x{gpu.name}"
         words = [
             "kimicount",
             "plan",
@@ -391,12 +398,12 @@ class PlanRequest:
 
             rows = compare(anatomy, self.gpu, self.count, self.options, self.compare)
             return CompareAnswer(self, anatomy.spec, tuple(rows))
-        from kimicount.deploy.answer import largest_batch, ways_out
+        from kimicount.deploy.answer import largest_batch, node_size, ways_out
 
         report = plan(anatomy, self.gpu, self.count, self.options, min_gpus=self.min_gpus)
         tries = tuple(
-            (way, self.command(way.report.count, way.report.options))
-            for way in ways_out(anatomy, self.gpu, report)
+            (way, self.command(way.report.count, way.report.options, way.nodes))
+            for way in ways_out(anatomy, self.gpu, report, node_size(self.count, self.nodes))
         )
         positions, sequences, best = self.positions, self.sequences, None
         if self.batch_max:

@@ -366,6 +366,7 @@ class ComponentBytes:
     tensors: int  # GGUF tensors it owns all or part of
     bytes: int
     types: tuple[str, ...]  # the ggml types of those tensors
+    id: str = ""  # its stable component id (kimicount.component_ids)
 
     @property
     def bits_per_weight(self) -> float:
@@ -482,7 +483,10 @@ def _component_bytes(
 ) -> tuple[ComponentBytes, ...]:
     """Every node of the tree, in order (a node before its children): its bytes, the sum of its leaves',
     and the GGUF tensors it owns all or part of (a tensor two children share counts once)."""
+    from kimicount.component_ids import walk_ids
+
     ids = {id(leaf): i for i, leaf in enumerate(leaves)}
+    component_ids = {id(node): cid for node, cid in walk_ids(tree)}
     rows: list[ComponentBytes] = []
 
     def visit(node: Node, depth: int) -> tuple[int, set[str]]:
@@ -496,7 +500,9 @@ def _component_bytes(
                 child_bytes, child_names = visit(child, depth + 1)
                 total, names = total + child_bytes, names | child_names
         types = tuple(sorted({types_of[name] for name in names}))
-        rows[index] = ComponentBytes(node.name, depth, node.params, len(names), total, types)
+        rows[index] = ComponentBytes(
+            node.name, depth, node.params, len(names), total, types, component_ids[id(node)]
+        )
         return total, names
 
     visit(tree, 0)

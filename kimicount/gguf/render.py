@@ -51,6 +51,7 @@ def gguf_json(report: GGUFReport) -> dict[str, Any]:
         },
         "components": [
             {
+                "id": c.id,
                 "name": c.name,
                 "depth": c.depth,
                 "params": c.params,

@@ -201,6 +201,9 @@ class ServerEngine(Engine, ABC):
     reserve_input: str
     #: Whether its plans are written back as kimicount's layout options, so other layouts are tried.
     layouts_as_options: bool = True
+    #: The share of memory it may be told to use that a way out tries (DeploymentOptions field, value,
+    #: where that value is run); None: its rule has none to raise.
+    memory_share: tuple[str, Fraction, str] | None = None
     #: Whether its DP attention splits the dense MLP, shared expert and head over all TP × DP ranks.
     dense_over_dp: bool = False
     #: Its serve-command flags (engines/flags.py), by name; --kv-cache-dtype's choices and what each is to

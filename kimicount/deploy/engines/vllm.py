@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from kimicount.deploy.engines import vllm_deepseek_v4
@@ -79,6 +80,9 @@ class VLLM(ServerEngine):
     )
     sequence_cap = ("max_num_seqs", "--max-num-seqs")
     usable_words = ("usable", "reserve")
+    #: vLLM's published Kimi-K2-Thinking run on 8 × H200 (vllm-project/recipes, moonshotai/Kimi-K2-Think.md)
+    #: ran at --gpu-memory-utilization 0.95: the ways out try it before more GPUs.
+    memory_share = ("utilization", Fraction(19, 20), "vLLM's Kimi-K2 recipe runs at it")
     absorption_copies = ABSORPTION_COPIES
     absorption_note = (
         "vLLM's BF16 W_UK, W_UV: vLLM's MLA layer keeps BF16 copies of an FP8 kv_b_proj's two halves for "

@@ -15,7 +15,19 @@ PCIe once per ubatch, and the GPUs do the FLOPs:
 
     time(ubatch) ≥ max(bytes in RAM ÷ PCIe bandwidth, 2 × U × activated weights ÷ the GPU's BF16 peak)
 
-Both are floors: ideal bandwidths, no attention FLOPs, no kernel overhead, no overlap lost.
+Weights that do not fit in RAM: with mmap (llama.cpp's default) the page cache holds what RAM leaves
+after the host's KV cache and buffers, and every other page is read from the file again when a token
+touches it. Which experts stay cached is the kernel's choice; under uniform routing an even share of
+each layer's experts is, so a token reads the uncached share of its experts' bytes from disk:
+
+    bytes(disk) = (host tensors − page cache) ÷ the host's routed experts × their bytes a token reads
+    time ≥ … + bytes(disk) ÷ the disk's read rate       (and each ubatch reads the uncached bytes once)
+
+Skewed routing keeps the hot experts cached and reads less. The disk's rate is --disk-bandwidth, by
+default DISK_BANDWIDTH, the ceiling of a PCIe 4.0 ×4 NVMe drive's link (no such drive reads faster;
+page faults under mmap read in small pieces and get less).
+
+All are floors: ideal bandwidths, no attention FLOPs, no kernel overhead, no overlap lost.
 """
 
 from __future__ import annotations
@@ -30,6 +42,12 @@ from kimicount.spec import ModelSpec
 
 #: PCIe 4.0 x16, one direction: 16 GT/s × 16 lanes × 128/130 encoding ÷ 8 bits.
 PCIE4_X16 = 16 * 10**9 * 16 * 128 // 130 // 8
+#: The disk's read rate unless --disk-bandwidth gives it: a PCIe 4.0 ×4 NVMe link, 16 GT/s × 4 lanes ×
+#: 128/130 ÷ 8 bits (7.88 GB/s; PCIe 4.0 drives' datasheets give up to about 7.4 GB/s sequential).
+DISK_BANDWIDTH = 16 * 10**9 * 4 * 128 // 130 // 8
+DISK_SOURCE = (
+    "a PCIe 4.0 ×4 NVMe link's ceiling, 16 GT/s × 4 lanes × 128/130 ÷ 8 bits (--disk-bandwidth sets yours)"
+)
 
 
 def ram_bandwidth(channels: int, mts: int) -> int:
@@ -63,14 +81,23 @@ class DeviceRead:
 @dataclass(frozen=True)
 class Floors:
     context: int
-    reads: tuple[DeviceRead, ...]
+    reads: tuple[
+        DeviceRead, ...
+    ]  # the GPUs, RAM, and the disk when the page cache cannot hold the host tensors
     decode_seconds: float
     ubatch: int
     ram_weights: int
     pcie_bandwidth: int
     activated: Fraction  # weights' elements a token uses
     prompt_seconds: float  # per ubatch
-    prompt_bound: str  # "PCIe" or "compute"
+    prompt_bound: str  # "PCIe", "disk" or "compute"
+    uncached: int = 0  # host tensors' bytes the page cache cannot hold, read from disk
+    disk_bandwidth: int = DISK_BANDWIDTH
+
+    @property
+    def disk(self) -> DeviceRead | None:
+        """What a token reads from disk, when any."""
+        return next((read for read in self.reads if read.name == "disk"), None)
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -97,8 +124,11 @@ def floors(
     context: int,
     ram_bandwidth: int,
     pcie_bandwidth: int = PCIE4_X16,
+    page_cache: int | None = None,
+    disk_bandwidth: int = DISK_BANDWIDTH,
 ) -> Floors:
-    """The decode and prompt floors of a layout (see the module docstring)."""
+    """The decode and prompt floors of a layout (see the module docstring); `page_cache`: the host
+    tensors' bytes RAM holds under mmap (None: all of them)."""
     if gpu.hbm_bandwidth <= 0 or gpu.bf16_flops <= 0:
         raise UsageError("the speed floor needs the GPU's --hbm-bandwidth and --peak-bf16")
     share = Fraction(spec.num_experts_per_tok, spec.n_routed_experts)
@@ -123,21 +153,28 @@ def floors(
             weights[slot] += tensor.nbytes
             activated += _elements(tensor)
     per_layer_token = layout.cache.token_bytes()
-    loads = (*layout.gpus, layout.host)
+    host = layout.host
+    uncached = 0 if page_cache is None else min(max(host.weights - page_cache, 0), host.experts)
+    on_disk = Fraction(uncached, host.experts) if host.experts else Fraction(0)
+    loads = (*layout.gpus, host)
     reads = tuple(
         DeviceRead(
             load.name,
             weights[i],
-            experts[i],
+            experts[i] * (1 - on_disk) if i == slots - 1 else experts[i],
             per_layer_token * len(load.layers) * context,
             ram_bandwidth if i == slots - 1 else gpu.hbm_bandwidth,
         )
         for i, load in enumerate(loads)
     )
+    if uncached:
+        reads += (DeviceRead("disk", 0, experts[-1] * on_disk, 0, disk_bandwidth),)
     decode = sum(r.seconds for r in reads)
     ubatch = layout.ubatch
-    transfer = layout.host.weights / pcie_bandwidth
+    transfer = host.weights / pcie_bandwidth
+    from_disk = uncached / disk_bandwidth
     compute = float(2 * ubatch * activated) / gpu.bf16_flops  # the GPUs take the layers in turn
+    bound = max(("PCIe", transfer), ("disk", from_disk), ("compute", compute), key=lambda kind: kind[1])[0]
     return Floors(
         context,
         reads,
@@ -146,6 +183,8 @@ def floors(
         layout.host.weights,
         pcie_bandwidth,
         activated,
-        max(transfer, compute),
-        "PCIe" if transfer >= compute else "compute",
+        max(transfer, from_disk, compute),
+        bound,
+        uncached,
+        disk_bandwidth,
     )

@@ -11,7 +11,7 @@ from kimicount.deploy.engines.llama_cpp import LLAMA_CPP, LlamaCpp
 from kimicount.deploy.hardware import Accelerator
 from kimicount.deploy.local.builds import CacheChoice, CacheLayout
 from kimicount.deploy.local.cache import Cache, make_cache, padded_cells
-from kimicount.deploy.local.floor import PCIE4_X16, Floors, floors
+from kimicount.deploy.local.floor import DISK_BANDWIDTH, PCIE4_X16, Floors, floors
 from kimicount.deploy.local.placement import (
     Fit,
     Layout,
@@ -43,7 +43,9 @@ class LocalOptions:
     ram: int | None = None
     ram_bandwidth: int | None = None
     pcie_bandwidth: int = PCIE4_X16
+    disk_bandwidth: int = DISK_BANDWIDTH  # --disk-bandwidth: what the page cache cannot hold comes from disk
     mmap: bool = True
+    in_ram: bool = False  # the host tensors must fit in RAM even with mmap (the quant choice)
     ubatch: int = 512
     flash_attn: bool = True
 
@@ -80,19 +82,29 @@ def is_mla_gguf(metadata: object, tensors: Sequence[Tensor]) -> bool:
     return any(t.name.endswith("attn_k_b.weight") for t in tensors)
 
 
-def local_plan(
+@dataclass(frozen=True)
+class Sized:
+    """One run sized: the cache the build gives, the longest context that fits, the context planned,
+    and every device's load at it; `ram` is the RAM the host must fit in (None: none does)."""
+
+    choice: CacheChoice
+    fit: Fit
+    context: int
+    layout: Layout
+    ram: int | None
+
+
+def size_run(
     spec: ModelSpec,
     tensors: Sequence[Tensor],
     gpu: Accelerator | None,
     count: int,
     options: LocalOptions,
     *,
-    source: str,
     mla_gguf: bool,
-    estimate: str | None = None,
-    model_path: str = "MODEL.gguf",
-) -> LocalPlan:
-    """Plan a local run (see the module docstring)."""
+) -> Sized:
+    """The cache the engine and build give the file, the longest context that fits, and every device's
+    load at the context asked (or that longest)."""
     require_positive("--ubatch", options.ubatch)
     if options.context is not None:
         require_positive("--context", options.context)
@@ -109,8 +121,9 @@ def local_plan(
     )
     ik = options.engine.keeps_2d_by_head
     # with mmap the page cache holds what it can and the rest is read from disk: RAM limits nothing
-    # then (the plan says what the page cache would need); with --no-mmap the host copy must fit
-    ram = None if options.mmap else options.ram
+    # then (the plan says what the page cache would need, the floor what the disk reads); with
+    # --no-mmap, or where weights read from disk are no fit (the quant choice), the host must fit
+    ram = None if options.mmap and not options.in_ram else options.ram
     ubatch, flash_attn = options.ubatch, options.flash_attn
     probe = make_cache(spec, choice, options.type_k, options.type_v, choice.pad, ik=ik)
     fit = longest_context(
@@ -121,6 +134,25 @@ def local_plan(
     layout = place(
         spec, tensors, gpu, count, options.offload, cache, ram=ram, ubatch=ubatch, flash_attn=flash_attn
     )
+    return Sized(choice, fit, context, layout, ram)
+
+
+def local_plan(
+    spec: ModelSpec,
+    tensors: Sequence[Tensor],
+    gpu: Accelerator | None,
+    count: int,
+    options: LocalOptions,
+    *,
+    source: str,
+    mla_gguf: bool,
+    estimate: str | None = None,
+    model_path: str = "MODEL.gguf",
+) -> LocalPlan:
+    """Plan a local run (see the module docstring)."""
+    sized = size_run(spec, tensors, gpu, count, options, mla_gguf=mla_gguf)
+    choice, fit, context, layout, ram = sized.choice, sized.fit, sized.context, sized.layout, sized.ram
+    cache, ubatch, flash_attn = layout.cache, options.ubatch, options.flash_attn
     cpu_moe = (
         fewest_cpu_moe(
             spec, tensors, gpu, count, options.offload, cache, ram=ram, ubatch=ubatch, flash_attn=flash_attn
@@ -138,6 +170,8 @@ def local_plan(
             context=context,
             ram_bandwidth=options.ram_bandwidth,
             pcie_bandwidth=options.pcie_bandwidth,
+            page_cache=page_cache(layout, options),
+            disk_bandwidth=options.disk_bandwidth,
         )
     flags = run_flags(options, choice, padded_cells(context, choice.pad), model_path)
     return LocalPlan(
@@ -156,6 +190,15 @@ def local_plan(
         flags,
         len(tensors),
     )
+
+
+def page_cache(layout: Layout, options: LocalOptions) -> int | None:
+    """With mmap and --ram: the bytes of the host tensors the page cache can hold, what RAM leaves after
+    the host's KV cache and compute buffers (the rest is read from disk); None otherwise (all of them:
+    --no-mmap copies them into RAM, and without --ram nothing says what RAM holds). [bytes]"""
+    if not options.mmap or options.ram is None:
+        return None
+    return max(options.ram - layout.host.cache - layout.host.compute, 0)
 
 
 def run_flags(options: LocalOptions, choice: CacheChoice, context: int, model_path: str) -> tuple[str, ...]:

@@ -1,10 +1,12 @@
-"""`plan --json` for a local run: the same figures as the view, as numbers."""
+"""`plan --json` for a local run (or the quants that fit): the same figures as the view, as numbers."""
 
 from __future__ import annotations
 
 import shlex
 from typing import Any
 
+from kimicount.deploy.local.choice import QuantChoice
+from kimicount.deploy.local.floor import DISK_BANDWIDTH, DISK_SOURCE
 from kimicount.deploy.local.placement import COMPUTE_SOURCE, DeviceLoad
 from kimicount.deploy.local.plan import LocalPlan
 
@@ -71,5 +73,62 @@ def local_plan_json(plan: LocalPlan) -> dict[str, Any]:
             "prompt_tokens_per_s": floors.prompt_tokens_per_s,
             "prompt_bound": floors.prompt_bound,
             "pcie_bandwidth_bytes_per_s": floors.pcie_bandwidth,
+            "disk_bytes_uncached": floors.uncached,
+            "disk_bandwidth_bytes_per_s": floors.disk_bandwidth,
+            "disk_bandwidth_source": DISK_SOURCE
+            if floors.disk_bandwidth == DISK_BANDWIDTH
+            else "--disk-bandwidth",
+            "disk_estimate": "uniform routing: an even share of each layer's routed experts cached",
         },
     }
+
+
+def quant_choice_json(choice: QuantChoice) -> dict[str, Any]:
+    """`plan --json` without --gguf or --quant: every quant, largest first, with whether it fits, its
+    offload and context, what the GPUs and RAM hold, the command, and the decode floor when asked."""
+    from kimicount.gguf.quantize import ESTIMATE
+
+    options = choice.options
+    return {
+        "model": choice.spec.name,
+        "route": "local",
+        "question": "which_quant",
+        "engine": options.engine.name,
+        "build": options.build,
+        "gpus": {"count": choice.count, "type": None if choice.gpu is None else choice.gpu.name},
+        "ram_bytes": options.ram,
+        "memory_bytes": choice.memory,
+        "min_context": choice.min_context,
+        "context": options.context,
+        "offload_asked": choice.offload_asked,
+        "estimate": ESTIMATE.format(quant="each type"),
+        "fitting": [row.quant for row in choice.fitting],
+        "quants": [
+            {
+                "quant": row.quant,
+                "file_bytes": row.file_bytes,
+                "bits_per_weight": row.bits_per_weight,
+                "imatrix": row.imatrix,
+                "fits": row.fits,
+                "context": row.context,
+                "too_large": row.sized is None,  # the file alone is more than the GPUs and RAM hold
+                "longest_context": None if row.sized is None else row.sized.fit.longest,
+                "full": [
+                    {"device": load.name, "total_bytes": load.total, "memory_bytes": load.memory}
+                    for load in row.full
+                ],
+                "offload": row.offload.flags(),
+                "gpu_bytes": row.gpu_bytes,
+                "ram_bytes": row.ram_bytes,
+                "command": list(row.flags),
+                "command_line": shlex.join(row.flags),
+                "decode_tokens_per_s": None if row.floors is None else row.floors.decode_tokens_per_s,
+            }
+            for row in choice.rows
+        ],
+    }
+
+
+def local_answer_json(answer: LocalPlan | QuantChoice) -> dict[str, Any]:
+    """A local plan's JSON, or the quant choice's."""
+    return local_plan_json(answer) if isinstance(answer, LocalPlan) else quant_choice_json(answer)

@@ -1,7 +1,7 @@
 """`kimicount plan`'s local route: the options as typed -> a LocalRequest (everything checked that needs
 no model) -> its answer: the listing (a GGUF's header, checked against the architecture as `kimicount
-gguf` checks it, or a --quant estimate) -> the plan (deploy/local/plan.py). The views are the CLI's
-(deploy/render_local.py, deploy/local/reports.py)."""
+gguf` checks it, or a --quant estimate) -> the plan (deploy/local/plan.py); with neither, which quants
+fit (deploy/local/choice.py). The views are the CLI's (deploy/render_local.py, deploy/local/reports.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from kimicount.deploy.engines import local_engine
 from kimicount.deploy.hardware import Accelerator, parse_bandwidth, parse_gpus, typed_gpu
 from kimicount.deploy.local.builds import CacheLayout
 from kimicount.deploy.local.cache import parse_cache_type
+from kimicount.deploy.local.floor import DISK_BANDWIDTH
 from kimicount.deploy.local.floor import ram_bandwidth as channel_bandwidth
 from kimicount.deploy.local.placement import Offload
 from kimicount.deploy.local.plan import LocalOptions, LocalPlan, is_mla_gguf, local_plan
@@ -21,6 +22,7 @@ from kimicount.options import parse_count, parse_size
 from kimicount.reading import shorten
 
 if TYPE_CHECKING:
+    from kimicount.deploy.local.choice import QuantChoice
     from kimicount.deploy.request import ModelChoice, PlanArgs
     from kimicount.gguf.layout import GGUFReport
     from kimicount.gguf.reader import GGUFListing
@@ -30,7 +32,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class LocalRequest:
     """A local llama.cpp or ik_llama.cpp run asked for: everything read from the options that needs no
-    model (read_local reads them); `answer` reads the GGUF (or sizes a --quant) and plans."""
+    model (read_local reads them); `answer` reads the GGUF (or sizes a --quant) and plans, or with
+    neither sizes every quant (`offload_asked`: --offload, --n-cpu-moe or -ngl given, which it keeps)."""
 
     model: ModelChoice
     gguf: Path | None
@@ -38,21 +41,33 @@ class LocalRequest:
     count: int
     gpu: Accelerator | None
     options: LocalOptions
+    offload_asked: bool = False
 
     @property
     def needs_model(self) -> bool:
         """Whether the model's config is read (a --quant estimate); a GGUF carries its own."""
         return self.gguf is None
 
-    def answer(self, spec: ModelSpec | None) -> LocalPlan:
+    def answer(self, spec: ModelSpec | None) -> LocalPlan | QuantChoice:
+        if self.gguf is None and self.quant is None:
+            from kimicount.deploy.local.choice import quant_choice
+
+            assert spec is not None  # without a GGUF the model's config is read
+            return quant_choice(spec, self.gpu, self.count, self.options, offload_asked=self.offload_asked)
         return local_answer(self, spec)
 
 
 def read_local(args: PlanArgs, engine: str, release: str | None, model: ModelChoice) -> LocalRequest:
     """Read the local options: the GPUs, the engine and its build (`release`: llama.cpp's bNNNN, as
     `--engine llama.cpp==b5331` or --build gives it), the offload, the cache, the RAM."""
-    if (args.gguf is None) == (args.quant is None):
-        raise UsageError("plan on a local box: give --gguf FILE or --quant TYPE (one of them)")
+    if args.gguf is not None and args.quant is not None:
+        raise UsageError(
+            "plan on a local box: give --gguf FILE or --quant TYPE (one of them), or neither for the quants that fit"
+        )
+    if args.quant is not None:
+        from kimicount.gguf.quantize import parse_quant
+
+        parse_quant(args.quant)  # before the model is read
     count, gpu = parse_gpus(args.gpus)
     gpu = typed_gpu(
         args.gpus,
@@ -97,6 +112,7 @@ def read_local(args: PlanArgs, engine: str, release: str | None, model: ModelCho
         bandwidth = channel_bandwidth(
             parse_count(args.ram_channels, "--ram-channels"), parse_count(args.ram_speed, "--ram-speed")
         )
+    disk = None if args.disk_bandwidth is None else parse_bandwidth(args.disk_bandwidth, "--disk-bandwidth")
     layers = None if args.ngl is None else parse_count(args.ngl, "-ngl")
     if layers is not None and layers < 0:
         raise UsageError(f"-ngl {args.ngl}: expected 0 or more layers")
@@ -114,10 +130,12 @@ def read_local(args: PlanArgs, engine: str, release: str | None, model: ModelCho
         context=None if args.context is None else parse_count(args.context, "--context"),
         ram=None if args.ram is None else parse_size(args.ram, "--ram"),
         ram_bandwidth=bandwidth,
+        disk_bandwidth=DISK_BANDWIDTH if disk is None else disk,
         mmap=not args.no_mmap,
         ubatch=parse_count(args.ubatch, "--ubatch"),
     )
-    return LocalRequest(model, args.gguf, args.quant, count, gpu, options)
+    asked = offload is not None or args.n_cpu_moe is not None or layers is not None
+    return LocalRequest(model, args.gguf, args.quant, count, gpu, options, asked)
 
 
 def local_answer(request: LocalRequest, spec: ModelSpec | None) -> LocalPlan:
