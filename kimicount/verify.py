@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import chain, repeat
 from typing import NamedTuple
 
 from kimicount.anatomy import Anatomy, Node, Role, TensorRef
-from kimicount.checkpoint import INDEX_FILE, Checkpoint, Index, paused_gc
+from kimicount.checkpoint import INDEX_FILE, Checkpoint, Index, index_agrees, paused_gc
 from kimicount.headers import Kind, TensorInfo, kind_of, kind_parts
 from kimicount.spec import ModelSpec
 from kimicount.storage import (
@@ -577,9 +577,11 @@ def _check_index(checkpoint: Checkpoint) -> list[Mismatch]:
                 f"{index.total_size:,}",
             )
         )
-    weight_map = index.weight_map
-    if _index_agrees(weight_map, checkpoint):
+    if not checkpoint.duplicates and index_agrees(index, checkpoint.files):
         return mismatches
+    weight_map = index.weight_map
+    if weight_map is None:  # read without its map (kimicount.checkpoint.assemble reads it again): per file
+        return mismatches + _listing_mismatches(index, checkpoint)
     located = checkpoint.located
     for name, file in located.items():
         listed = weight_map.get(name)
@@ -593,14 +595,28 @@ def _check_index(checkpoint: Checkpoint) -> list[Mismatch]:
     return mismatches
 
 
-def _index_agrees(weight_map: Mapping[str, str], checkpoint: Checkpoint) -> bool:
-    """The common case, in C: the index lists each file's tensors in that file, and nothing else (it
-    names as many tensors as the files hold, and the files hold no name twice)."""
-    return (
-        not checkpoint.duplicates
-        and len(weight_map) == len(checkpoint.kinds)
-        and all(set(map(weight_map.get, header.names)) <= {header.file} for header in checkpoint.files)
-    )
+def _listing_mismatches(index: Index, checkpoint: Checkpoint) -> list[Mismatch]:
+    """Each file whose tensors the index does not list, all of them and no other (counted: which names
+    only its map can say)."""
+    headers = {header.file: header for header in checkpoint.files}
+    mismatches = []
+    for file in sorted(set(headers) | set(index.listings)):
+        header, listing = headers.get(file), index.listings.get(file)
+        if (
+            header is not None
+            and listing is not None
+            and index_agrees(replace(index, listings={file: listing}), [header])
+        ):
+            continue
+        mismatches.append(
+            Mismatch(
+                file,
+                "index",
+                f"{0 if header is None else len(header.names):,} tensors, as its header says",
+                f"{INDEX_FILE} lists {0 if listing is None else listing.tensors:,}, not the same",
+            )
+        )
+    return mismatches
 
 
 class _PartCounts:
@@ -701,6 +717,8 @@ def verify_index(anatomy: Anatomy, index: Index, source: str) -> IndexReport:
 
     spec = anatomy.spec
     listed = index.weight_map
+    if listed is None:
+        raise ValueError("verify_index needs the index's map: read it with keep_map")
     mismatches: list[Mismatch] = []
     claimed: set[str] = set()
     expected = 0
@@ -749,7 +767,7 @@ def verify_index(anatomy: Anatomy, index: Index, source: str) -> IndexReport:
     return IndexReport(
         source=source,
         model=spec.name,
-        entries=len(listed),
+        entries=index.entries,
         files=len(index.files),
         expected_names=expected,
         rotary_buffers=len(rotary),
