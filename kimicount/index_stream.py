@@ -6,8 +6,8 @@ text, then every name and every file name as a string); read here it takes the m
 digest of them), or with `keep_map` the name -> file map itself (each file name held once).
 
 The weight map is read in pieces: from a pair's start, up to the last complete `"name": "file"` pair of
-the next MiB, found by counting quotes (every quote delimits a string where there is no backslash),
-then decoded by msgspec as one object, in C. A piece with a backslash (an escape) or one msgspec refuses
+the next MiB (after its last `",`; or, where msgspec refuses that, found by counting quotes: every quote
+delimits a string where there is no backslash), then decoded by msgspec as one object, in C. A piece with a backslash (an escape) or one msgspec refuses
 is read pair by pair with the format's own string grammar, which says exactly what is wrong and where.
 Other top-level values (`metadata`) are parsed whole by the standard library, up to MAX_VALUE bytes.
 Errors are one CheckpointError naming the file and the line and column (in bytes), or the key.
@@ -20,7 +20,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import compress
+from itertools import groupby
 from typing import Any
 
 from kimicount.errors import CheckpointError
@@ -28,6 +28,9 @@ from kimicount.reading import optional_msgspec, parse_json, short_json
 
 #: Bytes read (and decoded as one piece of the weight map) at a time.
 CHUNK = 1 << 20
+#: Bytes kept before anything read is dropped: errors in an index this short say their line and column
+#: (counting the lines of a whole index would cost an eighth of reading it), later ones their byte.
+KEEP = 4 * CHUNK
 #: The longest top-level value other than the weight map (metadata holds a few numbers).
 MAX_VALUE = 1 << 20
 #: The longest single string (a tensor or file name) [bytes].
@@ -50,8 +53,7 @@ class FileListing:
     name_chars: int = 0
     digest: int = 0
 
-    def add(self, names: list[str] | Any) -> None:
-        names = list(names)
+    def add(self, names: list[str]) -> None:
         self.tensors += len(names)
         self.name_chars += sum(map(len, names))
         self.digest += sum(map(hash, names))
@@ -67,21 +69,15 @@ class WeightMap:
     _files: dict[str, str] = field(default_factory=dict)  # each file name, held once
 
     def add(self, part: dict[str, str]) -> None:
-        """One decoded piece of the map."""
-        if not part:
-            return
-        files = set(part.values())
-        if len(files) == 1:
-            (file,) = files
-            self._listing(file).add(part)
-        elif len(files) <= 16:  # a few files: a pass over the piece per file, in C
-            for file in files:
-                self._listing(file).add(compress(part, map(file.__eq__, part.values())))
-        else:  # many files (an index of 40,000 shards): one pass, name by name
-            for name, file in part.items():
-                self._listing(file).add((name,))
-        if self.keep_map:
-            self.names.update(zip(part, map(self._files.setdefault, part.values(), part.values())))
+        """One decoded piece of the map, run by run of names in one file (an index lists a shard's
+        names together, as transformers writes it sorted by name, so a piece has a few runs)."""
+        names, start = list(part), 0
+        for file, run in groupby(part.values()):
+            end = start + len(list(run))
+            self._listing(file).add(names[start:end])
+            if self.keep_map:
+                self.names.update(dict.fromkeys(names[start:end], self._files.setdefault(file, file)))
+            start = end
 
     def _listing(self, file: str) -> FileListing:
         listing = self.listings.get(file)
@@ -120,11 +116,9 @@ class _Reader:
         self.chunks: Iterator[bytes] = iter(chunks)
         self.where = where
         self.keep_map = keep_map
-        self.buf = b""
+        self.buf = bytearray()
         self.pos = 0
         self.offset = 0  # bytes of the stream before buf
-        self.lines = 0  # newlines in them
-        self.line_start = 0  # where the last of them ended, in the stream
         self.eof = False
         decoders = _decoders()
         self.decoder = decoders[0] if decoders else None
@@ -133,7 +127,8 @@ class _Reader:
     # --- the buffer ---------------------------------------------------------------------------------
 
     def more(self) -> bool:
-        """Read the next chunk (dropping what has been read); False at the end of the stream."""
+        """Read the next chunk (past KEEP bytes, dropping what has been read but the byte before pos,
+        where a piece's '{' goes); False at the end of the stream."""
         if self.eof:
             return False
         chunk = next(self.chunks, None)
@@ -142,14 +137,12 @@ class _Reader:
         if chunk is None:
             self.eof = True
             return False
-        done = self.buf[: self.pos]
-        newlines = done.count(b"\n")
-        if newlines:
-            self.lines += newlines
-            self.line_start = self.offset + done.rindex(b"\n") + 1
-        self.offset += self.pos
-        self.buf = self.buf[self.pos :] + bytes(chunk)
-        self.pos = 0
+        if len(self.buf) > KEEP:
+            drop = max(self.pos - 1, 0)
+            del self.buf[:drop]  # a bytearray moves its start, not its bytes
+            self.offset += drop
+            self.pos -= drop
+        self.buf += chunk
         return True
 
     def ensure(self, n: int) -> int:
@@ -174,16 +167,15 @@ class _Reader:
         self.pos += 1
 
     def fail(self, message: str, at: int | None = None) -> CheckpointError:
-        """Invalid JSON at the stream position `at` (pos by default), as the standard library says it."""
-        position = self.offset + (self.pos if at is None else at)
-        lines = self.lines + self.buf.count(b"\n", 0, position - self.offset)
-        start = self.line_start
-        last = self.buf.rfind(b"\n", 0, position - self.offset)
-        if last != -1:
-            start = self.offset + last + 1
-        return CheckpointError(
-            f"{self.where}: not valid JSON ({message} at line {lines + 1} column {position - start + 1})"
-        )
+        """Invalid JSON at buffer position `at` (pos by default), as the standard library says it: at its
+        line and column in the first KEEP bytes, at its byte after them."""
+        at = self.pos if at is None else at
+        if self.offset:
+            where = f"byte {self.offset + at + 1:,}"
+        else:
+            line, start = self.buf.count(b"\n", 0, at) + 1, self.buf.rfind(b"\n", 0, at) + 1
+            where = f"line {line} column {at - start + 1}"
+        return CheckpointError(f"{self.where}: not valid JSON ({message} at {where})")
 
     # --- JSON -----------------------------------------------------------------------------------------
 
@@ -287,13 +279,13 @@ class _Reader:
             self.pos += 1
             return
         while True:
-            end = self.piece()
-            part = None
-            if end is not None and self.decoder is not None:
-                try:
-                    part = self.decoder.decode(b"{" + self.buf[self.pos : end] + b"}")
-                except self.decode_errors:
-                    pass
+            part, end = None, None
+            for cut in (self.quick_cut, self.counted_cut):  # the first that msgspec accepts
+                end = cut()
+                if end is not None:
+                    part = self.decode(end)
+                    if part is not None:
+                        break
             if part is not None and end is not None:
                 into.add(part)
                 self.pos = end
@@ -307,17 +299,51 @@ class _Reader:
             self.take(b"}", "Expecting ',' delimiter")
             return
 
-    def piece(self) -> int | None:
-        """Where the last complete pair of the next CHUNK bytes ends (pos is at a pair's start, outside
-        any string), None if there is none or the window has an escape at its start. Without a
-        backslash every quote delimits a string, so the quotes say where strings are: a brace after an
-        even number of them closes the map, and a pair ends at every fourth."""
+    def decode(self, end: int) -> dict[str, str] | None:
+        """The pairs from pos to `end` as one object, decoded in place (pos > 0 always: `more` keeps the
+        byte before it): that byte and the one at `end` are braces while msgspec reads them."""
+        if self.decoder is None:
+            return None
+        buf, before = self.buf, self.pos - 1
+        saved = buf[before], buf[end] if end < len(buf) else None
+        if saved[1] is None:
+            buf.append(ord("}"))
+        else:
+            buf[end] = ord("}")
+        buf[before] = ord("{")
+        try:
+            with memoryview(buf) as view, view[before : end + 1] as piece:
+                return self.decoder.decode(piece)
+        except self.decode_errors:
+            return None
+        finally:
+            buf[before] = saved[0]
+            if saved[1] is None:
+                del buf[end]
+            else:
+                buf[end] = saved[1]
+
+    def window(self) -> int:
+        """Where the next piece may reach: CHUNK bytes on (2 × CHUNK at most, as buffered), to the first
+        backslash (an escape: a quote in it would delimit nothing)."""
         self.ensure(CHUNK)
+        stop = min(len(self.buf), self.pos + 2 * CHUNK)
+        backslash = self.buf.find(b"\\", self.pos, stop)
+        return stop if backslash == -1 else backslash
+
+    def quick_cut(self) -> int | None:
+        """After the window's last `",`: a value's closing quote, or msgspec refuses the piece (a cut
+        anywhere else leaves it inside a string, or a name without its file)."""
+        cut = self.buf.rfind(b'",', self.pos, self.window())
+        return None if cut == -1 else cut + 1
+
+    def counted_cut(self) -> int | None:
+        """Where the window's last complete pair ends (pos is at a pair's start, outside any string),
+        None if there is none. Without a backslash every quote delimits a string, so the quotes say
+        where strings are: a brace after an even number of them closes the map, and a pair ends at
+        every fourth."""
         buf, start = self.buf, self.pos
-        stop = min(len(buf), start + 2 * CHUNK)
-        backslash = buf.find(b"\\", start, stop)
-        if backslash != -1:
-            stop = backslash
+        stop = self.window()
         quotes, searched = 0, start
         brace = buf.find(b"}", start, stop)
         while brace != -1:  # the map's end, unless inside a string
