@@ -194,8 +194,8 @@ class ExpectedGroup:
         """The shape and dtype each tensor may have when stored as itself."""
         return frozenset(kind_of(dtype, self.shape) for dtype in self.dtypes)
 
-    @cached_property
-    def scale_names(self) -> list[str]:
+    @property
+    def scale_names(self) -> list[str]:  # made when asked (250,000 names for a 1T FP8 checkpoint), not kept
         return _suffixed(self.names, FP8_SCALE_SUFFIX)
 
     @property
@@ -245,11 +245,13 @@ def _names(ref: TensorRef) -> tuple[tuple[str, ...], tuple[tuple[int | None, int
         return tuple(ref.pattern.format(layer=layer) for layer in layers), tuple(
             (layer, 1) for layer in layers
         )
-    experts = [str(expert) for expert in range(ref.experts)]
     names: list[str] = []
+    tails: list[str] = []
     for layer in layers:
         head, tail = ref.pattern.format(layer=layer, expert="\0").split("\0")
-        names += _suffixed(map(operator.add, repeat(head), experts), tail)
+        if not tails or tails[0] != f"0{tail}":  # each expert's index and what follows it, once
+            tails = [f"{expert}{tail}" for expert in range(ref.experts)]
+        names += map(operator.add, repeat(head), tails)  # one join per name
     return tuple(names), tuple((layer, ref.experts) for layer in layers)
 
 
@@ -343,7 +345,13 @@ def _check_stored(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint,
     As a set of kinds; the tensors of a group that fails go to `_check_each_stored`. Returns None when
     every tensor is verified, else which are."""
     kinds = checkpoint.kinds
-    found = Counter(map(kinds.get, group.names))
+    found_kinds = set(map(kinds.get, group.names))
+    # one kind found (the usual case): as many of it as names; several: counted
+    found = (
+        Counter({kind: len(group.names) for kind in found_kinds})
+        if len(found_kinds) == 1
+        else Counter(map(kinds.get, group.names))
+    )
     if found.keys() <= group.kinds and (
         group.fp8_scale is None or set(map(kinds.get, group.scale_names)) == {group.scale_kind}
     ):
@@ -512,7 +520,7 @@ def _classify_the_rest(
         if group.fp8_scale is None:
             continue
         if verified:
-            scales += _times(len(group.scale_names), group.scale_kind)
+            scales += _times(len(group.names), group.scale_kind)  # each name's one scale
         else:
             present = rest.intersection(group.scale_names)
             scales += _tally(map(kinds.__getitem__, present))
