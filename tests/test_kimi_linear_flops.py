@@ -99,7 +99,10 @@ def test_k3_gated_mla_and_latent_moe_by_hand():
     assert parts["Shared experts"] == 24 * 2 * 3 * 7168 * 6144
     kda = next(b for b in blocks if b["name"] == "68 KDA MoE blocks")
     convs = next(c for c in kda["children"] if c["name"] == "Kimi Delta Attention")["children"]
-    assert next(c for c in convs if c["name"] == "Short convolutions")["flops_per_token"] == 68 * 2 * 3 * 12_288 * 4
+    assert (
+        next(c for c in convs if c["name"] == "Short convolutions")["flops_per_token"]
+        == 68 * 2 * 3 * 12_288 * 4
+    )
     # no rotary position: the shared key's rows, cached unrotated; the naive attention formula alike
     naive = next(a for a in report["attention"] if a["way"] == "naive")
     assert naive["decode_flops_per_token_per_layer"] == 2 * 96 * (128 + 64 + 128) * 4096
