@@ -259,12 +259,13 @@ def _kda_flows(spec) -> dict[str, Flow]:
 
 def _latent_moe_flows(spec) -> dict[str, Flow]:
     """LatentMoE (Kimi K3): routed in the hidden space, down to routed_expert_hidden_size, the experts
-    in that latent, back up; the shared experts stay in the hidden space."""
+    in that latent, their weighted sum normalised (routed_expert_norm) and back up; the shared experts
+    stay in the hidden space (modeling_kimi_linear.py, KimiSparseMoeBlock.forward)."""
     h, z = Dim(spec.hidden_size, "hidden"), Dim(spec.routed_expert_hidden_size, "latent")
     k, e = spec.num_experts_per_tok, spec.n_routed_experts
     return {
         "Latent down-projection": Flow((_act("x", h),), (_act("z", z),)),
-        "Latent RMSNorm": Flow((_act("z", z),), (_act("z", z),)),
+        "Latent RMSNorm": Flow((_act("y_z", z),), (_act("y_z", z),)),  # on the experts' sum, before the up
         "Routed experts": Flow(
             (_act("z", z),),
             (_act("y_z", z),),

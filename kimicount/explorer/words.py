@@ -577,3 +577,28 @@ OPERATIONS: tuple[Tensor, ...] = (
         aliases=("silu",),
     ),
 )
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """A model's words: its sizes, components, activations and operations, and the group pages'."""
+
+    sizes: dict[str, str]
+    components: dict[str, Words]
+    activations: tuple[Tensor, ...]
+    operations: tuple[Tensor, ...]
+    model: Words
+    blocks: Words
+    block: Words
+
+
+def vocabulary(spec) -> Vocabulary:
+    """The words of a model's pages: the Kimi Linear family's own (kimicount.explorer.words_kimi_linear),
+    or the DeepSeek-V3 family's above."""
+    if getattr(spec, "FAMILY", "") == "kimi_linear":
+        from kimicount.explorer import words_kimi_linear as kl
+
+        return Vocabulary(
+            kl.values(spec), kl.components(spec), kl.ACTIVATIONS, kl.OPERATIONS, kl.MODEL, kl.BLOCKS, kl.BLOCK
+        )
+    return Vocabulary(values(spec), COMPONENTS, ACTIVATIONS, OPERATIONS, MODEL, BLOCKS, BLOCK)

@@ -65,7 +65,7 @@ FAMILIES = (
         ("kimi_k3",),
         ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration"),
         "kimicount.families.kimi_linear",
-        frozenset({"params", "kv-cache", "verify", "models", "flops"}),
+        frozenset({"params", "kv-cache", "verify", "models", "flops", "show", "explore"}),
     ),
 )
 
