@@ -122,7 +122,7 @@ class _Reader:
         self.eof = False
         decoders = _decoders()
         self.decoder = decoders[0] if decoders else None
-        self.decode_errors = decoders[1] if decoders else ()
+        self.decode_errors = decoders[1] if decoders else (ValueError, RecursionError)
 
     # --- the buffer ---------------------------------------------------------------------------------
 
@@ -301,9 +301,8 @@ class _Reader:
 
     def decode(self, end: int) -> dict[str, str] | None:
         """The pairs from pos to `end` as one object, decoded in place (pos > 0 always: `more` keeps the
-        byte before it): that byte and the one at `end` are braces while msgspec reads them."""
-        if self.decoder is None:
-            return None
+        byte before it): that byte and the one at `end` are braces while msgspec reads them; None for
+        what it refuses (read again pair by pair, to say why)."""
         buf, before = self.buf, self.pos - 1
         saved = buf[before], buf[end] if end < len(buf) else None
         if saved[1] is None:
@@ -313,7 +312,11 @@ class _Reader:
         buf[before] = ord("{")
         try:
             with memoryview(buf) as view, view[before : end + 1] as piece:
-                return self.decoder.decode(piece)
+                if self.decoder is not None:
+                    return self.decoder.decode(piece)
+                # without msgspec (PyPy): the standard library's parse, in C too; names and files strings
+                part = json.loads(piece.tobytes())
+                return part if isinstance(part, dict) and all(type(v) is str for v in part.values()) else None
         except self.decode_errors:
             return None
         finally:
