@@ -3,9 +3,11 @@ side by side with what a user would use instead, and (with --hub) over the Hub p
 
 The checkpoints are the real tensor listing (fixtures/kimi-k2-instruct/tensors.json) laid out as 61
 full-size shards whose data is a sparse hole (a few MB of disk), K2.5's layout derived from it
-(tests/checkpoints.py: 208,550 tensors in 62 shards), and Kimi K3's in 96 shards (its routed experts in
-BF16 until kimicount models MXFP4; `kimi_k3_layout`), whose ratio it prints last. The Hub is a local server speaking the Hub's file
-protocol (tests/fakehub.py), driven by the real huggingface_hub client.
+(tests/checkpoints.py: 208,550 tensors in 62 shards), and Kimi K3's in 96 shards (the release's 497,220
+tensors, its routed experts as MXFP4 pairs, where kimicount models MXFP4; elsewhere a stand-in of as many
+tensors, `kimi_k3_layout`), whose ratio it prints last; and the peak memory of reading K3's 59 MB index,
+beside `json.load`. The Hub is a local server speaking the Hub's file protocol (tests/fakehub.py),
+driven by the real huggingface_hub client.
 
     pip install -e ".[test]"           # pytest-httpserver provides the server
     python benchmarks/verify_speed.py [--rounds N] [--hub]
