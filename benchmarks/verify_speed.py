@@ -3,9 +3,11 @@ side by side with what a user would use instead, and (with --hub) over the Hub p
 
 The checkpoints are the real tensor listing (fixtures/kimi-k2-instruct/tensors.json) laid out as 61
 full-size shards whose data is a sparse hole (a few MB of disk), K2.5's layout derived from it
-(tests/checkpoints.py: 208,550 tensors in 62 shards), and Kimi K3's in 96 shards (its routed experts in
-BF16 until kimicount models MXFP4; `kimi_k3_layout`), whose ratio it prints last. The Hub is a local server speaking the Hub's file
-protocol (tests/fakehub.py), driven by the real huggingface_hub client.
+(tests/checkpoints.py: 208,550 tensors in 62 shards), and Kimi K3's in 96 shards (the release's 497,220
+tensors, its routed experts as MXFP4 pairs, where kimicount models MXFP4; elsewhere a stand-in of as many
+tensors, `kimi_k3_layout`), whose ratio it prints last; and the peak memory of reading K3's 59 MB index,
+beside `json.load`. The Hub is a local server speaking the Hub's file protocol (tests/fakehub.py),
+driven by the real huggingface_hub client.
 
     pip install -e ".[test]"           # pytest-httpserver provides the server
     python benchmarks/verify_speed.py [--rounds N] [--hub]
@@ -185,6 +187,48 @@ def local(folders: dict[str, tuple[Path, int]], rounds: int) -> None:
     )
 
 
+INDEX_READERS = {
+    "kimicount, as verify reads it (per shard: names listed, their digest)": (
+        "from kimicount.checkpoint import read_index_file; read_index_file(Path(sys.argv[1]), keep_map=False)"
+    ),
+    "kimicount, map and all (verify --index)": (
+        "from kimicount.checkpoint import read_index_file; read_index_file(Path(sys.argv[1]))"
+    ),
+    "`json.load` (the whole map)": "import json; json.load(open(sys.argv[1], 'rb'))",
+    "Python, importing kimicount.checkpoint only": "import kimicount.checkpoint",
+}
+
+
+# Runs argv[1:] and prints its peak memory [KiB] and CPU seconds: measured from a small process, since a
+# child forked from this one would count this one's pages (ru_maxrss keeps the peak from before exec).
+PEAK = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], check=True)
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
+"""
+
+
+def index_memory(folder: Path, rounds: int) -> None:
+    """Peak memory and CPU time of a process that reads the index, each way."""
+    index = folder / "model.safetensors.index.json"
+    print(
+        f"\nReading {folder.name}'s index ({index.stat().st_size / 1e6:.1f} MB), one process each, medians:"
+    )
+    print("| reader | peak memory | CPU time |")
+    print("|---|---:|---:|")
+    for label, code in INDEX_READERS.items():
+        samples = []
+        for _ in range(rounds):
+            reader = [sys.executable, "-c", f"import sys; from pathlib import Path; {code}", str(index)]
+            _, _, out = timed_process([sys.executable, "-c", PEAK, *reader])
+            kib, cpu = out.split()
+            samples.append((int(kib) / 1024, float(cpu)))
+        memory = statistics.median(m for m, _ in samples)
+        cpu = statistics.median(c for _, c in samples)
+        print(f"| {label} | {memory:.0f} MiB | {cpu:.2f} s |")
+
+
 def instructions(command: list[str]) -> int:
     """Instructions the process `command` executes, as valgrind's callgrind counts them."""
     out = subprocess.run(
@@ -254,36 +298,69 @@ def hub(folder: Path) -> None:
         server.stop()
 
 
-def kimi_k3_layout(folder: Path) -> tuple[Path, int]:
-    """Kimi K3's layout as header-only shards (96, one per layer group, as the release has), from its
-    bundled config and kimicount's tree: every tensor at its release dtype, but the routed experts in
-    BF16 (one tensor each, not MXFP4's two), since kimicount does not model FP4 storage yet: about half
-    the real index's 497,220 entries. A benchmark's layout, not a test's expectation."""
+def kimi_k3_layout(folder: Path) -> tuple[Path, int, str]:
+    """Kimi K3's layout as header-only shards (96, as the release has: one per language-model layer, then
+    the embedding, the vision side, and the final norm with the head), from its bundled config and
+    kimicount's tree: every tensor at its release dtype (fixtures/kimi-k3/README.md: F32 convolutions,
+    A_log, dt_bias, o_norm and router bias; BF16 the rest) and each routed expert weight as its two MXFP4
+    tensors, `weight_packed` U8 [out, in / 2] and `weight_scale` U8 [out, in / 32]: the release's 497,220
+    tensors and 1,560,860,324,864 bytes, checked here. Verified under the real config where kimicount
+    models MXFP4; elsewhere under a stand-in config that stores the same layout's experts as FP8 pairs
+    (`weight` F8_E4M3 and `weight_scale_inv` F32, one per 128 × 128), which also gives the 975 other
+    Linears a scale: as many tensors to within 0.2 %, of names as long. A benchmark's layout, not a
+    test's expectation."""
     import json
 
     from kimicount.anatomy import build_anatomy
     from kimicount.spec import spec_from_config
-    from kimicount.storage import plain_dtypes
+    from kimicount.storage import modelled, plain_dtypes
 
     config = json.loads((ROOT / "fixtures/kimi-k3/config.json").read_text())
-    del config["text_config"]["quantization_config"]
-    spec = spec_from_config(config, name="moonshotai/Kimi-K3", where="benchmark")
+    real = modelled(spec_from_config(config, name="moonshotai/Kimi-K3", where="benchmark"))
+    plain = json.loads(json.dumps(config))
+    del plain["text_config"]["quantization_config"]
+    spec = spec_from_config(plain, name="moonshotai/Kimi-K3", where="benchmark")
     anatomy = build_anatomy(spec)
     listing: dict[str, tuple[tuple[int, ...], str]] = {}
     for tree in (anatomy.model, anatomy.vision):
         for node in tree.walk():
             for ref in node.tensors:
+                dtype = plain_dtypes(spec, ref.role)[0]
+                out, inputs = (ref.shape + (0,))[:2]
                 for name in ref.names():
-                    listing[name] = (ref.shape, plain_dtypes(spec, ref.role)[0])
+                    stem = name.removesuffix(".weight")
+                    if real and ref.experts:
+                        listing[stem + ".weight_packed"] = ((out, -(-inputs // 2)), "U8")
+                        listing[stem + ".weight_scale"] = ((out, -(-inputs // 32)), "U8")
+                    elif not real and ref.role.value == "linear" and tree is anatomy.model:
+                        listing[name] = (ref.shape, "F8_E4M3")
+                        listing[name + "_scale_inv"] = ((-(-out // 128), -(-inputs // 128)), "F32")
+                    else:
+                        listing[name] = (ref.shape, dtype)
     shards: dict[str, dict] = {}
     for name, entry in sorted(listing.items()):
-        layer = int(name.split(".")[3]) if name.startswith("language_model.model.layers.") else 95
-        shards.setdefault(f"model-{layer + 1:05d}-of-00096.safetensors", {})[name] = entry
+        if name.startswith("language_model.model.layers."):
+            shard = int(name.split(".")[3]) + 1
+        elif name.startswith("language_model.model.embed_tokens."):
+            shard = 94
+        else:
+            shard = 96 if name.startswith("language_model.") else 95
+        shards.setdefault(f"model-{shard:05d}-of-00096.safetensors", {})[name] = entry
     folder.mkdir(parents=True)
     total = sum(write_header_only(folder / file, tensors) for file, tensors in shards.items())
     write_index(folder, shards, total)
+    if real:
+        assert (len(listing), total) == (497_220, 1_560_860_324_864), (len(listing), total)
+    else:
+        config = plain
+        config["text_config"]["quantization_config"] = {
+            "quant_method": "fp8",
+            "fmt": "e4m3",
+            "weight_block_size": [128, 128],
+        }
     (folder / "config.json").write_text(json.dumps(config))
-    return folder, len(listing)
+    what = "MXFP4 experts" if real else "experts as FP8 pairs (a stand-in: MXFP4 not modelled)"
+    return folder, len(listing), f"Kimi K3, {what} ({len(listing):,} tensors, 96 shards)"
 
 
 def main() -> None:
@@ -297,13 +374,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         k2 = kimi_k2_layout(Path(tmp) / "kimi-k2", config=ROOT / "fixtures/kimi-k2-instruct/config.json")
         k25 = kimi_k25_layout(Path(tmp) / "kimi-k2.5")
-        k3, k3_tensors = kimi_k3_layout(Path(tmp) / "kimi-k3")
+        k3, k3_tensors, k3_label = kimi_k3_layout(Path(tmp) / "kimi-k3")
         folders = {
             "Kimi K2 (139,644 tensors)": (k2, 139_644),
             "Kimi K2.5 (208,550 tensors)": (k25, 208_550),
-            f"Kimi K3 layout, BF16 experts ({k3_tensors:,} tensors)": (k3, k3_tensors),
+            k3_label: (k3, k3_tensors),
         }
         local(folders, args.rounds)
+        index_memory(k3, args.rounds)
         if args.instructions:
             count_instructions(folders)
         if args.hub:

@@ -10,40 +10,47 @@ import gc
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import chain
 from pathlib import Path
-from typing import Any
 
 from kimicount.errors import CheckpointError, SourceError
-from kimicount.headers import MAX_HEADER_BYTES, FileHeader, Kind, TensorInfo, read_local_header
-from kimicount.reading import parse_checked, read_capped, short_json, shorten
+from kimicount.headers import FileHeader, Kind, TensorInfo, read_local_header
+from kimicount.index_stream import CHUNK, FileListing, read_index_stream
+from kimicount.reading import read_chunks, short_json, shorten
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
-#: An index holds tensor and file names only (13.4 MB for Kimi K2's 139,644 tensors). A larger one is
-#: refused before it is read, with the cap safetensors puts on one header.
-MAX_INDEX_BYTES = MAX_HEADER_BYTES
 #: The longest name of one path component on Linux, macOS and Windows file systems (NAME_MAX) [bytes].
 MAX_NAME_BYTES = 255
 
 
 @dataclass(frozen=True)
 class Index:
-    """model.safetensors.index.json: which file holds each tensor, and the declared data size."""
+    """model.safetensors.index.json: which file holds each tensor, and the declared data size. Read as
+    a stream (kimicount.index_stream): per file what it lists (`listings`: how many names, a digest of
+    them), and the name -> file map itself only when asked for (`weight_map`)."""
 
-    weight_map: Mapping[str, str]
+    listings: Mapping[str, FileListing]
     total_size: int | None
     #: metadata.total_parameters, which transformers writes beside total_size (Kimi Linear's index has it).
     total_parameters: int | None = None
+    weight_map: Mapping[str, str] | None = None
 
     @property
     def files(self) -> list[str]:
-        return sorted(set(self.weight_map.values()))
+        return sorted(self.listings)
+
+    @property
+    def entries(self) -> int:
+        """The tensor names it lists."""
+        if self.weight_map is not None:
+            return len(self.weight_map)
+        return sum(listing.tensors for listing in self.listings.values())
 
 
 @dataclass(frozen=True)
@@ -84,22 +91,23 @@ class Checkpoint:
         return sum(f.data_bytes for f in self.files)
 
 
-def parse_index(text: str | bytes, where: str) -> Index:
-    """Parse an index file's contents (13.4 MB for Kimi K2); errors name the file and what is wrong."""
-    return parse_checked(text, where, CheckpointError, lambda raw: _index_from_json(raw, where))
+def parse_index(data: bytes, where: str, keep_map: bool = True) -> Index:
+    """An index from its bytes; errors name the file and what is wrong."""
+    return index_from_stream([data], where, keep_map)
 
 
-def _index_from_json(raw: Any, where: str) -> Index:
-    weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
-    # JSON object keys are always strings; the values (file names) must be too (checked in C: 139,644
-    # entries for Kimi K2).
-    if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
+def index_from_stream(chunks: Iterable[bytes], where: str, keep_map: bool = False) -> Index:
+    """An index read chunk by chunk (kimicount.index_stream), never whole: its listings per file, and
+    with `keep_map` its name -> file map."""
+    contents = read_index_stream(chunks, where, keep_map)
+    weight_map = contents.weight_map
+    if weight_map is None:
         raise CheckpointError(f"{where}: expected an object with a 'weight_map' of tensor name -> file name")
-    if not weight_map:
+    if not weight_map.listings:
         raise CheckpointError(f"{where}: the weight_map names no tensors, so no shards")
-    for file in set(weight_map.values()):
+    for file in weight_map.listings:
         check_file_name(file, where)
-    metadata = raw.get("metadata", {})
+    metadata = contents.metadata
     if not isinstance(metadata, dict):
         raise CheckpointError(f"{where}: metadata {short_json(metadata)} is not an object")
     counts = {}
@@ -108,7 +116,7 @@ def _index_from_json(raw: Any, where: str) -> Index:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise CheckpointError(f"{where}: metadata.{key} {short_json(value)} is not {what}")
         counts[key] = value
-    return Index(weight_map=weight_map, **counts)
+    return Index(weight_map.listings, weight_map=weight_map.names if keep_map else None, **counts)
 
 
 def check_file_name(name: str, where: str) -> None:
@@ -138,16 +146,43 @@ def check_file_name(name: str, where: str) -> None:
 
 
 def assemble(
-    source: str, headers: list[FileHeader], index: Index | None, bytes_read: int | None, requests: int = 0
+    source: str,
+    headers: list[FileHeader],
+    index: Index | None,
+    bytes_read: int | None,
+    requests: int = 0,
+    reread: Callable[[], Index] | None = None,
 ) -> Checkpoint:
-    """A Checkpoint from headers read in any order (sorted by file name for stable reports)."""
+    """A Checkpoint from headers read in any order (sorted by file name for stable reports). An index
+    read without its map that disagrees with the headers is read again, map and all (`reread`), so that
+    verification can say which names are listed in the wrong file."""
     headers = sorted(headers, key=lambda h: h.file)
+    if (
+        index is not None
+        and index.weight_map is None
+        and reread is not None
+        and not index_agrees(index, headers)
+    ):
+        index = reread()
     checkpoint = Checkpoint(source, tuple(headers), index, bytes_read, requests)
     if len(checkpoint.kinds) < sum(len(header.names) for header in headers):  # rare: find which
         counts = Counter(chain.from_iterable(header.names for header in headers))
         duplicates = tuple(name for name, count in counts.items() if count > 1)
         return replace(checkpoint, duplicates=duplicates)
     return checkpoint
+
+
+def index_agrees(index: Index, headers: Iterable[FileHeader]) -> bool:
+    """Whether the index lists each file's tensors, all of them and no other, from what it lists per
+    file: as many names, whose hashes add up to the same (kimicount.index_stream.FileListing: two
+    different lists of names agree with a chance of about 2^-64). Every name's hash was computed once
+    already, when the checkpoint's names were put in a dict."""
+    listings = dict(index.listings)
+    for header in headers:
+        listing = listings.pop(header.file, None)
+        if listing is None or (listing.tensors, listing.digest) != (len(header.names), header.names_digest):
+            return False
+    return not listings
 
 
 @contextmanager
@@ -164,9 +199,9 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def read_index_file(path: Path) -> Index:
-    """A model.safetensors.index.json on its own (`verify --index`), capped in size as a checkpoint's."""
-    return parse_index(read_capped(path, MAX_INDEX_BYTES, "index", CheckpointError), str(path))
+def read_index_file(path: Path, keep_map: bool = True) -> Index:
+    """A model.safetensors.index.json read as a stream (`verify --index` keeps its map)."""
+    return index_from_stream(read_chunks(path, CheckpointError, CHUNK), str(path), keep_map)
 
 
 def checkpoint_files(folder: Path) -> tuple[list[Path], Index | None]:
@@ -180,8 +215,7 @@ def checkpoint_files(folder: Path) -> tuple[list[Path], Index | None]:
     # An index that is there but is no regular file (a dangling link in a Hub snapshot, a FIFO, a
     # folder) is read all the same, to say so: passed over, the checkpoint would be checked without it.
     if os.path.lexists(index_path):
-        text = read_capped(index_path, MAX_INDEX_BYTES, "index", CheckpointError)
-        index = parse_index(text, str(index_path))
+        index = read_index_file(index_path, keep_map=False)
         missing = [name for name in index.files if not (folder / name).is_file()]
         if len(missing) == 1:
             raise CheckpointError(f"{index_path}: names shard '{missing[0]}', which is not in {folder}")
@@ -212,4 +246,5 @@ def read_folder(folder: Path, on_file: Callable[[str], None] | None = None) -> C
             bytes_read += read
             if on_file:
                 on_file(header.file)
-        return assemble(str(folder), headers, index, bytes_read)
+        index_path = folder / INDEX_FILE
+        return assemble(str(folder), headers, index, bytes_read, reread=lambda: read_index_file(index_path))

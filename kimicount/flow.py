@@ -20,6 +20,12 @@ how MLA is run:
 
 In prefill of T tokens a causal pass attends to 1 … T positions, T(T+1)/2 pairs: per token on average
 the decode formula at L = (T + 1) / 2.
+
+A hybrid model (Kimi Linear, Kimi K3) runs MLA on some layers only; the others run Kimi Delta Attention
+(KDA), whose recurrent state S (heads × d_k × d_v per sequence) takes the place of a cache: a decode
+step reads and overwrites it (recurrent, a constant cost per token, `kda_decode_flops`), a prefill runs
+in chunks of 64 positions and writes it once at the end (`kda_chunk_flops`). The layers each kind runs
+on come from the model's cache groups (kimicount.cache_groups), its sizes from the state's shape.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from kimicount.anatomy import Node, Role, TensorRef
+from kimicount.cache_groups import SSM, CacheGroup, MemoryKind, state_groups
 from kimicount.errors import require_positive
 from kimicount.kvcache import Layout, bytes_per_token_per_layer
 from kimicount.spec import ModelSpec
@@ -130,6 +137,10 @@ def _flows(spec: ModelSpec) -> dict[str, Flow]:
     if own is not None:
         return own
     flows = _language_flows(spec)
+    if getattr(spec, "kda", None) is not None:  # the Kimi Linear family: KDA blocks, gated MLA
+        flows.update(_kda_flows(spec))
+    if getattr(spec, "routed_expert_hidden_size", None) is not None:  # LatentMoE (Kimi K3)
+        flows.update(_latent_moe_flows(spec))
     if spec.vision is not None:
         flows.update(_vision_flows(spec))
     return flows
@@ -206,6 +217,75 @@ def _language_flows(spec: ModelSpec) -> dict[str, Flow]:
     return flows
 
 
+def _kda_flows(spec) -> dict[str, Flow]:
+    """Kimi Delta Attention's components (the Kimi Linear family's KdaSpec), and the gate K3 puts on
+    its MLA output: projections to q, k, v (heads × head_dim each), their short convolutions (which
+    read the last kernel − 1 inputs of each, the convolution window), the decay's two projections and
+    its rates (A_log, dt_bias), β, the output gate, the gated o_norm and o_proj; the layer reads its
+    recurrent state S (heads × head_dim × head_dim)."""
+    kda = spec.kda
+    h, width = Dim(spec.hidden_size, "hidden"), _heads(kda.num_heads, kda.head_dim)
+    x, out = _act("x", h), _act("h", h)
+    rank = Dim(kda.head_dim, "head_dim (low rank)")
+    window = Dim(kda.conv_kernel - 1, "past positions")
+    state = Activation(
+        "S",
+        (B, Dim(kda.num_heads, "heads"), Dim(kda.head_dim, "key"), Dim(kda.head_dim, "value")),
+    )
+    convs = Activation("conv windows", (B, window, Dim(3 * kda.projection, "q, k, v channels")))
+    flows = {
+        "Query projection": Flow((x,), (_act("q", width),)),
+        "Key projection": Flow((x,), (_act("k", width),)),
+        "Value projection": Flow((x,), (_act("v", width),)),
+        "Short convolutions": Flow(
+            (_act("q", width), _act("k", width), _act("v", width)),
+            (_act("q", width), _act("k", width), _act("v", width)),
+            reads=(convs,),
+        ),
+        "Decay projection": Flow((x,), (_act("g", width),), middle=(_act("f", rank),)),
+        "Decay rates": Flow((_act("g", width),), (_act("log α", width),)),
+        "Update strength β": Flow((x,), (_act("β", Dim(kda.num_heads, "heads")),)),
+        "Output norm": Flow((_act("o", width), _act("g_o", width)), (_act("o", width),)),
+        "Output projection": Flow((_act("o", width),), (out,)),
+        "Kimi Delta Attention": Flow((x,), (out,), reads=(state, convs)),
+    }
+    mla_gate = spec.num_attention_heads * spec.v_head_dim
+    if not kda.full_rank_gate:
+        flows["Output gate"] = Flow((x,), (_act("g_o", width),), middle=(_act("g_a", rank),))
+    elif not spec.mla_use_output_gate or mla_gate == kda.projection:  # one flow serves both gates
+        flows["Output gate"] = Flow((x,), (_act("g_o", width),))
+    if not spec.mla_use_nope:
+        return flows
+    flows["Shared unrotated key"] = Flow(
+        (x,), (_act("k_R", Dim(spec.qk_rope_head_dim, "unrotated, all heads")),)
+    )
+    return flows
+
+
+def _latent_moe_flows(spec) -> dict[str, Flow]:
+    """LatentMoE (Kimi K3): routed in the hidden space, down to routed_expert_hidden_size, the experts
+    in that latent, their weighted sum normalised (routed_expert_norm) and back up; the shared experts
+    stay in the hidden space (modeling_kimi_linear.py, KimiSparseMoeBlock.forward)."""
+    h, z = Dim(spec.hidden_size, "hidden"), Dim(spec.routed_expert_hidden_size, "latent")
+    k, e = spec.num_experts_per_tok, spec.n_routed_experts
+    return {
+        "Latent down-projection": Flow((_act("x", h),), (_act("z", z),)),
+        "Latent RMSNorm": Flow((_act("y_z", z),), (_act("y_z", z),)),  # on the experts' sum, before the up
+        "Routed experts": Flow(
+            (_act("z", z),),
+            (_act("y_z", z),),
+            middle=(
+                Activation(
+                    f"g·u, top {k} of {e}",
+                    (Dim(f"B·T·{k}", "routed copies"), Dim(spec.moe_intermediate_size, "expert width")),
+                ),
+            ),
+        ),
+        "Latent up-projection": Flow((_act("y_z", z),), (_act("y", h),)),
+        "Latent mixture of experts": Flow((_act("x", h),), (_act("y", h),)),
+    }
+
+
 def _vision_flows(spec: ModelSpec) -> dict[str, Flow]:
     vision = spec.vision
     assert vision is not None
@@ -240,6 +320,13 @@ def _vision_flows(spec: ModelSpec) -> dict[str, Flow]:
 def is_matmul(ref: TensorRef) -> bool:
     """A Linear weight [out, in] (norms, biases and the embedding are not matmuls)."""
     return ref.role in _MATMULS and len(ref.shape) == 2 and ref.pattern.endswith(".weight")
+
+
+def is_short_convolution(ref: TensorRef) -> bool:
+    """A depthwise causal convolution's weight [channels, 1, kernel] (KDA's q/k/v_conv1d): each output
+    channel is a dot product of its `kernel` taps with the last inputs, 2 × kernel FLOPs per token, so
+    2 × its parameters, as a matmul's."""
+    return len(ref.shape) == 3 and ref.shape[1] == 1 and ref.pattern.endswith("conv1d.weight")
 
 
 def is_kv_b_proj(ref: TensorRef) -> bool:
@@ -285,7 +372,7 @@ def ref_flops(spec: ModelSpec, ref: TensorRef) -> Fraction:
     >>> ref_flops(k2, routed_experts(k2, [1]).tensors[0])  # gate_proj: 2 × 7,168 × 2,048 × 8 experts
     Fraction(234881024, 1)
     """
-    if not is_matmul(ref):
+    if not (is_matmul(ref) or is_short_convolution(ref)):
         return Fraction(0)
     flops = Fraction(2 * ref.elements * ref.copies)
     if ref.experts:
@@ -412,6 +499,124 @@ def absorbed_crossover(spec: ModelSpec) -> int:
     return e // (n + e - a) + 1
 
 
+# --- the recurrent state (KDA) --------------------------------------------------------------------------
+# Read from fla (fla-org/flash-linear-attention @ bc3b101d), whose kernels vLLM carries
+# (vllm/model_executor/layers/kda.py @ 01a7e5d, KimiDeltaAttention._forward: chunk_kda when the batch
+# has a prefill, writing the final state into the cache once per sequence; fused_recurrent_kda in a
+# decode step, reading and overwriting it in place), and fla's own layer (fla/layers/kda.py line 212:
+# recurrent for at most 64 new tokens). Per head, with the state S of d_k × d_v, q and k of d_k, v of d_v:
+# - recurrent (fla/ops/kda/fused_recurrent.py lines 178–200; naive.py lines 61–63): S ← S ⊙ exp(g)
+#   (d_k·d_v), k^T S (2·d_k·d_v), S += k ⊗ β(v − k^T S) (2·d_k·d_v), o = q^T S (2·d_k·d_v);
+# - chunked (fla/ops/kda/chunk_fwd.py chunk_kda_fwd, chunk_size=64 at line 33: chunk_kda_fwd_intra,
+#   chunk_gated_delta_rule_fwd_h, chunk_gla_fwd_o_gk; their dense arithmetic is naive.py's
+#   naive_chunk_kda, lines 127–163), per chunk of C positions: A_kk and A_qk (C × C from C × d_k each,
+#   2·C²·d_k apiece), the forward substitution that inverts I + A_kk (lines 134–135, C²·(C − 1)),
+#   w = A (e^g ⊙ k) (2·C²·d_k) and u = A v (2·C²·d_v), v' = u − w S (2·C·d_k·d_v), o = (q ⊙ e^g) S + A_qk v'
+#   (2·C·d_k·d_v + 2·C²·d_v), S ← S ⊙ e^(g_last) + (e^(g_last − g) ⊙ k)^T v' (d_k·d_v + 2·C·d_k·d_v).
+# The gates' activations, the L2 norms of q and k, β's sigmoid and the exponentials are not counted,
+# as norms and activations are not elsewhere.
+
+#: Positions per chunk of KDA's chunked prefill: fla's chunk_kda default, which vLLM calls it with.
+KDA_CHUNK = 64
+
+
+def kda_decode_flops(heads: int, key_dim: int, value_dim: int) -> int:
+    """One decode token through one KDA layer's recurrence: 7 × heads × d_k × d_v (the decay, k^T S,
+    the rank-1 update and q^T S), the same at any context. [FLOPs/token/layer]
+
+    >>> kda_decode_flops(96, 128, 128)  # Kimi K3
+    11010048
+    """
+    return 7 * heads * key_dim * value_dim
+
+
+def kda_chunk_flops(heads: int, key_dim: int, value_dim: int, chunk: int = KDA_CHUNK) -> int:
+    """One chunk of `chunk` positions through one KDA layer in a prefill: C²·(6·d_k + 4·d_v) within the
+    chunk, C²·(C − 1) for the triangular solve, 6·C·d_k·d_v against the state and d_k·d_v to decay
+    it, per head. [FLOPs/chunk/layer]
+
+    >>> kda_chunk_flops(96, 128, 128)  # Kimi K3: 96 × (64² × 1,280 + 64² × 63 + 6 × 64 × 128² + 128²)
+    1133641728
+    """
+    c, dk, dv = chunk, key_dim, value_dim
+    return heads * (c * c * (6 * dk + 4 * dv) + c * c * (c - 1) + 6 * c * dk * dv + dk * dv)
+
+
+def kda_prefill_flops(
+    heads: int, key_dim: int, value_dim: int, tokens: int, chunk: int = KDA_CHUNK
+) -> Fraction:
+    """Per prompt token, averaged over a prefill of `tokens`: ceil(T / C) chunks (the last one padded,
+    as the kernels' tiles are) ÷ T. [FLOPs/token/layer]
+
+    >>> kda_prefill_flops(96, 128, 128, 4096)  # 64 chunks of 64: a chunk ÷ 64
+    Fraction(17713152, 1)
+    """
+    require_positive("--tokens", tokens)
+    return Fraction(-(-tokens // chunk) * kda_chunk_flops(heads, key_dim, value_dim, chunk), tokens)
+
+
+@dataclass(frozen=True)
+class StateFlops:
+    """A per-sequence group's recurrence (KDA): its layers, heads and state sizes (read off the group's
+    recurrent state, heads × d_k × d_v), and per token per layer what a decode step and a prefill of
+    `tokens` cost, with their formulas."""
+
+    name: str
+    layers: int
+    heads: int
+    key_dim: int
+    value_dim: int
+    tokens: int
+    chunk: int = KDA_CHUNK
+
+    @property
+    def decode(self) -> int:
+        return kda_decode_flops(self.heads, self.key_dim, self.value_dim)
+
+    @property
+    def prefill(self) -> Fraction:
+        return kda_prefill_flops(self.heads, self.key_dim, self.value_dim, self.tokens, self.chunk)
+
+    @property
+    def chunk_flops(self) -> int:
+        return kda_chunk_flops(self.heads, self.key_dim, self.value_dim, self.chunk)
+
+    @property
+    def decode_formula(self) -> str:
+        return "7 × H × d_k × d_v"
+
+    @property
+    def decode_calculation(self) -> str:
+        return f"7 × {self.heads} × {self.key_dim} × {self.value_dim}"
+
+    @property
+    def prefill_formula(self) -> str:
+        return "H × (C²·(6·d_k + 4·d_v) + C²·(C − 1) + 6·C·d_k·d_v + d_k·d_v) per chunk, × ceil(T / C) ÷ T"
+
+    @property
+    def prefill_calculation(self) -> str:
+        c, dk, dv, h = self.chunk, self.key_dim, self.value_dim, self.heads
+        chunks = -(-self.tokens // c)
+        return (
+            f"{h} × ({c}² × {6 * dk + 4 * dv:,} + {c}² × {c - 1} + 6 × {c} × {dk} × {dv} + {dk} × {dv}) "
+            f"= {self.chunk_flops:,} per chunk, × {chunks:,} ÷ {self.tokens:,}"
+        )
+
+
+def state_flops(group: CacheGroup, tokens: int) -> StateFlops:
+    """The recurrence of a per-sequence group, from its recurrent state tensor (heads × d_k × d_v).
+
+    >>> from kimicount.families import cache_groups
+    >>> from kimicount.models import known_model
+    >>> kda = state_flops(cache_groups(known_model("kimi-k3").spec())[1], 4096)
+    >>> kda.layers, kda.heads, kda.decode, kda.prefill
+    (69, 96, 11010048, Fraction(17713152, 1))
+    """
+    (recurrent,) = (t for t in group.state if t.holds == SSM)
+    heads, key_dim, value_dim = recurrent.dims
+    return StateFlops(group.name, len(group.layers), heads, key_dim, value_dim, tokens)
+
+
 #: Up to this many tokens the expected-experts power is exact (a fraction of numbers of about 7,000
 #: digits at 4,096 tokens for Kimi K2's 47/48); past it, a double (expected_experts).
 EXACT_EXPERT_TOKENS = 4096
@@ -457,6 +662,9 @@ class FlopsReport:
     #: A family whose attention is not MLA (DeepSeek V4): its attention per layer kind, in place of the
     #: three MLA ways (kimicount.families.family_attention).
     kinds: tuple | None = None
+    #: A hybrid model's MLA layers (its per-token MLA cache group's), and its recurrent layers' state.
+    mla_layers: int | None = None
+    state: StateFlops | None = None
 
     def kinds_total(self, decode: bool) -> Fraction:
         """matmuls + each kind's attention × its layers, a decode token or a prompt token. [FLOPs/token]"""
@@ -467,8 +675,14 @@ class FlopsReport:
 
     @property
     def layers(self) -> int:
-        """Layers with an attention: num_hidden_layers."""
-        return self.spec.num_hidden_layers
+        """Layers with an MLA attention: num_hidden_layers, or a hybrid model's MLA layers."""
+        return self.spec.num_hidden_layers if self.mla_layers is None else self.mla_layers
+
+    def state_total(self, decode: bool) -> Fraction:
+        """The recurrent layers' state arithmetic, all of them, per decode or prompt token. [FLOPs/token]"""
+        if self.state is None:
+            return Fraction(0)
+        return (self.state.decode if decode else self.state.prefill) * self.state.layers
 
     @property
     def matmul_flops(self) -> int:
@@ -484,12 +698,12 @@ class FlopsReport:
         return prefill_attention_flops(self.spec, way, self.tokens)
 
     def decode_total(self, way: Mla) -> int:
-        """matmuls + attention × layers for one decode token. [FLOPs/token]"""
-        return self.matmul_flops + self.decode(way).flops * self.layers
+        """matmuls + attention × layers (+ the recurrent layers' state) for one decode token. [FLOPs/token]"""
+        return self.matmul_flops + self.decode(way).flops * self.layers + int(self.state_total(True))
 
     def prefill_total(self, way: Mla) -> Fraction:
-        """matmuls + attention × layers per prompt token. [FLOPs/token]"""
-        return self.matmul_flops + self.prefill(way) * self.layers
+        """matmuls + attention × layers (+ the recurrent layers' chunks) per prompt token. [FLOPs/token]"""
+        return self.matmul_flops + self.prefill(way) * self.layers + self.state_total(False)
 
     @property
     def crossover(self) -> int:
@@ -511,7 +725,29 @@ def flops_report(spec: ModelSpec, model: Node, *, tokens: int, context: int) -> 
     from kimicount.families import family_attention
 
     kinds = family_attention(spec, tokens, context)
-    return FlopsReport(spec, model, tokens, context, flops_map(spec, model), kinds)
+    mla_layers, state = hybrid_layers(spec, tokens)
+    return FlopsReport(
+        spec, model, tokens, context, flops_map(spec, model), kinds=kinds, mla_layers=mla_layers, state=state
+    )
+
+
+def hybrid_layers(spec: ModelSpec, tokens: int) -> tuple[int | None, StateFlops | None]:
+    """A hybrid model's MLA layers and its recurrent state's arithmetic, from its cache groups (None,
+    None for a model whose every layer is MLA).
+
+    >>> from kimicount.models import known_model
+    >>> mla, kda = hybrid_layers(known_model("kimi-linear").spec(), 4096)
+    >>> mla, kda.layers, kda.heads, kda.decode  # 7 MLA layers; 20 KDA, 7 × 32 × 128 × 128
+    (7, 20, 32, 3670016)
+    """
+    from kimicount.families import cache_groups
+
+    groups = cache_groups(spec)
+    states = state_groups(groups)
+    if not states:
+        return None, None
+    mla = [g for g in groups if g.kind is MemoryKind.PER_TOKEN and g.mla is not None]
+    return sum(len(g.layers) for g in mla), state_flops(states[0], tokens)
 
 
 def node_calculation(spec: ModelSpec, node: Node) -> str:
@@ -522,7 +758,7 @@ def node_calculation(spec: ModelSpec, node: Node) -> str:
     >>> node_calculation(k2, query_compression(k2, [0])), node_calculation(k2, routed_experts(k2, [1]))
     ('2 × 7,168 × 1,536', '2 × 3 × 7,168 × 2,048 × 8 of 384')
     """
-    matmuls = [ref for ref in node.tensors if is_matmul(ref)]
+    matmuls = [ref for ref in node.tensors if is_matmul(ref) or is_short_convolution(ref)]
     if not matmuls:
         return ""
     if len(matmuls) == len(node.tensors) and " + " not in node.calculation:
@@ -537,7 +773,12 @@ def node_calculation(spec: ModelSpec, node: Node) -> str:
 
 def node_compute(spec: ModelSpec, node: Node) -> str:
     """The dtype a component's matmuls run in: 'fp8', 'bf16', 'mixed' for a group of both, ''."""
-    dtypes = {compute_dtype(spec, ref) for n in node.walk() for ref in n.tensors if is_matmul(ref)}
+    dtypes = {
+        compute_dtype(spec, ref)
+        for n in node.walk()
+        for ref in n.tensors
+        if is_matmul(ref) or is_short_convolution(ref)
+    }
     return "" if not dtypes else dtypes.pop() if len(dtypes) == 1 else "mixed"
 
 

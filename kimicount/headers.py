@@ -24,7 +24,7 @@ from functools import cached_property, lru_cache
 from itertools import accumulate, chain
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from kimicount.errors import CheckpointError
 from kimicount.reading import optional_msgspec, parse_checked, short_json
@@ -117,11 +117,33 @@ class FileHeader:
     header_size: int  # the JSON part, without the 8-byte length prefix
     names: tuple[str, ...]
     kinds: tuple[Kind, ...]  # shape and dtype of each tensor
-    begins: tuple[int, ...]  # data_offsets of each tensor
-    ends: tuple[int, ...]
+    #: Each tensor's data_offsets, begins and ends; None when the tensors lie in the header's order,
+    #: each where the one before ends (the usual case: then the kinds' sizes say where each is).
+    spans: tuple[tuple[int, ...], tuple[int, ...]] | None
     kind_counts: dict[Kind, int]  # tensors of each kind
     metadata: dict[str, str]
     data_bytes: int  # where the last tensor ends: the tensors tile the data area from 0
+
+    @property
+    def begins(self) -> tuple[int, ...]:
+        return self._spans[0]
+
+    @property
+    def ends(self) -> tuple[int, ...]:
+        return self._spans[1]
+
+    @property
+    def _spans(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        if self.spans is not None:
+            return self.spans
+        ends = tuple(accumulate(kind_parts(kind)[3] for kind in self.kinds))
+        return (0, *ends[:-1]), ends
+
+    @cached_property
+    def names_digest(self) -> int:
+        """The sum of the names' hashes, which an index's listing of this file must have
+        (kimicount.checkpoint.index_agrees)."""
+        return sum(map(hash, self.names))
 
     @cached_property
     def tensors(self) -> tuple[TensorInfo, ...]:
@@ -187,24 +209,22 @@ def header_from_json(parsed: Any, file: str, where: str, *, file_size: int, head
         columns = (
             tuple(t.name for t in tensors),
             kinds,
-            tuple(t.data_offsets[0] for t in tensors),
-            tuple(t.data_offsets[1] for t in tensors),
+            (tuple(t.data_offsets[0] for t in tensors), tuple(t.data_offsets[1] for t in tensors)),
             dict(Counter(kinds)),
             data_end,
         )
-    names, kinds, begins, ends, kind_counts, data_end = columns
-    return FileHeader(
-        file, file_size, header_size, names, kinds, begins, ends, kind_counts, metadata, data_end
-    )
+    names, kinds, spans, kind_counts, data_end = columns
+    return FileHeader(file, file_size, header_size, names, kinds, spans, kind_counts, metadata, data_end)
 
 
 def _typed_header(raw: bytes) -> tuple[tuple[str, ...], list, list, list, dict[str, str]] | None:
     """The columns (names, dtypes, shapes, data_offsets) and metadata of a header, decoded by msgspec
     into typed entries, where it is installed and the header is of the usual form: each entry an object
-    whose dtype is a safetensors dtype, shape a list of non-negative ints (no bool, no float) and
-    data_offsets two of them, all checked in C as it decodes, without a dict or list per tensor (three
-    times as fast as a JSON parse on Kimi K2.5's 30 MB of headers). None at the first doubt, and the
-    header is parsed again as plain JSON, by `header_from_json`, which says what is wrong."""
+    whose dtype is a safetensors dtype, shape a list of ints (no bool, no float) and data_offsets two of
+    them, checked in C as it decodes, without a dict or list per tensor (three times as fast as a JSON
+    parse on Kimi K2.5's 30 MB of headers); a field that is missing decodes as None, which `_columns`
+    finds among the distinct kinds and offsets (as it finds negative sizes). None at the first doubt,
+    and the header is parsed again as plain JSON, by `header_from_json`, which says what is wrong."""
     decoders = _header_decoders()
     if decoders is None:
         return None
@@ -212,17 +232,33 @@ def _typed_header(raw: bytes) -> tuple[tuple[str, ...], list, list, list, dict[s
     try:
         entries = header.decode(raw)
         # Every entry is decoded as a tensor, fields missing as None: the header's own metadata too,
-        # which is read again (skipping the tensors) as a map of strings.
-        metadata = metadata_only.decode(raw).metadata if entries.pop("__metadata__", None) else {}
+        # which is read again as a map of strings.
+        metadata = _metadata(raw, metadata_only, errors) if entries.pop("__metadata__", None) else {}
     except errors:
         return None
     values = list(entries.values())
-    dtypes = list(map(_entry_dtype, values))
-    shapes = list(map(_entry_shape, values))
-    offsets = list(map(_entry_offsets, values))
-    if None in dtypes or None in shapes or None in offsets:  # an entry that lacks a field
-        return None
-    return tuple(entries), dtypes, shapes, offsets, metadata
+    return (
+        tuple(entries),
+        list(map(_entry_dtype, values)),
+        list(map(_entry_shape, values)),
+        list(map(_entry_offsets, values)),
+        metadata,
+    )
+
+
+def _metadata(raw: bytes, decoder: Any, errors: tuple[type[Exception], ...]) -> dict[str, str]:
+    """A header's __metadata__, a map of strings. safetensors writes it first, so only the bytes up to
+    its first '}' are decoded, closed by another: a '}' inside one of its strings leaves that string
+    unterminated, which msgspec refuses, and then the whole header is decoded (skipping the tensors),
+    as it is when the key comes twice (the last counts)."""
+    key = raw.find(b'"__metadata__"')
+    end = raw.find(b"}", key)
+    if key != -1 and end != -1 and raw.count(b'"__metadata__"') == 1:
+        try:
+            return decoder.decode(raw[: end + 1] + b"}").metadata
+        except errors:
+            pass
+    return decoder.decode(raw).metadata
 
 
 @lru_cache(maxsize=1)
@@ -232,13 +268,12 @@ def _header_decoders():
     msgspec = optional_msgspec()
     if msgspec is None:
         return None
-    count = Annotated[int, msgspec.Meta(ge=0)]
     entry = msgspec.defstruct(
         "Entry",
         [
             ("dtype", Literal[tuple(DTYPE_BITS)] | None, None),
-            ("shape", tuple[count, ...] | None, None),
-            ("data_offsets", tuple[count, count] | None, None),
+            ("shape", tuple[int, ...] | None, None),
+            ("data_offsets", tuple[int, int] | None, None),
         ],
         gc=False,
     )
@@ -268,7 +303,9 @@ _json_dtype = operator.itemgetter("dtype")
 _json_shape = operator.itemgetter("shape")
 _json_offsets = operator.itemgetter("data_offsets")
 _DTYPES = frozenset(DTYPE_BITS)
-_Columns = tuple[tuple[str, ...], tuple[Kind, ...], tuple[int, ...], tuple[int, ...], dict[Kind, int], int]
+_Columns = tuple[
+    tuple[str, ...], tuple[Kind, ...], tuple[tuple[int, ...], tuple[int, ...]] | None, dict[Kind, int], int
+]
 
 
 def _columns_in_bulk(entries: dict[str, Any]) -> _Columns | None:
@@ -278,7 +315,7 @@ def _columns_in_bulk(entries: dict[str, Any]) -> _Columns | None:
     string subscripts) with a known dtype, a shape that is a list of non-negative ints (`type(x) is
     int`: no bool, no float, before equal shapes are merged), and data_offsets two ints."""
     if not entries:
-        return (), (), (), (), {}, 0
+        return (), (), None, {}, 0
     try:
         values = list(entries.values())
         dtypes = list(map(_json_dtype, values))
@@ -301,27 +338,34 @@ def _columns(
     names: tuple[str, ...], dtypes: list[str], shapes: list[tuple[int, ...]], offsets: list
 ) -> _Columns | None:
     """The columns of a header whose entries are of the right types (known dtypes; shapes and offsets
-    of ints, dims not yet known to be >= 0 on the plain JSON path), and where its data ends; checked
+    of ints, dims and offsets not yet known to be >= 0; from msgspec, a field that was missing as None),
+    and where its data ends; checked
     once per distinct dtype × shape where that is enough (a 1T checkpoint has 139,644 entries of a few
     dozen kinds): each tensor's bytes (end − begin) those of its dtype × shape; the spans, in order,
     start at 0 and each begins where the one before ends. None at the first doubt."""
     if not names:
-        return (), (), (), (), {}, 0
+        return (), (), None, {}, 0
     kinds_of = _KindNames()
-    kinds = tuple(map(kinds_of.__getitem__, zip(dtypes, shapes)))  # each pair hashed once
+    try:
+        kinds = tuple(map(kinds_of.__getitem__, zip(dtypes, shapes)))  # each pair hashed once
+        bounds = list(chain.from_iterable(offsets))
+    except TypeError:  # a shape or data_offsets that msgspec decoded as None: the field is missing
+        return None
     nbytes_of = {}
     for (dtype, shape), kind in kinds_of.items():
-        elements = _elements(shape) if min(shape, default=0) >= 0 else None
+        elements = _elements(shape) if dtype is not None and min(shape, default=0) >= 0 else None
         if elements is None or elements * DTYPE_BITS[dtype] % 8:
             return None
         nbytes_of[kind] = elements * DTYPE_BITS[dtype] // 8
-    bounds = list(chain.from_iterable(offsets))
+    if len(bounds) != 2 * len(names):
+        return None
     begins, ends = bounds[0::2], bounds[1::2]
     nbytes = list(map(nbytes_of.__getitem__, kinds))
     # Written in data order (the usual case), each tensor's bytes and the tiling are one check: every
     # tensor ends where the running total of the sizes its kinds need says, and begins where the one
     # before ends, the first at 0.
     stops = list(accumulate(nbytes))
+    spans = None  # in the header's order, each where the one before ends: said by the kinds
     if ends != stops or begins[0] != 0 or begins[1:] != ends[:-1]:
         # Otherwise: each tensor's bytes, then the spans sorted as `_check_tiling` sorts them (sizes
         # are known to be >= 0 then).
@@ -330,9 +374,10 @@ def _columns(
         sorted_begins, sorted_ends = zip(*sorted(zip(begins, ends)))
         if sorted_begins[0] != 0 or sorted_begins[1:] != sorted_ends[:-1]:
             return None
+        spans = (tuple(begins), tuple(ends))
     if stops[-1] > MAX_OFFSET:  # the last tensor ends past what a u64 offset holds
         return None
-    return names, kinds, tuple(begins), tuple(ends), dict(Counter(kinds)), stops[-1]
+    return names, kinds, spans, dict(Counter(kinds)), stops[-1]
 
 
 def _elements(shape: tuple[int, ...] | list[int]) -> int | None:

@@ -40,12 +40,11 @@ from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_st
 
 from kimicount.checkpoint import (
     INDEX_FILE,
-    MAX_INDEX_BYTES,
     SINGLE_FILE,
     Checkpoint,
     Index,
     assemble,
-    parse_index,
+    index_from_stream,
     paused_gc,
 )
 from kimicount.errors import CheckpointError, SourceError, UnreachableError
@@ -270,36 +269,48 @@ def _checkpoint(
         )
         if on_file:
             on_file(header.file)
-    return config, assemble(source, headers, index, bytes_read, requests)
+
+    def reread() -> Index:  # the index disagrees with the headers: again, with its map, to say where
+        full, _ = _download_index(operation, repo, commit, keep_map=True)
+        if full is None:
+            raise SourceError(f"{repo_label(repo, commit)}/{INDEX_FILE}: gone since it was read")
+        return full
+
+    return config, assemble(source, headers, index, bytes_read, requests, reread)
 
 
-def _download_index(operation: Operation, repo: str, revision: str | None) -> tuple[Index | None, str | None]:
+def _download_index(
+    operation: Operation, repo: str, revision: str | None, keep_map: bool = False
+) -> tuple[Index | None, str | None]:
     """The shard index at the revision (None for a single-file checkpoint), and the commit the Hub says
-    it read it at. One GET, not through the cache: at a commit it never changes, and its size is
-    checked before it is read."""
+    it read it at. One GET, not through the cache (at a commit it never changes), read as it arrives
+    (kimicount.index_stream: never the whole body in memory, whatever its size); `keep_map` keeps its
+    name -> file map."""
+    where = f"{repo_label(repo, revision)}/{INDEX_FILE}"
+
+    def read(response: Any) -> tuple[Index, httpx.Headers]:
+        return index_from_stream(response.iter_bytes(), where, keep_map), response.headers
+
     with hub_errors(repo, revision, INDEX_FILE):
         url = hf_hub_url(repo, INDEX_FILE, revision=revision)
         try:
-            body, headers = _get_capped(operation, url, MAX_INDEX_BYTES)
+            index, headers = _get(operation, url, _request_headers(operation.options.token), read)
         except RemoteEntryNotFoundError:
             return None, None
-    where = f"{repo_label(repo, revision)}/{INDEX_FILE}"
-    if body is None:
-        raise CheckpointError(f"{where}: over {MAX_INDEX_BYTES:,} bytes, more than any index")
-    return parse_index(body, where), headers.get(constants.HUGGINGFACE_HEADER_X_REPO_COMMIT)
+    return index, headers.get(constants.HUGGINGFACE_HEADER_X_REPO_COMMIT)
 
 
 def _windows(index: Index | None) -> dict[str, int]:
-    """Bytes to request per shard so that its header is in one response, in one pass over the index:
-    the 8-byte length, then per tensor `"name":{"dtype":"F8_E4M3","shape":[d,d],"data_offsets":[b,e]},`
+    """Bytes to request per shard so that its header is in one response, from what the index lists in
+    it: the 8-byte length, then per tensor `"name":{"dtype":"F8_E4M3","shape":[d,d],"data_offsets":[b,e]},`
     (46 bytes of JSON syntax, a 7-letter dtype, a 2-D shape of 6-digit sizes, 12-digit offsets: name +
     90, rounded up to 96), then 4 KiB for __metadata__. A longer header costs one more request."""
     if index is None:
         return {}
-    windows = dict.fromkeys(index.files, 8 + 4096)
-    for name, file in index.weight_map.items():
-        windows[file] += len(name) + 96
-    return {file: min(size, 8 + MAX_HEADER_BYTES) for file, size in windows.items()}
+    return {
+        file: min(8 + 4096 + listing.name_chars + 96 * listing.tensors, 8 + MAX_HEADER_BYTES)
+        for file, listing in index.listings.items()
+    }
 
 
 def _read_remote_header(
@@ -362,24 +373,6 @@ class _Short(SourceError):
     (counted, so that the last one is GaveUp), as a dropped connection fails it. Taken as progress, a
     server sending 4 bytes at a time would be asked again and again until the deadline. (A SourceError,
     should it ever pass the retries: one line all the same.)"""
-
-
-def _get_capped(operation: Operation, url: str, limit: int) -> tuple[bytes | None, httpx.Headers]:
-    """The body of a GET (None when it is longer than `limit` bytes, stated or received: reading stops
-    there), and the response's headers."""
-
-    def read(response: Any) -> tuple[bytes | None, httpx.Headers]:
-        stated = response.headers.get("Content-Length", "")
-        if re.fullmatch(r"[0-9]{1,20}", stated) and int(stated) > limit:
-            return None, response.headers
-        data = bytearray()
-        for chunk in response.iter_bytes():
-            data += chunk
-            if len(data) > limit:
-                return None, response.headers
-        return bytes(data), response.headers
-
-    return _get(operation, url, _request_headers(operation.options.token), read)
 
 
 def get_range(operation: Operation, url: str, start: int, length: int, where: str) -> tuple[bytes, int]:

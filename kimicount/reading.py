@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -24,23 +25,45 @@ def read_capped(path: Path, limit: int, what: str, error: type[KimicountError]) 
     """The bytes of the regular file `path`, refused (as `error`, naming the file) before it is read when
     it is larger than `limit` bytes, or not a regular file at all: a FIFO would block, a device never end.
     """
-    try:
-        status = path.stat()
-        if not stat.S_ISREG(status.st_mode):
-            raise error(f"{path}: not a regular file")
+    with _failures(path, error):
+        status = _regular(path, error)
         if status.st_size > limit:
             raise error(f"{path}: {status.st_size:,} bytes, more than any {what} ({limit:,} at most)")
         with path.open("rb") as handle:
             data = handle.read(limit + 1)
+    if len(data) > limit:  # it grew since
+        raise error(f"{path}: more than {limit:,} bytes, more than any {what}")
+    return data
+
+
+def read_chunks(path: Path, error: type[KimicountError], size: int = 1 << 20) -> Iterator[bytes]:
+    """The bytes of the regular file `path`, `size` at a time (a reader that holds no more than it
+    needs: kimicount.index_stream), refused as read_capped refuses what is no regular file."""
+    with _failures(path, error):
+        _regular(path, error)
+        with path.open("rb") as handle:
+            while chunk := handle.read(size):
+                yield chunk
+
+
+def _regular(path: Path, error: type[KimicountError]) -> os.stat_result:
+    status = path.stat()
+    if not stat.S_ISREG(status.st_mode):
+        raise error(f"{path}: not a regular file")
+    return status
+
+
+@contextmanager
+def _failures(path: Path, error: type[KimicountError]) -> Iterator[None]:
+    """A file that cannot be read, said as `error` naming it."""
+    try:
+        yield
     except FileNotFoundError:
         if path.is_symlink():  # a Hub snapshot's link into blobs/ whose blob is gone, say
             raise error(f"{path}: a link to {shorten(os.readlink(path))}, which is not there") from None
         raise error(f"{path}: no such file") from None
     except OSError as failure:  # a directory, no permission, a name too long, a symlink loop
         raise error(f"{path}: cannot read: {failure.strerror or failure}") from None
-    if len(data) > limit:  # it grew since
-        raise error(f"{path}: more than {limit:,} bytes, more than any {what}")
-    return data
 
 
 def parse_json(data: bytes | str, where: str, error: type[KimicountError], what: str = "") -> Any:

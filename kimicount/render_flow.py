@@ -63,6 +63,8 @@ def render_flops(console: Console, report: FlopsReport, *, max_depth: int | None
         _kinds(console, report)
         return
     _attention(console, report)
+    if report.state is not None:
+        _state(console, report)
 
 
 def _kinds(console: Console, report: FlopsReport) -> None:
@@ -105,7 +107,8 @@ def _attention(console: Console, report: FlopsReport) -> None:
     spec = report.spec
     say(
         console,
-        f"The attention itself (no parameters), per token per layer, × {report.layers} layers: prefill "
+        f"The attention itself (no parameters), per token per layer, × {report.layers} "
+        f"{'MLA ' if report.state is not None else ''}layers: prefill "
         f"averaged over a causal pass of T = {report.tokens:,} tokens, decode over L = {report.context:,} "
         "positions.",
     )
@@ -144,9 +147,10 @@ def _attention(console: Console, report: FlopsReport) -> None:
         spec.v_head_dim,
         spec.kv_lora_rank,
     )
+    recurrent = "" if report.state is None else f" and the {report.state.name} layers' state (below)"
     say(
         console,
-        f'"All" adds every matmul ({report.matmul_flops:,} FLOPs per token). The absorbed way runs W_UK '
+        f'"All" adds every matmul ({report.matmul_flops:,} FLOPs per token){recurrent}. The absorbed way runs W_UK '
         f"({nope} → {rank} per head) on the query and W_UV ({rank} → {value}) on the output: 2 × {heads} × "
         f"{nope} × {rank} + 2 × {heads} × {rank} × {value} FLOPs, kv_b_proj's own count, in its rows above"
         + (
@@ -166,4 +170,47 @@ def _attention(console: Console, report: FlopsReport) -> None:
         + "the naive cache takes the fewest at every L, but reads every head's keys and values, "
         f"{report.naive_to_latent_bytes:.1f}× the latent's bytes (kimicount kv-cache). Engines prefill the "
         "expanded way and decode absorbed.",
+    )
+
+
+def _state(console: Console, report: FlopsReport) -> None:
+    """The recurrent layers (KDA): their state's arithmetic in a chunked prefill and a recurrent decode."""
+    state = report.state
+    assert state is not None
+    say(
+        console,
+        f"The {state.layers} {state.name} layers keep no cache: each holds a recurrent state S of {state.heads} "
+        f"heads × {state.key_dim} × {state.value_dim} per sequence. A prefill runs in chunks of {state.chunk} "
+        "positions and writes S once at the end (fla's chunk_kda); a decode step reads S and overwrites it, "
+        "the same cost at any context (fused_recurrent_kda). Per token per layer, × "
+        f"{state.layers} layers:",
+    )
+    columns = (Column("Mode"), Column("Per layer", number=True), Column("All layers", number=True))
+    rows = (
+        (
+            f"prefill, chunked (T = {report.tokens:,})",
+            f"{round(state.prefill):,}",
+            flops_text(state.prefill * state.layers),
+        ),
+        ("decode, recurrent", f"{state.decode:,}", flops_text(state.decode * state.layers)),
+    )
+    show_fitted(console, *fitted(console, columns, rows))
+    show(console)
+    formulas = Table.grid(padding=(0, 2))
+    formulas.add_column()
+    formulas.add_column()
+    formulas.add_row("prefill", state.prefill_formula)
+    formulas.add_row("", f"= {state.prefill_calculation} = {round(state.prefill):,}")
+    formulas.add_row("decode", state.decode_formula)
+    formulas.add_row("", f"= {state.decode_calculation} = {state.decode:,}")
+    say(
+        console, "Per token per layer (H = heads, d_k and d_v the state's key and value widths, C the chunk):"
+    )
+    show(console, formulas)
+    way = Mla.absorbed
+    say(
+        console,
+        f"Per token, every matmul, the MLA layers absorbed and the {state.name} layers' state: prefill {flops_text(report.prefill_total(way))}, decode {flops_text(report.decode_total(way))}. "
+        "The gates' activations, the q and k L2 norms and the exponentials are not counted; the short "
+        "convolutions are, with the components above (2 × kernel per channel).",
     )

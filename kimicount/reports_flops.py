@@ -70,3 +70,27 @@ def flops_json(report: FlopsReport) -> dict[str, Any]:
         ],
         "absorbed_cheaper_than_reexpanded_from": report.crossover,
     }
+
+
+def flops_state_json(report: FlopsReport) -> dict[str, Any] | None:
+    """`kimicount flops --json`'s "state": a hybrid model's recurrent layers (KDA) beside its MLA ones,
+    their state's FLOPs per token per layer in a chunked prefill and a recurrent decode; None when every
+    layer is MLA."""
+    state = report.state
+    if state is None:
+        return None
+    return {
+        "group": state.name,
+        "layers": state.layers,
+        "heads": state.heads,
+        "key_dim": state.key_dim,
+        "value_dim": state.value_dim,
+        "chunk": state.chunk,
+        "prefill_formula": state.prefill_formula,
+        "prefill_calculation": state.prefill_calculation,
+        "prefill_flops_per_chunk_per_layer": state.chunk_flops,
+        "prefill_flops_per_token_per_layer": float(state.prefill),
+        "decode_formula": state.decode_formula,
+        "decode_calculation": state.decode_calculation,
+        "decode_flops_per_token_per_layer": state.decode,
+    }

@@ -150,7 +150,15 @@ def scale_names(spec: ModelSpec, weight_names: Iterable[str]) -> list[str]:
     >>> scale_names(k2, ["model.layers.0.self_attn.q_a_proj.weight"])
     ['model.layers.0.self_attn.q_a_proj.weight_scale_inv']
     """
-    suffix = scale_suffix(spec)
+    return suffixed_scale_names(scale_suffix(spec), weight_names)
+
+
+def suffixed_scale_names(suffix: str, weight_names: Iterable[str]) -> list[str]:
+    """The block scale's names for a scale suffix: "_scale_inv" appended, ".scale" in place of ".weight".
+
+    >>> suffixed_scale_names(".scale", ["layers.0.attn.wq_a.weight"])
+    ['layers.0.attn.wq_a.scale']
+    """
     if suffix.startswith("."):  # replaces ".weight" (map over str methods: 69,120 expert names)
         stems = map(str.removesuffix, weight_names, repeat(".weight"))
         return list(map(str.__add__, stems, repeat(suffix)))

@@ -12,18 +12,19 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import chain, repeat
 from typing import NamedTuple
 
 from kimicount.anatomy import Anatomy, Node, Role, TensorRef
-from kimicount.checkpoint import INDEX_FILE, Checkpoint, Index, paused_gc
+from kimicount.checkpoint import INDEX_FILE, Checkpoint, Index, index_agrees, paused_gc
 from kimicount.component_ids import tree_ids
 from kimicount.headers import Kind, TensorInfo, kind_of, kind_parts
 from kimicount.spec import ModelSpec
 from kimicount.storage import (
+    FP8_SCALE_SUFFIX,
     PACKED_SUFFIXES,
     block_scale_dtype,
     config_fp4,
@@ -40,6 +41,7 @@ from kimicount.storage import (
     require_modelled,
     scale_names,
     scale_suffix,
+    suffixed_scale_names,
 )
 
 ROTARY_SUFFIX = ".rotary_emb.inv_freq"
@@ -194,7 +196,7 @@ class ExpectedGroup:
     fp4: bool = False  # a Linear an FP4 checkpoint stores in FP4 when its config says so
     #: The scale's dtype and names (X.weight_scale_inv in F32; DeepSeek V4: X.scale in F8_E8M0).
     scale_dtype: str = "F32"
-    scale_of: tuple[str, ...] = field(default=(), repr=False)
+    scale_suffix: str = FP8_SCALE_SUFFIX
     #: The shape each tensor is stored in when it is not its logical shape (FP4: two values a byte).
     stored: tuple[int, ...] | None = None
 
@@ -216,9 +218,9 @@ class ExpectedGroup:
         """The shape and dtype each tensor may have when stored as itself."""
         return frozenset(kind_of(dtype, self.stored_shape) for dtype in self.dtypes)
 
-    @cached_property
-    def scale_names(self) -> list[str]:
-        return list(self.scale_of)
+    @property
+    def scale_names(self) -> list[str]:  # made when asked (250,000 names for a 1T FP8 checkpoint), not kept
+        return [] if self.fp8_scale is None else suffixed_scale_names(self.scale_suffix, self.names)
 
     @property
     def scale_kind(self) -> Kind:
@@ -271,7 +273,7 @@ def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[Expe
                 packable=packable(spec, ref.role) and module != "vision",
                 fp4=fp4_quantizable(spec, ref.role) and module != "vision",
                 scale_dtype=scale_dtype,
-                scale_of=tuple(scale_names(spec, names)) if scale is not None else (),
+                scale_suffix=scale_suffix(spec),
                 stored=stored,
             )
         )
@@ -286,11 +288,13 @@ def _names(ref: TensorRef) -> tuple[tuple[str, ...], tuple[tuple[int | None, int
         return tuple(ref.pattern.format(layer=layer) for layer in layers), tuple(
             (layer, 1) for layer in layers
         )
-    experts = [str(expert) for expert in range(ref.experts)]
     names: list[str] = []
+    tails: list[str] = []
     for layer in layers:
         head, tail = ref.pattern.format(layer=layer, expert="\0").split("\0")
-        names += _suffixed(map(operator.add, repeat(head), experts), tail)
+        if not tails or tails[0] != f"0{tail}":  # each expert's index and what follows it, once
+            tails = [f"{expert}{tail}" for expert in range(ref.experts)]
+        names += map(operator.add, repeat(head), tails)  # one join per name
     return tuple(names), tuple((layer, ref.experts) for layer in layers)
 
 
@@ -386,7 +390,13 @@ def _check_stored(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint,
     As a set of kinds; the tensors of a group that fails go to `_check_each_stored`. Returns None when
     every tensor is verified, else which are."""
     kinds = checkpoint.kinds
-    found = Counter(map(kinds.get, group.names))
+    found_kinds = set(map(kinds.get, group.names))
+    # one kind found (the usual case): as many of it as names; several: counted
+    found = (
+        Counter({kind: len(group.names) for kind in found_kinds})
+        if len(found_kinds) == 1
+        else Counter(map(kinds.get, group.names))
+    )
     if found.keys() <= group.kinds and (
         group.fp8_scale is None or set(map(kinds.get, group.scale_names)) == {group.scale_kind}
     ):
@@ -617,7 +627,7 @@ def _classify_the_rest(
         if group.fp8_scale is None:
             continue
         if verified:
-            scales += _times(len(group.scale_names), group.scale_kind)
+            scales += _times(len(group.names), group.scale_kind)  # each name's one scale
         else:
             present = rest.intersection(group.scale_names)
             scales += _tally(map(kinds.__getitem__, present))
@@ -683,9 +693,11 @@ def _check_index(checkpoint: Checkpoint) -> list[Mismatch]:
                 f"{index.total_size:,}",
             )
         )
-    weight_map = index.weight_map
-    if _index_agrees(weight_map, checkpoint):
+    if not checkpoint.duplicates and index_agrees(index, checkpoint.files):
         return mismatches
+    weight_map = index.weight_map
+    if weight_map is None:  # read without its map (kimicount.checkpoint.assemble reads it again): per file
+        return mismatches + _listing_mismatches(index, checkpoint)
     located = checkpoint.located
     for name, file in located.items():
         listed = weight_map.get(name)
@@ -699,14 +711,28 @@ def _check_index(checkpoint: Checkpoint) -> list[Mismatch]:
     return mismatches
 
 
-def _index_agrees(weight_map: Mapping[str, str], checkpoint: Checkpoint) -> bool:
-    """The common case, in C: the index lists each file's tensors in that file, and nothing else (it
-    names as many tensors as the files hold, and the files hold no name twice)."""
-    return (
-        not checkpoint.duplicates
-        and len(weight_map) == len(checkpoint.kinds)
-        and all(set(map(weight_map.get, header.names)) <= {header.file} for header in checkpoint.files)
-    )
+def _listing_mismatches(index: Index, checkpoint: Checkpoint) -> list[Mismatch]:
+    """Each file whose tensors the index does not list, all of them and no other (counted: which names
+    only its map can say)."""
+    headers = {header.file: header for header in checkpoint.files}
+    mismatches = []
+    for file in sorted(set(headers) | set(index.listings)):
+        header, listing = headers.get(file), index.listings.get(file)
+        if (
+            header is not None
+            and listing is not None
+            and index_agrees(replace(index, listings={file: listing}), [header])
+        ):
+            continue
+        mismatches.append(
+            Mismatch(
+                file,
+                "index",
+                f"{0 if header is None else len(header.names):,} tensors, as its header says",
+                f"{INDEX_FILE} lists {0 if listing is None else listing.tensors:,}, not the same",
+            )
+        )
+    return mismatches
 
 
 class _PartCounts:
@@ -810,6 +836,8 @@ def verify_index(anatomy: Anatomy, index: Index, source: str) -> IndexReport:
 
     spec = anatomy.spec
     listed = index.weight_map
+    if listed is None:
+        raise ValueError("verify_index needs the index's map: read it with keep_map")
     mismatches: list[Mismatch] = []
     claimed: set[str] = set()
     expected = 0
@@ -858,7 +886,7 @@ def verify_index(anatomy: Anatomy, index: Index, source: str) -> IndexReport:
     return IndexReport(
         source=source,
         model=spec.name,
-        entries=len(listed),
+        entries=index.entries,
         files=len(index.files),
         expected_names=expected,
         rotary_buffers=len(rotary),

@@ -245,10 +245,10 @@ def test_bad_configs_are_refused_in_one_line(write_config, change, message):
     fails_cleanly(invoke("params", "--config", str(path)), message)
 
 
-@pytest.mark.parametrize("command", ["plan", "gguf", "measure"])
+@pytest.mark.parametrize("command", ["gguf", "measure"])  # plan serves V4: tests/test_plan_deepseek_v4.py
 def test_commands_that_do_not_serve_v4_yet_refuse_in_one_line(command, write_config):
     path = write_config(known_model("deepseek-v4-flash").config())
-    extra = {"gguf": ["--quant", "Q4_K_M"], "plan": ["--gpus", "2xH200"]}.get(command, [])
+    extra = {"gguf": ["--quant", "Q4_K_M"]}.get(command, [])
     result = invoke(command, "--config", str(path), *extra)
     fails_cleanly(result, f"{command}: ", "(deepseek_v4, the DeepSeek V4 layout", "not supported")
 

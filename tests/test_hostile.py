@@ -562,12 +562,12 @@ def peak_rss(command: list[str]) -> tuple[int, int, str]:
     return code, rss, stderr
 
 
-def test_5_a_huge_local_index_or_config_is_refused_before_it_is_read(tmp_path):
+def test_5_a_huge_local_index_is_read_in_bounded_memory_and_a_huge_config_refused(tmp_path):
     folder = checkpoint_folder(tmp_path / "ckpt")
     with (folder / INDEX).open("wb") as index:
-        index.truncate(600 * 2**20)  # sparse: costs no disk
+        index.truncate(600 * 2**20)  # sparse: costs no disk; its first byte is not JSON
     code, rss, stderr = peak_rss(["verify", "--path", str(folder)])
-    assert code == 2 and "629,145,600 bytes, more than any index (100,000,000 at most)" in stderr, stderr
+    assert code == 2 and "index.json: not valid JSON (Expecting value at line 1 column 1)" in stderr, stderr
     assert rss < 200 * 2**20, rss
     with (tmp_path / "big.json").open("wb") as config:
         config.truncate(600 * 2**20)
@@ -575,20 +575,50 @@ def test_5_a_huge_local_index_or_config_is_refused_before_it_is_read(tmp_path):
     assert code == 2 and "more than any config.json" in stderr and rss < 200 * 2**20, (stderr, rss)
 
 
-def test_5_a_hub_index_said_too_large_is_not_read(hub):
+def padded_index(padding: int) -> bytes:
+    """A valid index naming one shard, `padding` bytes of whitespace between its two keys (JSON allows
+    any): larger than the 100 MB an index was capped at before it was read as a stream."""
+    return (
+        b'{"metadata": {"total_size": 14336},'
+        + b" " * padding
+        + b'"weight_map": {"model.norm.weight": "model-00001-of-00001.safetensors"}}'
+    )
+
+
+def test_5_an_index_over_100_mb_is_read_as_a_stream(tmp_path):
+    """Refused before it was read ("more than any index (100,000,000 at most)"), it is read now, a MiB at
+    a time: the run checks the one shard it names (Kimi K2's norm, of all its tensors: exit 1)."""
+    folder = checkpoint_folder(tmp_path / "ckpt", shards={"model-00001-of-00001.safetensors": NORM})
+    (folder / INDEX).write_bytes(padded_index(120 * 2**20))
+    code, rss, stderr = peak_rss(["verify", "--path", str(folder), "--json"])
+    assert code == 1 and stderr == "", stderr
+    assert rss < 200 * 2**20, rss
+
+
+def test_5_a_hub_index_is_read_as_it_arrives(hub):
+    """An index over the old cap on the Hub is read as it arrives; a server that says more than it sends
+    is a failed transfer, retried as huggingface_hub retries one, and said in one line."""
     from werkzeug import Response
 
     fake, env = hub
+    fake.repos["org/tiny"].files[INDEX] = padded_index(110 * 2**20)
+    fake.repos["org/tiny"].files["model-00001-of-00001.safetensors"] = fake.repos["org/tiny"].files.pop(
+        "model-00002-of-00002.safetensors"
+    )
+    result = run_kimicount(
+        "verify", "--repo", "org/tiny", "--revision", COMMIT, "--json", env=env, timeout=120
+    )
+    assert result.returncode == 1 and json.loads(result.stdout)["files"] == 1, result.stderr[-2000:]
 
-    def huge(request):  # says 600 MB; sends a few bytes
+    def lying(request):  # says 600 MB; sends two bytes
         response = Response(b"{}", headers={"X-Repo-Commit": COMMIT})
         response.headers["Content-Length"] = str(600 * 2**20)
         response.automatically_set_content_length = False
         return response
 
-    fake.override = at_path(INDEX, huge)
+    fake.override = at_path(INDEX, lying)
     result = run_kimicount("verify", "--repo", "org/tiny", "--revision", COMMIT, env=env, timeout=60)
-    one_line_error(result, f"org/tiny@{COMMIT[:12]}/{INDEX}: over 100,000,000 bytes")
+    one_line_error(result, "received 2 bytes, expected 629145600", "gave up after 3 tries")
 
 
 def cache_bytes(folder: Path) -> int:

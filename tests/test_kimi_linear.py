@@ -249,7 +249,7 @@ def test_human_readable_kv_cache_shows_both_parts():
 # --- families, refusals, bad configs -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["plan", "flops", "measure", "show", "explore", "gguf"])
+@pytest.mark.parametrize("command", ["plan", "measure", "gguf"])
 def test_commands_that_cannot_serve_the_family_refuse_in_one_line(command, tmp_path):
     extra = {
         "explore": ["--output", str(tmp_path / "k3.html")],

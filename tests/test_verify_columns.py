@@ -182,7 +182,7 @@ def test_good_headers_read_the_same_with_either_parser(parser):
     header = _parse(entries, 14342)
     assert header.names == ("z", "empty", "s", "\ud800")
     assert header.kinds == ("[7168] BF16", "[0, 56] F32", "[] F32", "[2] F8_E4M3")
-    assert (header.begins, header.ends) == ((6, 6, 2, 0), (14342, 6, 6, 2))
+    assert (tuple(header.begins), tuple(header.ends)) == ((6, 6, 2, 0), (14342, 6, 6, 2))
     assert header.kind_counts == {"[7168] BF16": 1, "[0, 56] F32": 1, "[] F32": 1, "[2] F8_E4M3": 1}
     assert (header.metadata, header.data_bytes) == ({"format": "pt"}, 14342)
     z, empty, scalar, _ = header.tensors

@@ -263,3 +263,26 @@ def test_the_hub_modules_import_nothing_above_them():
     from kimicount.source import HubOptions as ForLibraryUsers
 
     assert ForLibraryUsers is HubOptions
+
+
+def test_an_index_that_disagrees_is_read_again_to_say_which_names(hub):
+    """The index is read as it arrives, keeping per file what it lists, not its map; when the headers
+    disagree (here the norm listed in the first shard, and a tensor no shard holds), it is read once more,
+    map and all, and each name is said: the 64 requests of a clean run, and one more GET."""
+    fake, env = hub
+    files = fake.repos[REPO].files
+    index = json.loads(files["model.safetensors.index.json"])
+    index["weight_map"]["model.norm.weight"] = "model-00001-of-00061.safetensors"
+    index["weight_map"]["model.layers.0.mlp.ghost.weight"] = "model-00001-of-00061.safetensors"
+    files["model.safetensors.index.json"] = json.dumps(index).encode()
+    code, report, _ = verify_repo(env)
+    assert code == 1
+    assert [(m["tensor"], m["kind"]) for m in report["mismatches"]] == [
+        ("model.norm.weight", "index"),
+        ("model.layers.0.mlp.ghost.weight", "index"),
+    ]
+    assert report["mismatches"][0]["found"] == (
+        "in model-00061-of-00061.safetensors, listed in model-00001-of-00061.safetensors"
+    )
+    index_gets = [p for m, p, _ in fake.requests if p.endswith("model.safetensors.index.json")]
+    assert len(fake.requests) == 2 + 1 + 61 + 1 and len(index_gets) == 2

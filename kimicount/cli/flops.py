@@ -53,7 +53,9 @@ def flops_command(
     """FLOPs per token of every component, and of the attention in each way engines run MLA.
 
     A matmul of in × out is 2 × in × out FLOPs per token. The attention is shown for a naive cache,
-    the latent re-expanded through kv_b_proj every step, and the absorbed latent, in prefill and decode.
+    the latent re-expanded through kv_b_proj every step, and the absorbed latent, in prefill and decode;
+    a hybrid model's KDA layers (Kimi Linear, Kimi K3) by their state, chunked in prefill and recurrent
+    in decode.
     """
     max_depth = parse_depth(depth)
     prompt, positions = count(tokens, "--tokens"), count(context, "--context")
@@ -64,9 +66,12 @@ def flops_command(
     anatomy = build_anatomy(spec)
     report = flops_report(anatomy.spec, anatomy.model, tokens=prompt, context=positions)
     if as_json:
-        from kimicount.reports_flops import flops_json
+        from kimicount.reports_flops import flops_json, flops_state_json
 
-        print_json(flops_json(report))
+        data = flops_json(report)
+        if (state := flops_state_json(report)) is not None:  # a hybrid model's recurrent layers
+            data["state"] = state
+        print_json(data)
         return
     from kimicount.render import make_console
     from kimicount.render_flow import render_flops

@@ -14,6 +14,7 @@ from typing import Any
 from kimicount.anatomy import build_anatomy
 from kimicount.errors import UsageError
 from kimicount.explorer.evidence import Evidence, ModelingIndex, config_evidence
+from kimicount.explorer.evidence_kda import has_deepseek_passages, language_config, state_writes
 from kimicount.explorer.modeling import ModelingFile, NoAutoMap, absent_message, find_modeling
 from kimicount.explorer.pages import Page, Pages, build_pages
 from kimicount.explorer.pinned import PinnedModel, git_blob, known_file, pinned_model
@@ -90,7 +91,10 @@ def explorer_pages(
 ) -> Pages:
     """Every page of the model, each with its evidence (or the note saying how to get it)."""
     pages = build_pages(build_anatomy(spec))
-    config: dict[str, Any] = json.loads(source.text)
+    # Kimi K3: the language model's code and values, under text_config (kimicount.explorer.evidence_kda)
+    whole = json.loads(source.text)
+    config: dict[str, Any] = dict(language_config(whole))
+    language_only = config != whole  # its pages of the vision side have no code in that file
     pages = _with_routing(pages, config)
     if modeling is not None:
         found = find_modeling(config, modeling=modeling)
@@ -119,12 +123,12 @@ def explorer_pages(
         note = note[:1].upper() + note[1:] + "."
     else:
         index = found.index()
-    passages = index.attention_passages() if index is not None else {}
+    passages = index.attention_passages() if index is not None and has_deepseek_passages(spec) else {}
     with_evidence = {}
     for page in pages:
         evidence: list[Evidence] = []
         before = len(index.findings()) if index is not None else 0
-        if index is not None:
+        if index is not None and (page.main or not language_only):
             evidence += _modeling_evidence(index, page, pages, spec)
             evidence += _passages(page, passages)
         elif pinned is not None:
@@ -256,7 +260,14 @@ PASSAGES = {
 }
 
 #: Where an operation happens: the function the forward pass calls, by its last name.
-CALLS = {"softmax": "softmax", "rotary": "apply_rotary_pos_emb", "act_fn": "act_fn"}
+CALLS = {
+    "softmax": "softmax",
+    "rotary": "apply_rotary_pos_emb",
+    "act_fn": "act_fn",
+    # KDA's two kernels (kimicount.explorer.words_kimi_linear's operations): the prefill's, the decode's
+    "chunk_kda": "chunk_kda",
+    "fused_recurrent_kda": "fused_recurrent_kda",
+}
 
 
 def _passages(page: Page, passages: dict[str, Evidence]) -> list[Evidence]:
@@ -282,7 +293,10 @@ def _modeling_evidence(index: ModelingIndex, page: Page, pages: Pages, spec: Mod
     if page.kind == "operation" and page.id in CALLS:
         return index.calls(page.cls, CALLS[page.id])
     if page.variable:
-        return index.activation(page.cls, page.variable)
+        found = index.activation(page.cls, page.variable)
+        if not has_deepseek_passages(spec):  # a KDA state's write into the cache (evidence_kda)
+            found += state_writes(index, page.cls, page.variable)
+        return found
     found = []
     for attribute in page.attributes:
         found += index.attribute(page.cls, attribute)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kimicount.errors import MAX_COUNT, ConfigError, KimicountError
+from kimicount.explorer.evidence_kda import chosen_assignment, config_call, config_property
 from kimicount.reading import parse_json, shorten
 
 if TYPE_CHECKING:
@@ -394,9 +395,12 @@ class ModelingIndex:
                 return steps, False
             owner = owners[0]
             scope = _Evaluator(self, owner, current[owner])
-            built, external = self._built(
-                _assigned_value(self._definitions(owner, attr)[-1]), scope, position
+            chosen = chosen_assignment(  # of an if/elif chain of assignments, the one the config takes
+                [f for node in self._lineage(owner) for f in self._init_methods(node)],
+                self._definitions(owner, attr),
+                lambda test, scope=scope: _decided(scope.eval(test)),
             )
+            built, external = self._built(_assigned_value(chosen), scope, position)
             following = parts[i + 1][0] if i + 1 < len(parts) else None
             if following is not None and built:
                 built = {c: b for c, b in built.items() if self._definitions(c, following)} or built
@@ -968,6 +972,11 @@ _COMPARISONS = {
 }
 
 
+def _decided(value: Any) -> bool | None:
+    """A condition's truth as the config decides it, None where it does not."""
+    return None if value is _UNKNOWN else bool(value)
+
+
 class _Evaluator:
     """The value of an expression in a class's __init__ as far as the config decides it: `config.X`
     from config.json, the constructor's arguments (`bindings`), `self.X` and local variables from the
@@ -1032,6 +1041,8 @@ class _Evaluator:
         if isinstance(node, ast.IfExp):
             test = self.eval(node.test)
             return _UNKNOWN if test is _UNKNOWN else self.eval(node.body if test else node.orelse)
+        if isinstance(node, ast.Call) and _dotted(node.func).startswith("config.") and not node.keywords:
+            return self._config_call(node)
         if isinstance(node, ast.Call) and _dotted(node.func) == "hasattr" and len(node.args) == 2:
             target, attribute = node.args
             if isinstance(target, ast.Name) and target.id == "config" and isinstance(attribute, ast.Constant):
@@ -1039,14 +1050,33 @@ class _Evaluator:
             return _UNKNOWN
         if isinstance(node, ast.Name):
             return self._name(node.id)
+        if isinstance(node, ast.Subscript):  # config.linear_attn_config["head_dim"]: a nested config value
+            container, key = self.eval(node.value), self.eval(node.slice)
+            return (
+                container.get(key, _UNKNOWN)
+                if isinstance(container, Mapping) and type(key) is str
+                else _UNKNOWN
+            )
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id == "config":
-                return self.config.get(node.attr, _UNKNOWN)
+                if node.attr in self.config:
+                    return self.config[node.attr]
+                known, value = config_property(self.config, node.attr)  # KimiLinearConfig.is_mla
+                return value if known else _UNKNOWN
             if node.value.id == "self":
                 definitions = self.index._definitions(self.cls_name, node.attr)
                 if len(definitions) == 1 and isinstance(definitions[0], ast.Assign):
                     return self._once(f"self.{node.attr}", definitions[0].value)
         return _UNKNOWN
+
+    def _config_call(self, node: ast.Call) -> Any:
+        """`config.method(args)` as the family's configuration class computes it
+        (kimicount.explorer.evidence_kda: KimiLinearConfig.is_kda_layer), _UNKNOWN otherwise."""
+        args = [self.eval(a) for a in node.args]
+        if any(a is _UNKNOWN for a in args):
+            return _UNKNOWN
+        known, value = config_call(self.config, _dotted(node.func).removeprefix("config."), args)
+        return value if known else _UNKNOWN
 
     def _once(self, name: str, value: ast.expr) -> Any:
         """The value of a definition, _UNKNOWN when it depends on itself."""

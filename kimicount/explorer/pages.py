@@ -421,6 +421,8 @@ def _node_page(spec, anatomy, entry: _Entry, entries, sizes, memory, flops, tens
     _, node, path = entry.nodes[primary_index]
     words, kind = _words(node.name, node, entry, w.vocabulary(spec))
     flow = component_flow(spec, node)
+    if _vision_namesake(anatomy, node):  # K3's vision RMSNorms: a language component's name, not its words
+        words, flow = w.Words(role="", prefill="", decode=""), None
     where = []
     for group, each, _ in entry.nodes:
         label = group.name if group is not None else ("the model" if entry.main else entry.key[0])
@@ -455,8 +457,8 @@ def _node_page(spec, anatomy, entry: _Entry, entries, sizes, memory, flops, tens
     modes = ()
     if words.prefill or words.decode:
         modes = (
-            Mode("prefill", "T tokens, empty cache", words.prefill),
-            Mode("decode", "one token, L positions cached", words.decode),
+            Mode("prefill", "T tokens, empty cache", _fill(words.prefill, sizes)),
+            Mode("decode", "one token, L positions cached", _fill(words.decode, sizes)),
         )
     kv, kv_note = _kv(spec, entry, node)
     formula_keys = _config_keys(node.formula)
@@ -511,18 +513,31 @@ def _key_of(entry: _Entry, child: Node, entries) -> tuple[str, ...]:
     return (*(entry.key[:-1] if entry.key[-1].startswith(_GROUP) else entry.key), child.name)
 
 
+def _vision_namesake(anatomy: Anatomy, node: Node) -> bool:
+    """A node of the vision tree named as a language component is (Kimi K3's MoonViT "Attention
+    RMSNorm"): the words and shapes keyed by that name are the language component's, not its own."""
+    if anatomy.vision is None or not any(n is node for n in anatomy.vision.walk()):
+        return False
+    return any(n.name == node.name for n in anatomy.model.walk())
+
+
 def _shape(activation: Activation) -> Shape:
     return Shape(activation.name, activation.dims)
 
 
 def _kv(spec: ModelSpec, entry: _Entry, node: Node) -> tuple[tuple[KvRow, ...], str]:
-    """The cache in each layout, for the pages of attention, blocks, the blocks group and the model."""
+    """The cache in each layout, for the pages of attention, blocks, the blocks group and the model;
+    a hybrid model's MLA layers only, and its state per sequence (`_state_note`) beside them."""
     if not entry.main:
         return (), ""
+    mla_layers, states = _cache_layers(spec)
     if node.name == "Latent attention" or entry.id in ("model", "blocks"):
-        layers = spec.num_hidden_layers
+        layers, kda = len(mla_layers), sum(len(g.layers) for g in states)
     elif node.layers and node.kind:
-        layers = node.instances
+        layers = len(set(node.layers) & mla_layers)
+        kda = sum(len(set(node.layers) & set(g.layers)) for g in states)
+    elif states and node.name == "Kimi Delta Attention":
+        return (), _state_note(spec, node.instances)
     else:
         return (), ""
     from kimicount.cache_groups import has_mla_group
@@ -537,6 +552,11 @@ def _kv(spec: ModelSpec, entry: _Entry, node: Node) -> tuple[tuple[KvRow, ...], 
             f"entries (fp8) + {report.bytes_per_sequence:,} B per sequence for the windows and the compressors' "
             "states, all layers."
         )
+    note = ""
+    if node.name != "Latent attention" and kda:
+        note = _state_note(spec, kda)
+    if not layers:
+        return (), note
     e = element_bytes(default_dtype(spec))
     rows = []
     for layout in DEFAULT_LAYOUTS:
@@ -547,13 +567,40 @@ def _kv(spec: ModelSpec, entry: _Entry, node: Node) -> tuple[tuple[KvRow, ...], 
                 layout.value, formula.text, calculation, per_layer, layers, per_layer * layers, formula.note
             )
         )
-    total = spec.num_hidden_layers
+    total = len(mla_layers)
     whole = [r.per_token_per_layer * total for r in rows]
+    all_layers = "all" if total == spec.num_hidden_layers else "the"
     note = (
-        f"Per token, all {total} layers, {default_dtype(spec)}: naive {whole[0]:,} B; the latent "
-        f"{whole[2]:,} B, {round(whole[0] / whole[2])}× less; flash padding {whole[1]:,} B."
+        f"Per token, {all_layers} {total} {'' if all_layers == 'all' else 'MLA '}layers, {default_dtype(spec)}: "
+        f"naive {whole[0]:,} B; the latent {whole[2]:,} B, {round(whole[0] / whole[2])}× less; flash "
+        f"padding {whole[1]:,} B." + (f" {note}" if note else "")
     )
     return tuple(rows), note
+
+
+def _cache_layers(spec: ModelSpec) -> tuple[set[int], tuple[Any, ...]]:
+    """The layers of the model's per-token MLA cache group, and its per-sequence (state) groups."""
+    from kimicount.cache_groups import MemoryKind, state_groups
+    from kimicount.families import cache_groups
+
+    groups = cache_groups(spec)
+    mla = {i for g in groups if g.kind is MemoryKind.PER_TOKEN and g.mla is not None for i in g.layers}
+    return mla, state_groups(groups)
+
+
+def _state_note(spec: ModelSpec, layers: int) -> str:
+    """A hybrid model's state per sequence over `layers` of its state layers, in the engines' default
+    dtypes (kimicount kv-cache: the windows in the model's dtype, the recurrent state in fp32)."""
+    from kimicount.kvcache import kv_cache_report
+
+    (state,) = kv_cache_report(spec, tokens=1).states
+    parts = " + ".join(f"{p.tensor.name} {p.calculation}" for p in state.parts(1))
+    per_layer = state.bytes_per_sequence_per_layer
+    return (
+        f"No cache per position in the {state.group.name} layers: a state per sequence, {parts} = "
+        f"{per_layer:,} B a layer; × {layers} = {per_layer * layers:,} B per sequence, whatever its "
+        "length (prefill writes it once; each decode step reads and overwrites it)."
+    )
 
 
 def _layout(ref: TensorRef) -> str:
@@ -779,12 +826,12 @@ def _tensor_like_page(spec, kind, thing: w.Tensor, pages, entries, sizes) -> Pag
             Mode(
                 "prefill",
                 "T tokens, empty cache",
-                words.prefill if words.prefill != w._NO_CACHE[0] else "not cached",
+                _fill(words.prefill, sizes) if words.prefill != w._NO_CACHE[0] else "not cached",
             ),
             Mode(
                 "decode",
                 "one token, L positions cached",
-                words.decode if words.decode != w._NO_CACHE[1] else "not cached",
+                _fill(words.decode, sizes) if words.decode != w._NO_CACHE[1] else "not cached",
             ),
         )
     path_base = maker.path if maker else readers[0].path

@@ -78,6 +78,9 @@ def render_page(console: Console, page: Page, pages: Pages) -> None:
         show_fitted(console, *fitted(console, columns, rows))
     if page.kv:
         _kv(console, page)
+    elif page.kv_note:  # a hybrid model's state layers: a state per sequence, no cache per token
+        _heading(console, "State per sequence")
+        show(console, Text(page.kv_note))
     _links(console, page, pages)
     _evidence(console, page, pages)
 

@@ -614,12 +614,19 @@ class Vocabulary:
 
 
 def vocabulary(spec) -> Vocabulary:
-    """The words of a model's pages: DeepSeek V4's own (kimicount.explorer.words_deepseek_v4), or the
-    MLA families' above."""
-    if getattr(spec, "FAMILY", "") == "deepseek_v4":
+    """The words of a model's pages: DeepSeek V4's own (kimicount.explorer.words_deepseek_v4), the Kimi
+    Linear family's (kimicount.explorer.words_kimi_linear), or the DeepSeek-V3 family's above."""
+    family = getattr(spec, "FAMILY", "")
+    if family == "deepseek_v4":
         from kimicount.explorer import words_deepseek_v4 as v4
 
         return Vocabulary(
             v4.values(spec), v4.COMPONENTS, v4.ACTIVATIONS, v4.OPERATIONS, v4.MODEL, v4.BLOCKS, v4.BLOCK
+        )
+    if family == "kimi_linear":
+        from kimicount.explorer import words_kimi_linear as kl
+
+        return Vocabulary(
+            kl.values(spec), kl.components(spec), kl.ACTIVATIONS, kl.OPERATIONS, kl.MODEL, kl.BLOCKS, kl.BLOCK
         )
     return Vocabulary(values(spec), COMPONENTS, ACTIVATIONS, OPERATIONS, MODEL, BLOCKS, BLOCK)

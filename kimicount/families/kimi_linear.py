@@ -85,6 +85,8 @@ class KdaSpec:
     head_dim: int
     conv_kernel: int  # short_conv_kernel_size
     full_rank_gate: bool  # use_full_rank_gate: g_proj, else g_a_proj + g_b_proj
+    #: gate_lower_bound (K3: −5): the decay's log is lower_bound · σ(…) instead of −exp(A_log) · softplus(…)
+    gate_lower_bound: float | None = None
 
     @property
     def projection(self) -> int:
@@ -132,6 +134,9 @@ class KimiLinearSpec:
     max_position_embeddings: int
     torch_dtype: str
     tie_word_embeddings: bool
+    #: The MLPs' activation: silu (Kimi Linear) or situ (K3, SituAndMul: β·tanh(g/β)·σ(g), the up
+    #: projection clipped as lβ·tanh(u/lβ); activation_situ_beta, activation_situ_linear_beta).
+    hidden_act: str
     # MLA layers
     num_attention_heads: int
     q_lora_rank: int | None
@@ -276,6 +281,7 @@ def _language_spec(read: ConfigReader, name: str) -> KimiLinearSpec:
         max_position_embeddings=read.integer(context_key),
         torch_dtype=torch_dtype_of(read),
         tie_word_embeddings=read.boolean("tie_word_embeddings", False),
+        hidden_act=read.string("hidden_act", "silu"),
         num_attention_heads=read.integer("num_attention_heads"),
         q_lora_rank=read.optional_integer("q_lora_rank"),
         kv_lora_rank=read.integer("kv_lora_rank"),
@@ -339,8 +345,19 @@ def _linear_attention(read: ConfigReader, layers: int) -> tuple[KdaSpec, tuple[i
         head_dim=sub.integer("head_dim"),
         conv_kernel=sub.integer("short_conv_kernel_size"),
         full_rank_gate=sub.boolean("use_full_rank_gate", False),
+        gate_lower_bound=_lower_bound(sub),
     )
     return spec, tuple(sorted(n - 1 for n in kda))
+
+
+def _lower_bound(read: ConfigReader) -> float | None:
+    """linear_attn_config.gate_lower_bound: a negative number, or absent."""
+    value = read.config.get("gate_lower_bound")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value < 0:
+        raise read.fail("gate_lower_bound", f"expected a negative number, found {short_json(value)}")
+    return float(value)
 
 
 _VISION_KEYS = (
