@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from kimicount.errors import ConfigError
-from kimicount.spec import MAX_SIZE, ModelSpec, VisionSpec
+from kimicount.spec import MAX_SIZE, LayerSizes, ModelSpec, VisionSpec
 
 #: The SwiGLU projections of an MLP as most checkpoints name them (gate, up, down); Kimi Linear's
 #: routed experts are w1, w3, w2 (vllm/model_executor/models/kimi_linear.py, load_weights).
@@ -266,12 +266,14 @@ def _share(child: Node, parent_instances: int) -> str:
 # are len(layers). Names follow the design notes.
 
 
-def layer_tensor(spec: ModelSpec, suffix: str, shape: tuple[int, ...], role: Role, layers, **kw) -> TensorRef:
+def layer_tensor(
+    spec: LayerSizes, suffix: str, shape: tuple[int, ...], role: Role, layers, **kw
+) -> TensorRef:
     """A tensor of the language model's layers: {weight_prefix}model.layers.{layer}.{suffix}."""
     return TensorRef(f"{spec.weight_prefix}model.layers.{{layer}}.{suffix}", shape, role, tuple(layers), **kw)
 
 
-def rms_norm(spec: ModelSpec, layers: Sequence[int], name: str, suffix: str) -> Node:
+def rms_norm(spec: LayerSizes, layers: Sequence[int], name: str, suffix: str) -> Node:
     """A per-layer RMSNorm weight [hidden_size]. [params]
 
     >>> rms_norm(k2, [0], "Attention RMSNorm", "input_layernorm.weight").params_per_instance
@@ -281,7 +283,7 @@ def rms_norm(spec: ModelSpec, layers: Sequence[int], name: str, suffix: str) -> 
     return leaf(name, len(layers), [norm], "hidden_size")
 
 
-def query_compression(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def query_compression(spec: LayerSizes, layers: Sequence[int]) -> Node:
     """q_a_proj [q_lora_rank, hidden_size] + q_a_layernorm [q_lora_rank]. [params]
 
     >>> query_compression(k2, [0]).params_per_instance
@@ -300,7 +302,7 @@ def query_compression(spec: ModelSpec, layers: Sequence[int]) -> Node:
     )
 
 
-def query_heads(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def query_heads(spec: LayerSizes, layers: Sequence[int]) -> Node:
     """Per-head queries: q_b_proj [H·qk_head_dim, q_lora_rank], or q_proj [H·qk_head_dim, hidden_size]
     when q_lora_rank is null (DeepSeek-V2-Lite). [params]
 
@@ -317,7 +319,7 @@ def query_heads(spec: ModelSpec, layers: Sequence[int]) -> Node:
     return leaf("Query heads", len(layers), [q], formula)
 
 
-def _kv_a_proj(spec: ModelSpec, layers: Sequence[int], first: int, rows: int) -> TensorRef:
+def _kv_a_proj(spec: LayerSizes, layers: Sequence[int], first: int, rows: int) -> TensorRef:
     """kv_a_proj_with_mqa [kv_lora_rank + qk_rope_head_dim, hidden]: the latent rows, then the rotary key."""
     total = spec.kv_lora_rank + spec.qk_rope_head_dim
     return layer_tensor(
@@ -326,7 +328,7 @@ def _kv_a_proj(spec: ModelSpec, layers: Sequence[int], first: int, rows: int) ->
     )  # fmt: skip
 
 
-def key_value_compression(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def key_value_compression(spec: LayerSizes, layers: Sequence[int]) -> Node:
     """kv_a_proj_with_mqa rows 0…kv_lora_rank-1 + kv_a_layernorm [kv_lora_rank]. [params]
 
     >>> key_value_compression(k2, [0]).params_per_instance
@@ -343,7 +345,7 @@ def key_value_compression(spec: ModelSpec, layers: Sequence[int]) -> Node:
     )
 
 
-def _kv_b_proj(spec: ModelSpec, layers: Sequence[int], first: int, width: int) -> TensorRef:
+def _kv_b_proj(spec: LayerSizes, layers: Sequence[int], first: int, width: int) -> TensorRef:
     """kv_b_proj [H·(qk_nope + v), kv_lora_rank]: each head's key-content rows, then its value rows."""
     per_head = spec.qk_nope_head_dim + spec.v_head_dim
     shape = (spec.num_attention_heads * per_head, spec.kv_lora_rank)
@@ -352,7 +354,7 @@ def _kv_b_proj(spec: ModelSpec, layers: Sequence[int], first: int, width: int) -
     )
 
 
-def key_content_up_projection(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def key_content_up_projection(spec: LayerSizes, layers: Sequence[int]) -> Node:
     """kv_b_proj, the first qk_nope_head_dim features of each head. [params]
 
     >>> node = key_content_up_projection(k2, [0])
@@ -367,7 +369,7 @@ def key_content_up_projection(spec: ModelSpec, layers: Sequence[int]) -> Node:
     )
 
 
-def shared_rotary_key(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def shared_rotary_key(spec: LayerSizes, layers: Sequence[int]) -> Node:
     """kv_a_proj_with_mqa, the last qk_rope_head_dim rows: one rotary key shared by all heads (without
     rotary position when the config says mla_use_nope: the same rows, cached and used unrotated). [params]
 
@@ -382,7 +384,7 @@ def shared_rotary_key(spec: ModelSpec, layers: Sequence[int]) -> Node:
     )
 
 
-def value_heads(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def value_heads(spec: LayerSizes, layers: Sequence[int]) -> Node:
     """kv_b_proj, the last v_head_dim features of each head. [params]
 
     >>> value_heads(k2, [0]).params_per_instance
@@ -396,7 +398,7 @@ def value_heads(spec: ModelSpec, layers: Sequence[int]) -> Node:
     )
 
 
-def attention_output(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def attention_output(spec: LayerSizes, layers: Sequence[int]) -> Node:
     """o_proj [hidden_size, H·v_head_dim]. [params]
 
     >>> attention_output(k2, [0]).params_per_instance
@@ -417,7 +419,7 @@ def output_gate(spec, layers: Sequence[int]) -> Node:
     return leaf("Output gate", len(layers), [gate], "hidden_size × num_attention_heads·v_head_dim")
 
 
-def lightning_indexer(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def lightning_indexer(spec: LayerSizes, layers: Sequence[int]) -> Node:
     """DeepSeek-V3.2's indexer: wq_b [n·d, q_lora_rank], wk [d, hidden], weights_proj [n, hidden],
     k_norm weight and bias [d], with n = index_n_heads, d = index_head_dim. Always active. [params]
     """
@@ -441,7 +443,7 @@ def lightning_indexer(spec: ModelSpec, layers: Sequence[int]) -> Node:
     )
 
 
-def latent_attention(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def latent_attention(spec: LayerSizes, layers: Sequence[int]) -> Node:
     """Multi-head latent attention, split the way the design notes read it. [params]
 
     >>> latent_attention(k2, [0]).params_per_instance
@@ -488,7 +490,7 @@ def _mlp_tensors(
     ]
 
 
-def dense_mlp(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def dense_mlp(spec: LayerSizes, layers: Sequence[int]) -> Node:
     """SwiGLU MLP: gate_proj and up_proj [intermediate_size, hidden], down_proj [hidden, intermediate_size].
 
     >>> dense_mlp(k2, [0]).params_per_instance  # 3 × 7,168 × 18,432
@@ -505,7 +507,7 @@ def dense_mlp(spec: ModelSpec, layers: Sequence[int]) -> Node:
 
 
 def router(
-    spec: ModelSpec, layers: Sequence[int], module: str = "mlp", bias_role: Role = Role.ROUTER_BIAS
+    spec: LayerSizes, layers: Sequence[int], module: str = "mlp", bias_role: Role = Role.ROUTER_BIAS
 ) -> Node:
     """gate.weight [n_routed_experts, hidden] + gate.e_score_correction_bias [n_routed_experts]
     (the bias only with topk_method noaux_tc; `bias_role` says how the family stores it). [params]
@@ -523,7 +525,7 @@ def router(
 
 
 def routed_experts(
-    spec: ModelSpec,
+    spec: LayerSizes,
     layers: Sequence[int],
     module: str = "mlp",
     names: tuple[str, str, str] = MLP_NAMES,
@@ -553,7 +555,7 @@ def routed_experts(
     )
 
 
-def shared_experts(spec: ModelSpec, layers: Sequence[int], module: str = "mlp") -> Node:
+def shared_experts(spec: LayerSizes, layers: Sequence[int], module: str = "mlp") -> Node:
     """The always-active shared experts, stored as one SwiGLU MLP n_shared_experts × moe_intermediate_size
     wide (DeepSeek-V2 has 2; Kimi K2 and DeepSeek-V3 have 1). [params]
 
@@ -570,7 +572,7 @@ def shared_experts(spec: ModelSpec, layers: Sequence[int], module: str = "mlp") 
     )
 
 
-def mixture_of_experts(spec: ModelSpec, layers: Sequence[int]) -> Node:
+def mixture_of_experts(spec: LayerSizes, layers: Sequence[int]) -> Node:
     """Router, routed experts and shared experts of one MoE layer. [params]
 
     >>> mixture_of_experts(k2, [1]).params_per_instance
@@ -582,21 +584,21 @@ def mixture_of_experts(spec: ModelSpec, layers: Sequence[int]) -> Node:
     return group("Mixture of experts", parts, len(layers))
 
 
-def embedding(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = (), copy=False) -> Node:
+def embedding(spec: LayerSizes, name: str, pattern: str, layers: tuple[int, ...] = (), copy=False) -> Node:
     """The token embedding [vocab_size, hidden_size] (`copy`: a stored copy, the MTP layer's). [params]"""
     shape = (spec.vocab_size, spec.hidden_size)
     tensor = TensorRef(spec.weight_prefix + pattern, shape, Role.EMBEDDING, layers)
     return leaf(name, max(len(layers), 1), [tensor], "vocab_size × hidden_size", copy=copy)
 
 
-def output_head(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = (), copy=False) -> Node:
+def output_head(spec: LayerSizes, name: str, pattern: str, layers: tuple[int, ...] = (), copy=False) -> Node:
     """The output head [vocab_size, hidden_size] (`copy`: a stored copy, the MTP layer's). [params]"""
     shape = (spec.vocab_size, spec.hidden_size)
     tensor = TensorRef(spec.weight_prefix + pattern, shape, Role.HEAD, layers)
     return leaf(name, max(len(layers), 1), [tensor], "hidden_size × vocab_size", copy=copy)
 
 
-def final_norm(spec: ModelSpec, name: str, pattern: str, layers: tuple[int, ...] = ()) -> Node:
+def final_norm(spec: LayerSizes, name: str, pattern: str, layers: tuple[int, ...] = ()) -> Node:
     """An RMSNorm weight [hidden_size] outside the blocks (the final norm, the MTP output norm). [params]"""
     norm = TensorRef(spec.weight_prefix + pattern, (spec.hidden_size,), Role.NORM, layers)
     return leaf(name, max(len(layers), 1), [norm], "hidden_size")

@@ -89,11 +89,11 @@ def joined_rows(roots: Sequence[Node], max_depth: int | None = None) -> tuple[Ro
         found.append(nodes)
     rows = []
     for row_id in order:
-        nodes = tuple(model.get(row_id) for model in found)
+        row_nodes = tuple(model.get(row_id) for model in found)
         most = max(
-            (n for n in nodes if n is not None), key=lambda n: n.instances
+            (n for n in row_nodes if n is not None), key=lambda n: n.instances
         )  # "dense blocks", not "block"
-        rows.append(Row(row_id, depth[row_id], row_label(most, row_id), nodes))
+        rows.append(Row(row_id, depth[row_id], row_label(most, row_id), row_nodes))
     return tuple(rows)
 
 
@@ -108,7 +108,7 @@ def compare(anatomies: Sequence[Anatomy], *, tp: int = 8, max_depth: int | None 
         twice = next(n for n in names if names.count(n) > 1)
         raise UsageError(f"{twice} is named twice: compare different models")
     for anatomy in anatomies:
-        check_tp(anatomy.spec, tp)
+        check_tp(anatomy.spec.mla, tp)
     rows = joined_rows([a.model for a in anatomies], max_depth)
     reports = [kv_cache_report(a.spec, tokens=1, tp=tp) for a in anatomies]
     kv = tuple(

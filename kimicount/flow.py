@@ -682,7 +682,7 @@ class FlopsReport:
         """The recurrent layers' state arithmetic, all of them, per decode or prompt token. [FLOPs/token]"""
         if self.state is None:
             return Fraction(0)
-        return (self.state.decode if decode else self.state.prefill) * self.state.layers
+        return Fraction(self.state.decode if decode else self.state.prefill) * self.state.layers
 
     @property
     def matmul_flops(self) -> int:
@@ -712,8 +712,8 @@ class FlopsReport:
     @property
     def naive_to_latent_bytes(self) -> float:
         """How many times the latent's cache bytes the naive cache reads per position (35.6 for Kimi K2)."""
-        return bytes_per_token_per_layer(self.spec, Layout.naive, 2) / bytes_per_token_per_layer(
-            self.spec, Layout.latent, 2
+        return bytes_per_token_per_layer(self.spec.mla, Layout.naive, 2) / bytes_per_token_per_layer(
+            self.spec.mla, Layout.latent, 2
         )
 
 

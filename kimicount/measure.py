@@ -223,7 +223,7 @@ def not_built(spec: ModelSpec) -> str:
     """
     if spec.indexer is None:
         return ""
-    _, indexer_bytes = indexer_keys_size(spec, 1)
+    _, indexer_bytes = indexer_keys_size(spec.mla, 1)
     return (
         f"Not built: the lightning indexer's keys ({indexer_bytes} B per token per layer), which kimicount "
         "kv-cache adds to every layout; predicted and measured bytes are the attention cache alone."
@@ -286,7 +286,7 @@ def estimated_peak_bytes(spec: ModelSpec, *, tokens: int, batch: int, layers: in
     e_cache = element_bytes(dtype)
     e_compute = element_bytes(COMPUTE_DTYPES[dtype])
     heads = spec.num_attention_heads
-    cache = bytes_per_token_per_layer(spec, Layout.flash, e_cache) * tokens * batch * layers
+    cache = bytes_per_token_per_layer(spec.mla, Layout.flash, e_cache) * tokens * batch * layers
     per_token = (
         spec.hidden_size
         + spec.kv_lora_rank
@@ -672,7 +672,7 @@ class _Run:
         caches, allocated, peak = self._fill(cache_type, store)
         storage = storage_bytes([t for cache in caches for t in cache.named_tensors().values()])
         measured = storage if allocated is None else allocated
-        per_layer = bytes_per_token_per_layer(self.spec, cache_type.layout, element_bytes(dtype))
+        per_layer = bytes_per_token_per_layer(self.spec.mla, cache_type.layout, element_bytes(dtype))
         predicted = per_layer * self.tokens * self.batch * self.layers
         outputs, ms = self._time_decode(caches, store, decode_steps)
         tensors = tuple(_describe(name, t) for name, t in caches[0].named_tensors().items())

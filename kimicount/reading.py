@@ -66,7 +66,7 @@ def _failures(path: Path, error: type[KimicountError]) -> Iterator[None]:
         raise error(f"{path}: cannot read: {failure.strerror or failure}") from None
 
 
-def parse_json(data: bytes | str, where: str, error: type[KimicountError], what: str = "") -> Any:
+def parse_json(data: bytes | bytearray | str, where: str, error: type[KimicountError], what: str = "") -> Any:
     """The JSON value of `data` (UTF-8), as the standard library parses it; whatever it refuses is one
     `error` naming `where` (and `what` there: "header") and why.
 

@@ -125,7 +125,7 @@ def plural(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
-def flops_text(flops: float) -> str:
+def flops_text(flops: float | Fraction) -> str:
     """Three significant digits with an SI prefix: '63.4 GFLOP', '168 MFLOP'.
 
     >>> flops_text(63_372_132_352), flops_text(167_772_160), flops_text(1.5e15)
@@ -333,8 +333,8 @@ def _stacked(
             for k, piece in enumerate(pieces):
                 lead = head if k == 0 else " " * cell_len(head)
                 lines.append(Text(indent + lead) + piece)
-        for line in lines:
-            grid.add_row(line, style=style)
+        for block_line in lines:
+            grid.add_row(block_line, style=style)
     return grid
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from kimicount.errors import ConfigError
 from kimicount.reading import parse_json, read_capped, short_json, shorten
@@ -211,6 +211,10 @@ class Fp4Quantization:
         return Patterns.of(self.ignore), Patterns.of(t for t in self.targets if t != "Linear")
 
 
+#: How a checkpoint is quantized, as its config's quantization_config says (None: stored as torch_dtype).
+Quantization = Fp8Quantization | PackedQuantization | Fp4Quantization | OtherQuantization | None
+
+
 @dataclass(frozen=True)
 class VisionSpec:
     """Kimi K2.5's vision side: a MoonViT tower and the patch-merger projector into the language model."""
@@ -274,6 +278,50 @@ class MlaSpec:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
+class LayerSizes(Protocol):
+    """What the shared MLA and MoE builders (kimicount.anatomy) read of a model: the sizes every
+    family with MLA layers and DeepSeek's MoE gives them (ModelSpec; the Kimi Linear family's
+    KimiLinearSpec), read-only."""
+
+    @property
+    def weight_prefix(self) -> str: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def intermediate_size(self) -> int: ...
+    @property
+    def num_attention_heads(self) -> int: ...
+    @property
+    def q_lora_rank(self) -> int | None: ...
+    @property
+    def kv_lora_rank(self) -> int: ...
+    @property
+    def qk_nope_head_dim(self) -> int: ...
+    @property
+    def qk_rope_head_dim(self) -> int: ...
+    @property
+    def v_head_dim(self) -> int: ...
+    @property
+    def qk_head_dim(self) -> int: ...
+    @property
+    def indexer(self) -> Indexer | None: ...
+    @property
+    def mla(self) -> MlaSpec: ...
+    @property
+    def moe_intermediate_size(self) -> int: ...
+    @property
+    def n_routed_experts(self) -> int: ...
+    @property
+    def n_shared_experts(self) -> int: ...
+    @property
+    def num_experts_per_tok(self) -> int: ...
+    @property
+    def router_bias(self) -> bool: ...
+    def has_indexer(self, layer: int) -> bool: ...
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Every size kimicount needs, validated. Field names are the config keys they come from.
@@ -306,7 +354,7 @@ class ModelSpec:
     num_nextn_predict_layers: int
     max_position_embeddings: int
     torch_dtype: str
-    quantization: Fp8Quantization | PackedQuantization | Fp4Quantization | OtherQuantization | None = None
+    quantization: Quantization = None
     indexer: Indexer | None = None
     #: Prepended to every checkpoint tensor name (multimodal checkpoints nest the language model).
     weight_prefix: str = ""

@@ -67,7 +67,7 @@ def model_groups(
     own = cache_groups(spec, layers > spec.num_hidden_layers)  # the MTP layer's too when the GPU holds it
     if not has_mla_group(own):  # DeepSeek V4: its groups as the family gives them (fp8)
         return tuple(PoolGroup(g.kind, len(g.layers), group=g) for g in own)
-    cache = layout_cache(spec, layout, element, layers, workload, layers_with_indexer(spec, layers))
+    cache = layout_cache(spec.mla, layout, element, layers, workload, layers_with_indexer(spec, layers))
     return (PoolGroup(MemoryKind.PER_TOKEN, layers, cache),)
 
 

@@ -525,7 +525,7 @@ def least_need(anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions) -
     layout = engine_layout(spec, dtype, options.kv_layout)
     if not has_mla_group(cache_groups(spec)):  # DeepSeek V4: its cache bounded below by nothing here
         return options.rules.least_reserve(options, anatomy, gpu)
-    kv = bytes_per_token_per_layer(spec, layout, element_bytes(dtype, "--kv-dtype"))
+    kv = bytes_per_token_per_layer(spec.mla, layout, element_bytes(dtype, "--kv-dtype"))
     one = sequence_pages(options.context(spec), options.page()) * options.page() * kv
     return one + options.rules.least_reserve(options, anatomy, gpu)
 

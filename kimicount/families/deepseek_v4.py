@@ -65,8 +65,7 @@ from kimicount.spec import (
     MAX_LAYERS,
     ConfigReader,
     Fp8Quantization,
-    OtherQuantization,
-    PackedQuantization,
+    Quantization,
     quantization_of,
     torch_dtype_of,
 )
@@ -119,7 +118,7 @@ class DeepseekV4Spec:
     max_position_embeddings: int
     torch_dtype: str
     tie_word_embeddings: bool = False
-    quantization: Fp8Quantization | PackedQuantization | OtherQuantization | None = None
+    quantization: Quantization = None
     naming: str = DEEPSEEK
     weight_prefix: str = ""
     vision: None = None
@@ -319,7 +318,7 @@ def _hash_layers(read: ConfigReader, layers: int) -> int:
     return count
 
 
-def _quantization(read: ConfigReader) -> Fp8Quantization | PackedQuantization | OtherQuantization | None:
+def _quantization(read: ConfigReader) -> Quantization:
     """quantization_config, with V4's storage: `.scale` names; F8_E8M0 scales and FP4 routed experts
     under expert_dtype fp4 (the released V4-Flash and -Pro), F32 scales and FP8 experts under fp8
     (V4-Flash-Base), as vLLM's DeepseekV4FP8Config reads it."""
@@ -771,7 +770,14 @@ NOTES = (
 
 def build_anatomy(spec: DeepseekV4Spec) -> Anatomy:
     """The language model's tree and the MTP module's."""
-    anatomy = Anatomy(spec=spec, model=language_model(spec), mtp=multi_token_prediction(spec), notes=NOTES)
+    # Anatomy.spec is typed as the DeepSeek-V3 family's ModelSpec: every command asks the family
+    # registry (kimicount.families) what a spec of another family serves before it reads family fields.
+    anatomy = Anatomy(
+        spec=spec,  # type: ignore[arg-type]
+        model=language_model(spec),
+        mtp=multi_token_prediction(spec),
+        notes=NOTES,
+    )
     check_tensor_sizes(anatomy)
     return anatomy
 

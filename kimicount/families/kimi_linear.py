@@ -61,10 +61,8 @@ from kimicount.spec import (
     MAX_EXPERTS,
     MAX_LAYERS,
     ConfigReader,
-    Fp8Quantization,
     MlaSpec,
-    OtherQuantization,
-    PackedQuantization,
+    Quantization,
     quantization_of,
     torch_dtype_of,
 )
@@ -159,7 +157,7 @@ class KimiLinearSpec:
     kda: KdaSpec
     kda_layers: tuple[int, ...]
     attn_res_block_size: int | None
-    quantization: Fp8Quantization | PackedQuantization | OtherQuantization | None = None
+    quantization: Quantization = None
     weight_prefix: str = ""
     vision: K3VisionSpec | None = None
     #: Kimi K3's checkpoint keeps more in F32 than Kimi Linear's (module docstring).
@@ -171,6 +169,10 @@ class KimiLinearSpec:
     @property
     def qk_head_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def has_indexer(self, layer: int) -> bool:
+        """No layer of the family has a lightning indexer."""
+        return False
 
     @property
     def mtp_layers(self) -> tuple[int, ...]:
@@ -398,10 +400,19 @@ def _vision(read: ConfigReader, text_hidden_size: int) -> K3VisionSpec:
         raise vision.fail(
             "text_hidden_size", f"{text_hidden} is not text_config.hidden_size ({text_hidden_size})"
         )
-    sizes = [vision.integer(key) for key in _VISION_KEYS]
-    vision.bounded("vt_num_hidden_layers", sizes[2], MAX_LAYERS, "layers")
+    hidden, intermediate, layers, qkv, patch, height, width, mm_hidden = (
+        vision.integer(key) for key in _VISION_KEYS
+    )
+    vision.bounded("vt_num_hidden_layers", layers, MAX_LAYERS, "layers")
     return K3VisionSpec(
-        *sizes,
+        hidden,
+        intermediate,
+        layers,
+        qkv,
+        patch,
+        height,
+        width,
+        mm_hidden,
         merge_kernel=(merge[0], merge[1]),
         text_hidden_size=text_hidden,
         patch_bias=vision.boolean("patch_embed_proj_bias", True),
@@ -722,7 +733,14 @@ LAYER_NOTE = (
 
 def build_anatomy(spec: KimiLinearSpec) -> Anatomy:
     """The language model's tree and, for Kimi K3, the vision side's."""
-    anatomy = Anatomy(spec=spec, model=language_model(spec), vision=vision_model(spec), notes=(LAYER_NOTE,))
+    # Anatomy.spec is typed as the DeepSeek-V3 family's ModelSpec: every command asks the family
+    # registry (kimicount.families) what a spec of another family serves before it reads family fields.
+    anatomy = Anatomy(
+        spec=spec,  # type: ignore[arg-type]
+        model=language_model(spec),
+        vision=vision_model(spec),
+        notes=(LAYER_NOTE,),
+    )
     check_tensor_sizes(anatomy)
     return anatomy
 
