@@ -27,6 +27,7 @@ Nothing here knows the Hub's protocol; kimicount.hub does.
 from __future__ import annotations
 
 import errno
+import functools
 import queue
 import re
 import sys
@@ -66,7 +67,10 @@ def _http_library() -> ModuleType:
     return sys.modules[client_class.__module__.partition(".")[0]]
 
 
-httpx = _http_library()
+if typing.TYPE_CHECKING:  # the types: huggingface_hub 2.x's httpx2 (untyped here, so Any)
+    import httpx2 as httpx
+else:
+    httpx = _http_library()
 
 
 class OutOfTime(Exception):
@@ -251,7 +255,7 @@ def map_parallel(operation: Operation, work: Callable[[str], T], items: list[str
     def start(count: int) -> int:
         started = 0
         for item in islice(todo, count):
-            _start(operation, lambda item=item: work(item), outcomes)
+            _start(operation, functools.partial(work, item), outcomes)
             started += 1
         return started
 
@@ -469,7 +473,7 @@ def _cannot_connect(error: BaseException) -> str | None:
         if isinstance(seen, OSError) and seen.errno in _UNROUTABLE:
             return seen.strerror.lower() if seen.strerror else "no route to the host"
         if type(seen).__name__ == "gaierror":  # socket.gaierror: the host name does not resolve
-            return f"cannot resolve the host name ({seen.strerror or seen})"
+            return f"cannot resolve the host name ({getattr(seen, 'strerror', None) or seen})"
         seen = seen.__cause__ or seen.__context__
     return None
 

@@ -34,16 +34,23 @@ class OneLineErrors(TyperGroup):
     fine-tuning (--lora, --finetune) is answered with what kimicount does and does not do."""
 
     def main(
-        self, args: Sequence[str] | None = None, *rest: Any, standalone_mode: bool = True, **kwargs: Any
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **kwargs: Any,
     ):
+        kwargs.update(prog_name=prog_name, complete_var=complete_var, windows_expand_args=windows_expand_args)
         if not standalone_mode:
-            return super().main(args, *rest, standalone_mode=False, **kwargs)
+            return super().main(args, standalone_mode=False, **kwargs)
         degrade_unencodable_output()
         stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
         try:
             # Not standalone: typer raises its usage errors instead of printing them, and returns the
             # exit code of typer.Exit (or the command's return value, None) instead of exiting.
-            code = super().main(args, *rest, standalone_mode=False, **kwargs)
+            code = super().main(args, standalone_mode=False, **kwargs)
             sys.stdout.flush()  # a closed pipe or a full disk shows here, not at interpreter exit
             code = code if isinstance(code, int) else 0
         except OutputError as error:
@@ -129,7 +136,8 @@ def _exit(code: int) -> None:
     if transport is not None and transport.abandoned and sys.stdout is sys.__stdout__:  # not a test's capture
         for stream in (sys.stdout, sys.stderr):
             try:
-                stream.flush()
+                if stream is not None:
+                    stream.flush()
             except (OSError, ValueError):
                 pass
         os._exit(code)

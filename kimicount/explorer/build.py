@@ -180,7 +180,8 @@ def routing_text(config: dict[str, Any]) -> str:
     >>> print(routing_text({"n_group": 8, "topk_group": 4, "norm_topk_prob": True, "routed_scaling_factor": 2.5}))
     Group routing: the experts in 8 groups (n_group), a token's experts chosen from its best 4 groups (topk_group); the chosen weights normalised (norm_topk_prob), then × 2.5 (routed_scaling_factor).
     """
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
     groups, top = text.get("n_group"), text.get("topk_group")
     if isinstance(groups, int) and groups > 1 and isinstance(top, int):
         grouped = f"the experts in {groups} groups (n_group), a token's experts chosen from its best {top}"

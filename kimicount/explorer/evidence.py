@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -398,7 +399,7 @@ class ModelingIndex:
             chosen = chosen_assignment(  # of an if/elif chain of assignments, the one the config takes
                 [f for node in self._lineage(owner) for f in self._init_methods(node)],
                 self._definitions(owner, attr),
-                lambda test, scope=scope: _decided(scope.eval(test)),
+                functools.partial(_decided_in, scope),
             )
             built, external = self._built(_assigned_value(chosen), scope, position)
             following = parts[i + 1][0] if i + 1 < len(parts) else None
@@ -770,7 +771,7 @@ def _pieces(body: Sequence[ast.stmt]) -> Iterator[tuple[int, int, list[ast.AST],
             yield from _pieces(statement.orelse)
         elif isinstance(statement, ast.With | ast.AsyncWith):
             header: list[ast.AST] = [item.context_expr for item in statement.items]
-            yield statement.lineno, max(_end(e) for e in header), header, None  # type: ignore[arg-type]
+            yield statement.lineno, max(_end(e) for e in header), header, None
             yield from _pieces(statement.body)
         elif isinstance(statement, ast.Try):
             yield from _pieces(statement.body)
@@ -789,7 +790,7 @@ def _listed_pieces(
     pieces = getattr(function, "_kimicount_pieces", None)
     if pieces is None:
         pieces = list(_pieces(function.body))
-        function._kimicount_pieces = pieces  # type: ignore[attr-defined]
+        setattr(function, "_kimicount_pieces", pieces)  # noqa: B010 (an attribute ast does not declare)
     return pieces
 
 
@@ -803,12 +804,13 @@ def _bindings(function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, lis
             if statement is not None:
                 for name in _bound_names(statement):
                     bindings.setdefault(name, []).append((start, end))
-        function._kimicount_bindings = bindings  # type: ignore[attr-defined]
+        setattr(function, "_kimicount_bindings", bindings)  # noqa: B010 (an attribute ast does not declare)
     return bindings
 
 
 def _end(node: ast.AST) -> int:
-    return getattr(node, "end_lineno", None) or getattr(node, "lineno", 0)
+    end = getattr(node, "end_lineno", None) or getattr(node, "lineno", None)
+    return end if isinstance(end, int) else 0
 
 
 def _own_method(node: ast.ClassDef, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
@@ -970,6 +972,11 @@ _COMPARISONS = {
     ast.Gt: lambda a, b: a > b,
     ast.GtE: lambda a, b: a >= b,
 }
+
+
+def _decided_in(scope: _Evaluator, test: ast.expr) -> bool | None:
+    """A condition's truth as the config, seen from `scope`, decides it; None where it does not."""
+    return _decided(scope.eval(test))
 
 
 def _decided(value: Any) -> bool | None:

@@ -20,7 +20,7 @@ from kimicount.explorer import words as w
 from kimicount.explorer.formula import as_text
 from kimicount.flow import Activation, Dim, component_flow, flops_map
 from kimicount.kvcache import DEFAULT_LAYOUTS, FORMULAS, default_dtype, element_bytes
-from kimicount.spec import ModelSpec
+from kimicount.spec import Fp8Quantization, ModelSpec, PackedQuantization
 from kimicount.storage import (
     block_scale_dtype,
     config_packed,
@@ -347,24 +347,27 @@ def build_pages(anatomy: Anatomy) -> Pages:
 
     pages: dict[str, Page] = {}
     tensor_entries = _tensor_pages(spec, roots, entries)
-    ids = tree_ids(anatomy.model, anatomy.mtp, anatomy.vision)
+    stable_ids = tree_ids(anatomy.model, anatomy.mtp, anatomy.vision)
     for entry in entries.values():
         page = _node_page(spec, anatomy, entry, entries, sizes, memory, flops, tensor_entries)
-        pages[entry.id] = replace(page, component_ids=tuple(ids[id(node)] for _, node, _ in entry.nodes))
+        pages[entry.id] = replace(
+            page, component_ids=tuple(stable_ids[id(node)] for _, node, _ in entry.nodes)
+        )
     for page in tensor_entries.values():
         pages[page.id] = page
-    activations, operations = [], []
+    activations: list[str] = []
+    operations: list[str] = []
     for kind, specs, listed in (
         ("activation", vocabulary.activations, activations),
         ("operation", vocabulary.operations, operations),
     ):
         for thing in specs:
-            page = _tensor_like_page(spec, kind, thing, pages, entries, sizes)
-            if page is not None:
-                if page.id in pages:
-                    page = replace(page, id=f"{kind}-{page.id}")
-                pages[page.id] = page
-                listed.append(page.id)
+            found = _tensor_like_page(spec, kind, thing, pages, entries, sizes)
+            if found is not None:
+                if found.id in pages:
+                    found = replace(found, id=f"{kind}-{found.id}")
+                pages[found.id] = found
+                listed.append(found.id)
     pages = _link_activations(pages, activations + operations)
     from kimicount.storage import quantization_summary
 
@@ -454,7 +457,7 @@ def _node_page(spec, anatomy, entry: _Entry, entries, sizes, memory, flops, tens
         )
         for child in node.children
     )
-    modes = ()
+    modes: tuple[Mode, ...] = ()
     if words.prefill or words.decode:
         modes = (
             Mode("prefill", "T tokens, empty cache", _fill(words.prefill, sizes)),
@@ -544,8 +547,10 @@ def _kv(spec: ModelSpec, entry: _Entry, node: Node) -> tuple[tuple[KvRow, ...], 
     from kimicount.families import cache_groups
 
     if not has_mla_group(cache_groups(spec)):  # DeepSeek V4: a cache by layer kind, not MLA layouts
+        from kimicount.families.deepseek_v4 import DeepseekV4Spec
         from kimicount.kv_groups import exact, group_cache_report
 
+        assert isinstance(spec, DeepseekV4Spec)  # the one family whose cache has no MLA group
         report = group_cache_report(spec, tokens=spec.sliding_window)
         return (), (
             f"The cache by layer kind (kimicount kv-cache): T × {exact(report.bytes_per_token)} B of compressed "
@@ -561,7 +566,7 @@ def _kv(spec: ModelSpec, entry: _Entry, node: Node) -> tuple[tuple[KvRow, ...], 
     rows = []
     for layout in DEFAULT_LAYOUTS:
         formula = FORMULAS[layout]
-        calculation, per_layer = formula.size(spec, e)
+        calculation, per_layer = formula.size(spec.mla, e)
         rows.append(
             KvRow(
                 layout.value, formula.text, calculation, per_layer, layers, per_layer * layers, formula.note
@@ -626,6 +631,7 @@ def _storage(spec: ModelSpec, ref: TensorRef) -> tuple[str, str]:
         return wdtype, text
     if fp8_quantized(spec, ref.role):
         rows, cols = fp8_scale_shape(spec, ref.shape)
+        assert isinstance(spec.quantization, Fp8Quantization)  # as fp8_quantized says
         block = spec.quantization.block
         name = scale_suffix(spec).lstrip(".") if scale_suffix(spec).startswith(".") else "weight_scale_inv"
         text = (
@@ -634,12 +640,13 @@ def _storage(spec: ModelSpec, ref: TensorRef) -> tuple[str, str]:
         )
         return dtype, text
     if packable(spec, ref.role):
-        layout = packed_layout(spec, ref.shape)
+        packed_tensors = packed_layout(spec, ref.shape)
         packed = config_packed(spec, ref.names())
-        (pshape, pdtype), (sshape, sdtype) = layout["weight_packed"], layout["weight_scale"]
+        assert isinstance(spec.quantization, PackedQuantization)  # as packable says
+        (pshape, pdtype), (gshape, gdtype) = packed_tensors["weight_packed"], packed_tensors["weight_scale"]
         text = (
             f"INT{spec.quantization.num_bits} packed: weight_packed [{pshape[0]:,}, {pshape[1]:,}] {pdtype}, "
-            f"weight_scale [{sshape[0]:,}, {sshape[1]:,}] {sdtype}, weight_shape [2] I32 "
+            f"weight_scale [{gshape[0]:,}, {gshape[1]:,}] {gdtype}, weight_shape [2] I32 "
             f"({packed:,} of {ref.copies:,} copies, as the config targets)"
         )
         return dtype, text
@@ -820,7 +827,7 @@ def _tensor_like_page(spec, kind, thing: w.Tensor, pages, entries, sizes) -> Pag
     elif thing.id == "topk_idx":
         shape = Shape("TopK", (Dim("B·T", "tokens"), Dim(spec.num_experts_per_tok, "chosen experts")))
     words = thing.words
-    modes = ()
+    modes: tuple[Mode, ...] = ()
     if kind == "activation":
         modes = (
             Mode(

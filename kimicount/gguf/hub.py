@@ -47,13 +47,15 @@ def _read(operation: Operation, repo: str, include: list[str], revision: str | N
     if not ggufs:
         raise SourceError(f"{where}: no .gguf file matches --include {patterns}")
     _one_set(where, [e.path for e in ggufs], bool(include))
-    sizes = {e.path: e.size for e in ggufs}
-    for path, size in sizes.items():
+    sizes: dict[str, int] = {}
+    for entry in ggufs:
+        size = getattr(entry, "size", None)  # a folder named *.gguf has none
         if type(size) is not int or not 0 <= size <= MAX_FILE_SIZE:
             raise SourceError(
-                f"{where}: the file list says {shorten(path)} is {short_json(size)} bytes; expected a size "
-                "of at most 2^64 − 1 (a GGUF's offsets are u64)"
+                f"{where}: the file list says {shorten(entry.path)} is {short_json(size)} bytes; expected a "
+                "size of at most 2^64 − 1 (a GGUF's offsets are u64)"
             )
+        sizes[entry.path] = size
 
     def read(path: str) -> FileHeader:
         url = hf_hub_url(repo, path, revision=revision)
