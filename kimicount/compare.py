@@ -108,7 +108,7 @@ def compare(anatomies: Sequence[Anatomy], *, tp: int = 8, max_depth: int | None 
         twice = next(n for n in names if names.count(n) > 1)
         raise UsageError(f"{twice} is named twice: compare different models")
     for anatomy in anatomies:
-        check_tp(anatomy.spec.mla, tp)
+        check_tp(anatomy.spec, tp)
     rows = joined_rows([a.model for a in anatomies], max_depth)
     reports = [kv_cache_report(a.spec, tokens=1, tp=tp) for a in anatomies]
     kv = tuple(

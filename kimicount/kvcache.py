@@ -23,7 +23,7 @@ from enum import Enum
 from kimicount.cache_groups import CONV, CacheGroup, StateTensor, per_token_group, state_groups
 from kimicount.errors import ConfigError, UsageError, require_positive
 from kimicount.options import parse_dtype
-from kimicount.spec import MAX_SIZE, MlaSpec, ModelSpec
+from kimicount.spec import MAX_SIZE, AttentionHeads, MlaSpec, ModelSpec
 
 
 class Layout(str, Enum):
@@ -627,7 +627,7 @@ and layer, over 9,223,372,036,854,775,807 (2^63 − 1), more than a tensor holds
             )
 
 
-def check_tp(spec: MlaSpec, tp: int) -> None:
+def check_tp(spec: AttentionHeads, tp: int) -> None:
     """Tensor parallelism gives each rank num_attention_heads / tp whole heads; refuse any other tp,
     naming the values that work.
 

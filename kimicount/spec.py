@@ -278,6 +278,15 @@ class MlaSpec:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
+class AttentionHeads(Protocol):
+    """A model's name and its attention heads, which tensor parallelism splits (every family's spec)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def num_attention_heads(self) -> int: ...
+
+
 class LayerSizes(Protocol):
     """What the shared MLA and MoE builders (kimicount.anatomy) read of a model: the sizes every
     family with MLA layers and DeepSeek's MoE gives them (ModelSpec; the Kimi Linear family's
