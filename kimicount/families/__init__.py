@@ -82,7 +82,7 @@ FAMILIES = (
         ("kimi_k3",),
         ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration"),
         "kimicount.families.kimi_linear",
-        frozenset({"params", "kv-cache", "verify", "models"}),
+        frozenset({"params", "kv-cache", "verify", "models", "plan"}),
     ),
     Family(
         "deepseek_v4",
