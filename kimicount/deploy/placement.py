@@ -146,7 +146,7 @@ def parallel_layout(
     require_positive("--tp", tp)
     if tp * pp * dp != gpus:
         raise UsageError(f"--tp {tp} × --pp {pp} × --dp {dp} = {tp * pp * dp} GPUs, but --gpus says {gpus}")
-    check_tp(spec, tp)
+    check_tp(spec.mla, tp)
     if pp > spec.num_hidden_layers:
         raise UsageError(f"--pp {pp}: more stages than the {spec.num_hidden_layers} layers of {spec.name}")
     if tp % dcp:

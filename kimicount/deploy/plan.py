@@ -569,7 +569,7 @@ def least_need(anatomy: Anatomy, gpu: Accelerator, options: DeploymentOptions) -
     spec = anatomy.spec
     dtype = options.dtype(spec)
     layout = engine_layout(spec, dtype, options.kv_layout)
-    kv = bytes_per_token_per_layer(spec, layout, element_bytes(dtype, "--kv-dtype"))
+    kv = bytes_per_token_per_layer(spec.mla, layout, element_bytes(dtype, "--kv-dtype"))
     one = sequence_pages(options.context(spec), options.page()) * options.page() * kv
     return one + options.rules.least_reserve(options, anatomy, gpu)
 

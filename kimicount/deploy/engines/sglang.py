@@ -99,7 +99,7 @@ SGLANG_ABSORPTION_COPIES = "SGLang's BF16 w_kc, w_vc"
 INT4_MOE_INDICES = "SGLang's INT4 MoE g_idx buffers (ROCm)"
 
 #: The default mem_fraction_static's heuristic, by release.
-FRACTION_RULE = (
+FRACTION_RULE: tuple[Ruled[str | None], ...] = (
     Ruled(
         "512 + max(chunked_prefill_size, 2048) × 1.5 + cuda_graph_max_bs × 2 + tp × pp ÷ 8 × 1,024 MiB reserved "
         "(+ DP-attention padding), at least 10,240 above 60 GiB, + 2,048 for EAGLE/MTP drafts",
@@ -111,7 +111,7 @@ FRACTION_RULE = (
     Ruled(None, NOT_READ_SOURCE, since=NOT_READ),
 )
 #: The factor a multimodal model's fraction is multiplied by, by release.
-VLM_RULE = (
+VLM_RULE: tuple[Ruled[str | None], ...] = (
     Ruled(
         "× 0.95 × clamp(1 − 0.1 × (vision layers × vision hidden² ÷ (24 × 1,024²) − 1), 0.8, 1.05)",
         "python/sglang/srt/server_args.py ServerArgs.adjust_mem_fraction_for_vlm (v0.5.8.post1), applied "
@@ -122,7 +122,7 @@ VLM_RULE = (
     Ruled(None, NOT_READ_SOURCE, since=NOT_READ),
 )
 #: The index buffers SGLang's INT4 MoE keeps on ROCm, by release.
-INT4_MOE_RULE = (
+INT4_MOE_RULE: tuple[Ruled[str | None], ...] = (
     Ruled(
         "2 × experts × (hidden + expert width) × 4 B per MoE layer on each GPU",
         "python/sglang/srt/layers/quantization/compressed_tensors/compressed_tensors_moe.py: "
@@ -166,7 +166,7 @@ MAMBA_SLOTS_RULE = (
 #: (server_args.py's default, as v0.5.x's logged server_args print it); auto → extra_buffer in the
 #: v0.5.18 the Kimi-K3 cookbook ran (its calculator: "auto (and anything unrecognized) resolves to
 #: extra_buffer"); the releases between are not read.
-MAMBA_STRATEGY_RULE = (
+MAMBA_STRATEGY_RULE: tuple[Ruled[str | None], ...] = (
     Ruled(
         "no_buffer",
         "python/sglang/srt/server_args.py mamba_scheduler_strategy='no_buffer' (v0.5.x server_args dumps)",
@@ -185,7 +185,7 @@ MAMBA_STRATEGY_RULE = (
 )
 #: Decode-context parallelism (--dcp-size): each rank of a DCP group keeps 1 ÷ DCP of a request's latent
 #: tokens, the KDA state whole on every rank, by release.
-DCP_RULE = (
+DCP_RULE: tuple[Ruled[str | None], ...] = (
     Ruled(None, "no --dcp-size in the releases read before 0.5.18", since="0.5.3", until="0.5.18"),
     Ruled(
         "the latent split by token over --dcp-size ranks; the state whole on each",

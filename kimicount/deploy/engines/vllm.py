@@ -70,7 +70,7 @@ BATCH_DEFAULTS = (
 #: The hybrid KV-cache manager for a per-sequence state beside an MLA cache (engines/vllm_hybrid.py), by
 #: release: the automatic attention block of hybrid V1 models (PR #20016, V1 for hybrid models, merged
 #: 2025-06; the block sized by vLLM itself after PR #20499, 2025-07), first released in v0.10.0.
-HYBRID_RULE = (
+HYBRID_RULE: tuple[Ruled[str | None], ...] = (
     Ruled(
         None,
         "hybrid models ran on V1 with a block size the user picked before the automatic one (PR #20016, "
