@@ -161,6 +161,7 @@ class DeploymentOptions:
             ("--max-batched-tokens", self.max_batched_tokens),
             ("--max-num-seqs", self.max_num_seqs),
             ("--max-running-requests", self.max_running_requests),
+            ("--max-mamba-cache-size", self.max_mamba_cache_size),
             ("--reserve", self.reserve),
             ("--kv-memory", self.kv_memory),
         ):
