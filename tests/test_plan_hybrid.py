@@ -164,8 +164,10 @@ def test_vllm_kimi_linear_48b_block_by_hand():
 def test_vllm_block_size_under_the_least_is_raised_and_above_it_kept():
     raised = plan_json(*K3_VLLM, "--kv-memory", "40GiB", "--block-size", "64")["state"]["vllm"]
     assert raised["block_size"] == 768
-    kept = plan_json(*K3_VLLM, "--kv-memory", "40GiB", "--block-size", "1024")["state"]["vllm"]
-    assert (kept["block_size"], kept["page_bytes"]) == (1_024, 1_024 * 1_152)
+    kept = plan_json(*K3_VLLM, "--kv-memory", "40GiB", "--block-size", "1024")["state"]
+    assert (kept["vllm"]["block_size"], kept["vllm"]["page_bytes"]) == (1_024, 1_024 * 1_152)
+    # the line's arithmetic stays true: the least block is 768, the asked 1,024 is kept over it
+    assert "(64 × 1,152 B a token)) = 768 tokens; --block-size 1,024 kept" in kept["calculation"][0]
 
 
 def test_vllm_align_mode_takes_two_state_pages_per_group():

@@ -43,13 +43,13 @@ from typing import TYPE_CHECKING, Any
 
 from kimicount.deploy.engines.base import MemoryRow, Ruled, ServerEngine, StaticFraction, rule_for
 from kimicount.deploy.engines.reserve import Reserve
-from kimicount.deploy.engines.sglang_mamba import DEFAULT_FULL_MEMORY_RATIO, SLOTS, sglang_state_pool
 from kimicount.deploy.engines.sglang_flags import (
     KV_CACHE_DTYPES,
     MTP_ALGORITHMS,
     SGLANG_FLAGS,
     UNMODELLED_KV_CACHE_DTYPES,
 )
+from kimicount.deploy.engines.sglang_mamba import DEFAULT_FULL_MEMORY_RATIO, SLOTS, sglang_state_pool
 from kimicount.deploy.hardware import Accelerator
 from kimicount.deploy.placement import Kind, Parallel, PlacedComponent, Placement, parallel_layout
 from kimicount.errors import UsageError

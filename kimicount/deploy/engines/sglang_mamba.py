@@ -109,10 +109,14 @@ def sglang_state_pool(
     short_state = max(0, slots * per_request - state_bytes) if size < slots else 0
     short_kv = max(0, per_rank * cell - kv_budget) if kv_requests < 1 else 0
     lines = (
-        f"state slot: {per_request:,} B (the KDA state of {sum(g.layers for g in states)} layers on a GPU); "
-        f"max_mamba_cache_size = {how} = {size:,}",
-        f"state pool: {size:,} × {per_request:,} B = {state_bytes / GIB:.2f} GiB; KV pool: the "
-        f"{kv_budget / GIB:.2f} GiB left, {tokens:,} tokens of {cell:,} B",
+        (
+            f"state slot: {per_request:,} B (the KDA state of {sum(g.layers for g in states)} layers on a GPU); "
+            f"max_mamba_cache_size = {how} = {size:,}"
+        ),
+        (
+            f"state pool: {size:,} × {per_request:,} B = {state_bytes / GIB:.2f} GiB; KV pool: the "
+            f"{kv_budget / GIB:.2f} GiB left, {tokens:,} tokens of {cell:,} B"
+        ),
         f"requests: the state admits {size:,} ÷ {slots} slots a request = {state_requests:,}; the KV pool "
         f"{tokens:,} ÷ {per_rank:,} = {kv_requests:,} of {max_model_len:,} tokens"
         + (f" (each rank keeps 1/{dcp} of a request's tokens)" if dcp > 1 else ""),

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kimicount.deploy.engines.base import MemoryRow, Release, Ruled, ServerEngine, rule_for
-from kimicount.deploy.engines.vllm_hybrid import vllm_state_pool
 from kimicount.deploy.engines.reserve import Reserve, large_gpu, reserve_estimate
 from kimicount.deploy.engines.vllm_flags import (
     KV_CACHE_DTYPES,
@@ -30,6 +29,7 @@ from kimicount.deploy.engines.vllm_flags import (
     UNMODELLED_KV_CACHE_DTYPES,
     VLLM_FLAGS,
 )
+from kimicount.deploy.engines.vllm_hybrid import vllm_state_pool
 from kimicount.deploy.placement import ABSORPTION_COPIES, Parallel, expert_width_per_gpu, parallel_layout
 from kimicount.errors import UsageError
 

@@ -124,6 +124,7 @@ def vllm_state_pool(
     token_page = mla.cache.bytes_per_token_per_layer
     state_page = max(group.bytes_per_layer for group in states)
     block = attention_block(state_page, token_page, asked_block)
+    least = attention_block(state_page, token_page, 1)  # vLLM's own, before a larger --block-size
     page = block * token_page
     kinds = [("MLA", mla.model_layers)] + [(group.name or "state", group.model_layers) for group in states]
     model_groups = kv_cache_groups(kinds)
@@ -142,11 +143,14 @@ def vllm_state_pool(
     tokens = blocks // len(model_groups) * min(block, mamba_block)
     need = worker * page * request_pages
     padding = sum(size - len(layers) % size for _, layers in kinds if len(layers) % size)
-    padded = 100 * (page - state_page) / state_page
+    padded = padding_percent(state_page, page)
     lines = (
-        f"attention block: {MLA_BLOCK_ALIGNMENT} × ceil({state_page:,} B state page ÷ ({MLA_BLOCK_ALIGNMENT} × "
-        f"{token_page:,} B a token)) = {block:,} tokens; a page is {page:,} B a layer, the state page padded "
-        f"by {padded:.2f} %",
+        (
+            f"attention block: {MLA_BLOCK_ALIGNMENT} × ceil({state_page:,} B state page ÷ ({MLA_BLOCK_ALIGNMENT} × "
+            f"{token_page:,} B a token)) = {least:,} tokens"
+            + (f"; --block-size {block:,} kept (larger)" if block > least else "")
+            + f"; a page is {page:,} B a layer, the state page padded by {padded:.2f} %"
+        ),
         f"groups: {len(mla.model_layers)} MLA and {sum(len(g.model_layers) for g in states)} KDA layers in "
         f"groups of {size}: {latent_groups} MLA + {state_groups} KDA = {len(model_groups)} groups"
         + (f" ({padding} padding layers)" if padding else ""),
