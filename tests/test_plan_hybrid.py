@@ -23,7 +23,7 @@ import json
 
 import pytest
 
-from .helpers import fails_cleanly, invoke
+from .helpers import FIXTURES, fails_cleanly, invoke
 from .test_plan import GIB, flat, plan_json
 
 K3_BALANCED = ("kimi-k3", "--gpus", "8xB300", "--engine", "sglang", "--tp", "8", "--dcp", "8")
@@ -251,3 +251,27 @@ def test_local_engines_refuse_kimi_linear_in_one_line(engine):
     """kimicount sizes llama.cpp's deepseek2 GGUF layout only; a KDA model has no tensor there."""
     result = invoke("plan", LINEAR, "--gpus", "1xH200", "--engine", engine, "--quant", "Q4_K_M")
     fails_cleanly(result, "Kimi-Linear-48B-A3B", "cannot be planned here")
+
+
+# --- FP4 groups kept whole under TP ----------------------------------------------------------------------
+
+
+def test_a_tp_split_that_cuts_an_mxfp4_group_is_one_line(write_config):
+    """K3's config with an expert width of 3,088 (written for this test; K3's own 3,072 splits evenly at
+    every TP its heads and vocabulary allow): the shared experts' down_proj takes 2 × 3,088 = 6,176 inputs,
+    772 a GPU at TP8 = 24 groups of 32 and 4 inputs over: a cut MXFP4 group, which placement.py refuses
+    (one scale per 32 inputs, whole groups on each rank, as it cites the engines' FP4 create_weights)."""
+    config = json.loads((FIXTURES / "kimi-k3" / "config.json").read_text())
+    config["text_config"]["moe_intermediate_size"] = 3_088
+    path = write_config(config)
+    assert 2 * 3_088 // 8 == 772 and 772 % 32 == 4
+    fails_cleanly(
+        invoke("plan", "--config", str(path), "--gpus", "8xB300", "--tp", "8"),
+        "--tp 8",
+        "shared_experts.down_proj.weight",
+        "772 inputs per GPU (6,176 over 8) would cut its MXFP4 groups of 32",
+    )
+    config["text_config"]["moe_intermediate_size"] = 3_072  # K3's own: 6,144 ÷ 8 = 768 = 24 groups
+    assert (
+        invoke("plan", "--config", str(write_config(config)), "--gpus", "8xB300", "--tp", "8").exit_code == 0
+    )
