@@ -162,6 +162,28 @@ def parse_fraction(text: str, option: str) -> Fraction:
 
 _FRACTION = re.compile(r"(?:\d{1,3}(?:\.\d{0,100})?|\.\d{1,100})(?:[eE][-+]?\d{1,2})?", re.ASCII)
 
+#: The largest ratio parse_ratio takes (a state pool a thousand times the KV pool is no deployment).
+MAX_RATIO = 1000
+
+
+def parse_ratio(text: str, option: str) -> Fraction:
+    """A positive ratio such as 0.9 or 7.21 (SGLang's --mamba-full-memory-ratio), exactly, at most 1,000;
+    refusals quote what was given.
+
+    >>> parse_ratio("7.21", "--mamba-full-memory-ratio")
+    Fraction(721, 100)
+    >>> parse_ratio("0", "--mamba-full-memory-ratio")
+    Traceback (most recent call last):
+    kimicount.errors.UsageError: --mamba-full-memory-ratio 0: expected a positive ratio of at most 1,000
+    """
+    refusal = UsageError(f"{option} {shorten(text, 40)}: expected a positive ratio of at most {MAX_RATIO:,}")
+    if _FRACTION.fullmatch(text.strip()) is None:
+        raise refusal
+    value = Fraction(text.strip())
+    if not 0 < value <= MAX_RATIO:
+        raise refusal
+    return value
+
 
 def parse_seconds(text: str, shown: str, upper: float = 10**6) -> float:
     """A positive, finite number of seconds of at most `upper` (11.6 days), from an option or variable

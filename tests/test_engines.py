@@ -63,7 +63,7 @@ def test_the_plan_names_the_release_whose_rules_it_applied():
     "args, needles",
     [
         (["--engine", "vllm==0.7.3"], ["vllm==0.7.3", "from 0.8.0 to 0.22.0", "V0 not modelled"]),
-        (["--engine", "sglang==0.4.9"], ["sglang==0.4.9", "from 0.5.3 to 0.5.8.post1"]),
+        (["--engine", "sglang==0.4.9"], ["sglang==0.4.9", "from 0.5.3 to 0.5.18"]),
         (["--engine", "sglang==latest"], ["'latest' is not a release number"]),
         (["--engine", "sglang=="], ["expected a release after =="]),
         (["--engine", "sglang==0.5.8", "--engine-version", "0.5.3"], ["disagree"]),

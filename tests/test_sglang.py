@@ -145,7 +145,7 @@ def test_sglang_dp_attention_lays_out_dense_parts_over_all_gpus():
             ["--engine", "sglang", "--dp", "2"],
             ["--dp 2 without --enable-dp-attention", "independent servers"],
         ),
-        (["--engine", "sglang", "--dcp", "8"], ["--dcp 8", "vLLM only"]),
+        (["--engine", "sglang", "--dcp", "8"], ["--dcp 8", "modelled from 0.5.18"]),
         (["--engine", "sglang", "--page-size", "0"], ["--page-size 0", "positive"]),
         (["--engine", "sglang", "--gpu-memory-utilization", "0.95"], ["vLLM's", "--mem-fraction-static"]),
         (["--engine", "sglang", "--block-size", "128"], ["--block-size is vLLM's", "--page-size"]),

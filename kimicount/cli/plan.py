@@ -365,6 +365,67 @@ def plan_command(
             show_default=False,
         ),
     ] = None,
+    mamba_ssm_dtype: Annotated[
+        str | None,
+        typer.Option(
+            *_names("mamba_ssm_dtype"),
+            metavar="DTYPE",
+            help="A hybrid model's recurrent state dtype (SGLang; float32 by default). vLLM keeps KDA's in float32.",
+            show_default=False,
+        ),
+    ] = None,
+    mamba_cache_dtype: Annotated[
+        str | None,
+        typer.Option(
+            *_names("mamba_cache_dtype"),
+            metavar="DTYPE",
+            help="vLLM's state dtype (for KDA, its convolution windows). Default: the model's.",
+            show_default=False,
+        ),
+    ] = None,
+    mamba_full_memory_ratio: Annotated[
+        str | None,
+        typer.Option(
+            *_names("mamba_full_memory_ratio"),
+            metavar="RATIO",
+            help="SGLang's state pool ÷ KV pool: the state gets RATIO ÷ (1 + RATIO) of the pool. Default: 0.9.",
+            show_default=False,
+        ),
+    ] = None,
+    max_mamba_cache_size: Annotated[
+        str | None,
+        typer.Option(
+            *_names("max_mamba_cache_size"),
+            metavar="N",
+            help="SGLang's state slots, given rather than split from the pool.",
+            show_default=False,
+        ),
+    ] = None,
+    mamba_strategy: Annotated[
+        str | None,
+        typer.Option(
+            *_names("mamba_strategy"),
+            metavar="STRATEGY",
+            help="SGLang's state slots per request: no_buffer (3), extra_buffer (5), extra_buffer_lazy (4). "
+            "Default: the release's.",
+            show_default=False,
+        ),
+    ] = None,
+    disable_radix_cache: Annotated[
+        bool,
+        typer.Option(
+            *_names("radix_cache"), help="SGLang without its radix cache: one state slot a request."
+        ),
+    ] = False,
+    mamba_cache_mode: Annotated[
+        str | None,
+        typer.Option(
+            *_names("mamba_cache_mode"),
+            metavar="MODE",
+            help="vLLM's state pages per request: none (1, default), align (2, with prefix caching).",
+            show_default=False,
+        ),
+    ] = None,
     # --- local runs (llama.cpp, ik_llama.cpp): any of --gguf, --quant, --ram, --offload, --n-cpu-moe, -ngl
     # takes the local route (kimicount.deploy.local, rendered by kimicount.deploy.render_local) ---------------------------
     gguf: Annotated[
@@ -610,4 +671,11 @@ _SETTINGS = {
     "page_size": "page_size",
     "redundant_experts": "redundant_experts",
     "max_running_requests": "max_running_requests",
+    "mamba_ssm_dtype": "mamba_ssm_dtype",
+    "mamba_cache_dtype": "mamba_cache_dtype",
+    "mamba_full_memory_ratio": "mamba_full_memory_ratio",
+    "max_mamba_cache_size": "max_mamba_cache_size",
+    "mamba_strategy": "mamba_strategy",
+    "disable_radix_cache": "radix_cache",
+    "mamba_cache_mode": "mamba_cache_mode",
 }

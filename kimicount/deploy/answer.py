@@ -62,17 +62,25 @@ def sequence_cap(report: PlanReport) -> str:
 def limited_by(report: PlanReport) -> str:
     """What bounds the concurrency at max_model_len: 'weights' (no KV page is left), the engine's cap
     on running sequences below what the KV pool holds ('max_num_seqs', or SGLang's
-    'max_running_requests') or 'kv_pool'."""
+    'max_running_requests'), a hybrid model's 'state_pool' (its per-sequence states run out before its
+    latent's pages) or 'kv_pool'."""
     if verdict_of(report) is Verdict.weights:
         return "weights"
-    return sequence_cap(report) if report.sequences_per_replica > max_num_seqs(report) else "kv_pool"
+    if report.sequences_per_replica > max_num_seqs(report):
+        return sequence_cap(report)
+    if any(state.limit == "state" for state in report.states):
+        return "state_pool"
+    return "kv_pool"
 
 
 def sequence_bytes(report: PlanReport) -> int:
-    """What one sequence of max_model_len takes on the fullest GPU, in whole pages (a Packing's). [bytes]"""
+    """What one sequence of max_model_len takes on the fullest GPU, in whole pages (a Packing's; and a
+    hybrid model's states, as its engine keeps them). [bytes]"""
     if report.packing is not None:
         return report.packing.request_bytes
-    return report.sequence_pages * report.block_size * report.fullest.bytes_per_token
+    state = report.fullest.state
+    kept = 0 if state is None else state.request_state_bytes
+    return report.sequence_pages * report.block_size * report.fullest.bytes_per_token + kept
 
 
 # --- ways out ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ PLAN_FLAGS: dict[str, tuple[str, ...]] = {
     "dp": ("--dp", "--data-parallel-size", "--dp-size", "-dp"),
     "ep": ("--ep", "--ep-size", "--expert-parallel-size"),
     "expert_parallel": ("--enable-expert-parallel",),
-    "dcp": ("--dcp", "--decode-context-parallel-size", "-dcp"),
+    "dcp": ("--dcp", "--decode-context-parallel-size", "-dcp", "--dcp-size"),
     "utilization": ("--gpu-memory-utilization",),
     "kv_memory": ("--kv-memory", "--kv-cache-memory-bytes"),
     "kv_dtype": ("--kv-dtype", "--kv-cache-dtype"),
@@ -38,10 +38,18 @@ PLAN_FLAGS: dict[str, tuple[str, ...]] = {
     "dp_attention": ("--enable-dp-attention",),
     "redundant_experts": ("--num-redundant-experts", "--ep-num-redundant-experts"),
     "max_running_requests": ("--max-running-requests",),
+    # a hybrid model's state (Kimi Linear, Kimi K3): SGLang's and vLLM's own flags
+    "mamba_ssm_dtype": ("--mamba-ssm-dtype", "--mamba-ssm-cache-dtype"),
+    "mamba_cache_dtype": ("--mamba-cache-dtype",),
+    "mamba_full_memory_ratio": ("--mamba-full-memory-ratio",),
+    "max_mamba_cache_size": ("--max-mamba-cache-size",),
+    "mamba_strategy": ("--mamba-radix-cache-strategy", "--mamba-scheduler-strategy"),
+    "radix_cache": ("--disable-radix-cache",),  # the flag turns the field off
+    "mamba_cache_mode": ("--mamba-cache-mode",),
 }
 
 #: Fields that are switches: their flag takes no value (`vision` is on unless --text-only).
-SWITCHES = frozenset({"mtp", "vision", "dp_attention", "expert_parallel"})
+SWITCHES = frozenset({"mtp", "vision", "dp_attention", "expert_parallel", "radix_cache"})
 
 
 def option_words(options: object) -> list[str]:

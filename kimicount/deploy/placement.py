@@ -8,6 +8,8 @@ module a tensor belongs to:
 | q_a_proj, kv_a_proj_with_mqa, every norm, the router and its bias, the V3.2 indexer, eh_proj | replicated |
 | q_b_proj (q_proj), kv_b_proj | split by heads: each rank its H / TP heads' rows |
 | o_proj | split by heads on its input side: each rank its heads' columns |
+| KDA: q/k/v_proj, g_proj (and MLA's output gate), g_b_proj, f_b_proj, b_proj, q/k/v_conv1d, dt_bias, A_log | split by heads (ColumnParallelLinear; A_log [1, 1, H, 1] on its third dimension) |
+| KDA: f_a_proj, g_a_proj, o_norm; LatentMoE's down/up projections and norm | replicated |
 | dense MLP, shared experts | gate/up rows and down columns split along the intermediate dimension |
 | routed experts | without EP: every expert split along its intermediate dimension over TP × DP ranks; with EP (size TP × DP): whole experts, ceil(E / EP) on the fullest rank |
 | embedding, output head | split by vocabulary, the vocabulary padded to a multiple of 64 first |
@@ -63,8 +65,8 @@ from kimicount.component_ids import tree_ids
 from kimicount.errors import UsageError, require_positive
 from kimicount.flow import is_kv_b_proj, vllm_bf16_absorption
 from kimicount.kvcache import DTYPE_BYTES, check_tp, default_dtype
-from kimicount.spec import ModelSpec
-from kimicount.storage import fp8_quantized, packable, ref_memory
+from kimicount.spec import Fp4Quantization, ModelSpec
+from kimicount.storage import fp4_quantizable, fp8_quantized, packable, ref_memory
 
 #: vLLM and SGLang pad the vocabulary to a multiple of this before splitting it (DEFAULT_VOCAB_PADDING_SIZE).
 VOCAB_PADDING = 64
@@ -234,6 +236,22 @@ class Rule(str, Enum):
 
 _HEAD_SPLIT = (".q_b_proj.", ".q_proj.", ".kv_b_proj.", ".attn.wq_b.", ".attn.wo_a.", ".o_a_proj.")
 _HEAD_INPUT = (".o_proj.", ".attn.wo_b.", ".o_b_proj.")
+#: Kimi Delta Attention's per-head tensors (vLLM layers/kda.py @ 01a7e5d, KimiDeltaAttention.__init__:
+#: q/k/v_proj, f_b_proj, g_b_proj, b_proj and the q/k/v_conv1d containers are ColumnParallelLinear; dt_bias
+#: is loaded with sharded_weight_loader(0) and A_log [1, 1, H, 1] sharded on its heads; f_a_proj and
+#: g_a_proj are ReplicatedLinear; SGLang's kimi_k3.py makes the full-rank g_proj ColumnParallelLinear,
+#: and the MLA layers' output gate g_proj [H·v_head_dim, hidden] goes with their heads too). Kimi K3's
+#: 1-D A_log [head_dim] (zero-padded rates) is kept whole here: 512 B a layer.
+_KDA_HEAD_SPLIT = (
+    ".k_proj.",
+    ".v_proj.",
+    ".g_proj.",
+    ".g_b_proj.",
+    ".f_b_proj.",
+    ".b_proj.",
+    "_conv1d.",
+)
+_KDA_HEAD_VECTORS = (".dt_bias", ".A_log")
 _INTERMEDIATE_ROWS = (
     ".mlp.gate_proj.",
     ".mlp.up_proj.",
@@ -264,7 +282,9 @@ def tensor_rule(ref: TensorRef) -> Rule:
         return Rule.experts
     if ".indexer." in pattern:  # vLLM: "no tensor parallel, just replicated"
         return Rule.replicated
-    if any(module in pattern for module in _HEAD_SPLIT) or pattern.endswith(_SINKS):
+    if any(module in pattern for module in _HEAD_SPLIT + _KDA_HEAD_SPLIT) or pattern.endswith(_SINKS):
+        return Rule.heads
+    if pattern.endswith(_KDA_HEAD_VECTORS) and (len(ref.shape) == 4 or pattern.endswith(".dt_bias")):
         return Rule.heads
     if any(module in pattern for module in _HEAD_INPUT):
         return Rule.heads_input
@@ -331,6 +351,8 @@ def shard(
         return Shard(replace(_split(spec, ref, 0, parts, option), shape=(heads,)), rule, parts, 0)
     # down_proj and DeepSeek V4's w2 (routed and shared experts) are row-parallel: split by input
     axis = 1 if rule is Rule.heads_input or ".down_proj." in ref.pattern or ".w2." in ref.pattern else 0
+    if ref.pattern.endswith(".A_log"):  # [1, 1, H, 1]: the heads are its third dimension
+        axis = 2
     return Shard(_split(spec, ref, axis, parts, option), rule, parts, axis)
 
 
@@ -362,13 +384,25 @@ def _split(spec: ModelSpec, ref: TensorRef, axis: int, parts: int, option: str) 
             raise UsageError(
                 f"{what}: {local:,} inputs per GPU ({size:,} over {parts}) would cut its INT4 groups of {group}"
             )
+    if parts > 1 and axis == 1 and fp4_quantizable(spec, ref.role):
+        # an FP4 Linear's scales are one per group of inputs (NVFP4 16, MXFP4 32): the engines' FP4 MoE
+        # and linear methods take whole groups on each rank (vLLM's ModelOptNvFp4 / Mxfp4 create_weights
+        # allocate weight_scale [out, in_per_rank // group_size])
+        quantization = spec.quantization
+        assert isinstance(quantization, Fp4Quantization)
+        group = quantization.group_size
+        if local % group:
+            raise UsageError(
+                f"{what}: {local:,} inputs per GPU ({size:,} over {parts}) would cut its "
+                f"{quantization.scheme.upper()} groups of {group}"
+            )
     shape = list(ref.shape)
     shape[axis] = local
     return replace(ref, shape=tuple(shape))
 
 
 def _dimension(axis: int) -> str:
-    return "rows" if axis == 0 else "columns"
+    return ("rows", "columns", "heads")[axis] if axis < 3 else "elements"
 
 
 @lru_cache(maxsize=4096)

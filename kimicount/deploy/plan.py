@@ -38,10 +38,10 @@ from fractions import Fraction
 from kimicount.anatomy import Anatomy
 from kimicount.cache_groups import has_mla_group
 from kimicount.deploy.engines import DEFAULT_SERVER, server_engine
-from kimicount.deploy.engines.base import Release, ServerEngine, StaticFraction
+from kimicount.deploy.engines.base import Release, ServerEngine, StaticFraction, Version
 from kimicount.deploy.engines.deepep import DeepEPBuffer, low_latency_buffer
 from kimicount.deploy.engines.reserve import Reserve
-from kimicount.deploy.groups import Packing, PoolGroup, model_groups
+from kimicount.deploy.groups import Packing, PoolGroup, StatePool, model_groups, per_sequence
 from kimicount.deploy.hardware import Accelerator
 from kimicount.deploy.placement import Parallel, Placement, parallel_layout, place
 from kimicount.errors import UsageError, require_positive
@@ -59,6 +59,14 @@ from kimicount.spec import ModelSpec
 GIB = 2**30
 
 # --- the KV cache ----------------------------------------------------------------------------------
+
+
+def per_sequence_state(spec: ModelSpec) -> bool:
+    """Whether the model keeps a per-sequence state (a hybrid model's KDA layers)."""
+    from kimicount.cache_groups import state_groups
+    from kimicount.families import cache_groups
+
+    return bool(state_groups(cache_groups(spec)))
 
 
 def engine_layout(spec: ModelSpec, dtype: str, layout: Layout | None) -> Layout:
@@ -120,6 +128,16 @@ class DeploymentOptions:
     dp_attention: bool = False  # SGLang's --enable-dp-attention
     redundant_experts: int = 0  # vLLM --num-redundant-experts, SGLang --ep-num-redundant-experts
     max_running_requests: int | None = None  # SGLang's; None: its default from the pool
+    # a hybrid model's state (the Kimi Linear family's KDA layers), in the engines' own flags' terms
+    mamba_ssm_dtype: str | None = None  # the recurrent state's dtype (SGLang --mamba-ssm-dtype); None: fp32
+    mamba_cache_dtype: str | None = (
+        None  # vLLM --mamba-cache-dtype: the state's dtype (KDA: its convolutions)
+    )
+    mamba_full_memory_ratio: Fraction | None = None  # SGLang's state ÷ KV split; None: 0.9
+    max_mamba_cache_size: int | None = None  # SGLang's state slots, given
+    mamba_strategy: str | None = None  # SGLang --mamba-radix-cache-strategy; None: the release's default
+    radix_cache: bool = True  # SGLang --disable-radix-cache turns it off (one state slot a request)
+    mamba_cache_mode: str | None = None  # vLLM --mamba-cache-mode (none, align); None: none
 
     @property
     def rules(self) -> ServerEngine:
@@ -149,12 +167,26 @@ class DeploymentOptions:
             ("--max-batched-tokens", self.max_batched_tokens),
             ("--max-num-seqs", self.max_num_seqs),
             ("--max-running-requests", self.max_running_requests),
+            ("--max-mamba-cache-size", self.max_mamba_cache_size),
             ("--reserve", self.reserve),
             ("--kv-memory", self.kv_memory),
         ):
             if value is not None:
                 require_positive(option, value)
         self.rules.check(self)
+        if not per_sequence_state(anatomy.spec):
+            for option, given in (
+                ("--mamba-ssm-dtype", self.mamba_ssm_dtype is not None),
+                ("--mamba-cache-dtype", self.mamba_cache_dtype is not None),
+                ("--mamba-full-memory-ratio", self.mamba_full_memory_ratio is not None),
+                ("--max-mamba-cache-size", self.max_mamba_cache_size is not None),
+                ("--mamba-radix-cache-strategy", self.mamba_strategy is not None),
+                ("--mamba-cache-mode", self.mamba_cache_mode is not None),
+            ):
+                if given:
+                    raise UsageError(
+                        f"{option}: {anatomy.spec.name} keeps no per-sequence state (no KDA or mamba layers)"
+                    )
         if self.mtp and anatomy.mtp is None:
             raise UsageError(
                 f"--mtp: {anatomy.spec.name} has no multi-token-prediction layer (num_nextn_predict_layers 0)"
@@ -182,8 +214,11 @@ class DeploymentOptions:
         return self.max_model_len or spec.max_position_embeddings
 
     def dtype(self, spec: ModelSpec) -> str:
-        """The cache dtype: --kv-dtype, or the model's."""
-        return default_dtype(spec) if self.kv_dtype is None else self.kv_dtype
+        """The cache dtype: --kv-dtype, or the engine's pick for the model at the release (its
+        default_kv_dtype), or the model's."""
+        if self.kv_dtype is not None:
+            return self.kv_dtype
+        return self.rules.default_kv_dtype(spec, self.engine_release) or default_dtype(spec)
 
     def reserve_for(self, anatomy: Anatomy, gpu: Accelerator, parallel: Parallel) -> Reserve | None:
         """What is kept back: None under --kv-memory; otherwise the engine's rule (--reserve given, or its
@@ -211,12 +246,14 @@ class StageMemory:
     tokens: int
     #: A family's own groups (DeepSeek V4's) as the engine's rule packs them; None for one per-token group.
     packing: Packing | None = None
+    #: How the engine packed a per-sequence state beside the per-token cache (None without one).
+    state: StatePool | None = None
 
     @property
     def cache(self) -> LayoutCache:
         """The per-token group's layout: bytes per token on this GPU, for its kv_layers."""
         cache = self.groups[0].cache
-        assert cache is not None, "a packed model's cache is its Packing"
+        assert cache is not None, "the per-token group comes first; a packed model's cache is its Packing"
         return cache
 
     @property
@@ -296,8 +333,17 @@ class PlanReport:
 
     @property
     def block_size(self) -> int:
-        """Tokens per KV page: vLLM's block size or SGLang's page size (a Packing's)."""
-        return self.options.page() if self.packing is None else self.packing.page
+        """Tokens per KV page: vLLM's block size or SGLang's page size (a Packing's; for a hybrid model
+        vLLM's block as its hybrid manager raised it)."""
+        if self.packing is not None:
+            return self.packing.page
+        state = self.fullest.state
+        return self.options.page() if state is None else state.block_size
+
+    @property
+    def states(self) -> tuple[StatePool, ...]:
+        """Each stage's state pool, for a model with a per-sequence state; () without."""
+        return tuple(stage.state for stage in self.stages if stage.state is not None)
 
     @property
     def max_model_len(self) -> int:
@@ -379,12 +425,18 @@ class PlanReport:
     @property
     def max_concurrency(self) -> float:
         """pages_per_gpu ÷ sequence_pages, as vLLM prints it ('2.73x'; its num_blocks ÷
-        cdiv(max_model_len, block_size), DCP splitting max_model_len first)."""
+        cdiv(max_model_len, block_size), DCP splitting max_model_len first); for a hybrid model the
+        engine's own, its state pages or slots counted."""
+        if self.states:
+            return min(state.concurrency for state in self.states)
         return self.pages_per_gpu / self.sequence_pages
 
     @property
     def sequences_per_replica(self) -> int:
-        """Whole sequences of max_model_len one replica holds at once. [sequences]"""
+        """Whole sequences of max_model_len one replica holds at once (a hybrid model's states
+        counted). [sequences]"""
+        if self.states:
+            return min(state.requests for state in self.states)
         return self.pages_per_gpu // self.sequence_pages
 
     @property
@@ -399,6 +451,8 @@ class PlanReport:
             return max(
                 0, *(stage.packing.request_bytes - stage.pool for stage in self.stages if stage.packing)
             )
+        if self.states:
+            return max(state.short_by for state in self.states)
         one = self.sequence_pages * self.block_size
         return max(0, *(one * stage.bytes_per_token - stage.pool for stage in self.stages))
 
@@ -430,14 +484,42 @@ def plan_memory(
     weights = [placement.weight_bytes(index) for index in range(len(placement.stages))]
     loaded = rules.loaded(weights)
     stages = []
+    state_dtypes = rules.state_dtypes(options, spec)
     for index, layers in enumerate(placement.stages):
         kv_layers = placement.kv_layers(index)
         pool = options.kv_memory if options.kv_memory is not None else usable - loaded[index] - kept
-        groups = model_groups(spec, layout, element_bytes(dtype, "--kv-dtype"), kv_layers, workload)
+        groups = model_groups(
+            spec,
+            layout,
+            element_bytes(dtype, "--kv-dtype"),
+            kv_layers,
+            workload,
+            stage_layers=layers,
+            indexer_every_layer=rules.indexer_every_layer,
+            state_dtypes=state_dtypes,
+        )
         packing = rules.pack(pool, groups, options, spec, gpu, parallel)  # a family's own groups
-        tokens = rules.pool_tokens(pool, groups, page) if packing is None else packing.tokens
+        state = None
+        if packing is not None:
+            tokens = packing.tokens
+        elif per_sequence(groups):  # a state beside the latent: the engine's hybrid rule packs both
+            state = rules.pack_state(pool, groups, options, options.context(spec), parallel)
+            tokens = state.tokens
+        else:
+            tokens = rules.pool_tokens(pool, groups, page)
         stages.append(
-            StageMemory(index, layers, kv_layers, weights[index], kept, pool, groups, tokens, packing)
+            StageMemory(
+                index,
+                layers,
+                kv_layers,
+                weights[index],
+                kept,
+                pool,
+                groups,
+                tokens,
+                packing=packing,
+                state=state,
+            )
         )
         dtype = dtype if packing is None else packing.dtype
     return PlanReport(
@@ -479,6 +561,18 @@ def plan(
         return report
     search = search_fewest(anatomy, gpu, options)
     return replace(report, min_gpus=search.found, min_gpus_asked=True, min_gpus_search=search)
+
+
+def for_model(options: DeploymentOptions, spec: ModelSpec) -> DeploymentOptions:
+    """The options with the release the plan follows for this model: none asked, a model the engine's
+    default release does not run follows the first that does (its floor_release: SGLang runs Kimi K3
+    from 0.5.18); asked, as asked."""
+    floor = options.rules.floor_release(spec)
+    if options.release is not None or floor is None:
+        return options
+    if options.engine_release.version < Version.parse(floor):
+        return replace(options, release=floor)
+    return options
 
 
 # --- the fewest GPUs -------------------------------------------------------------------------------

@@ -90,6 +90,14 @@ def answer_lines(report: PlanReport, nodes: int = 1) -> list[str]:
             f"Limited by the weights: {human_bytes(stage.weights)} per GPU + {human_bytes(stage.reserve)} {reserve} "
             f"> {human_bytes(report.usable)} {usable}"
         )
+    elif limit == "state_pool":
+        state = stage.state
+        assert state is not None
+        lines.append(
+            f"Limited by the state pool: each request keeps {plural(state.slots_per_request, 'state')} "
+            f"({human_bytes(state.request_state_bytes)}); the "
+            f"states run out before the latent's pages ({human_bytes(stage.pool)} pool per GPU)"
+        )
     elif limit in ("max_num_seqs", "max_running_requests"):
         lines.append(
             f"Limited by --{limit.replace('_', '-')} {max_num_seqs(report):,}: the KV pool would hold "
@@ -104,6 +112,15 @@ def answer_lines(report: PlanReport, nodes: int = 1) -> list[str]:
         )
     if packing is not None:  # the engine's own words for a family's groups (DeepSeek V4)
         lines += packing.notes
+    for group in stage.groups:
+        if group.state is not None:
+            lines.append(
+                f"State: {group.bytes_per_sequence:,} B per sequence ({group.layers} {group.name} layers × "
+                f"{group.bytes_per_layer:,} B), whatever its length; the latent {stage.bytes_per_token:,} B per token"
+            )
+    note = report.rules.model_note(spec)
+    if note is not None:
+        lines.append(note)
     if tp_spans_nodes(report, nodes):
         lines.append(
             f"TP{parallel.tp} spans {nodes} nodes of {report.count // nodes}: its all-reduces cross the network "

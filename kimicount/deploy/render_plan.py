@@ -291,7 +291,7 @@ def _kv(console: Console, report: PlanReport) -> None:
         f"KV cache: {report.layout.value} in {report.dtype}, {line.calculation} = "
         f"{line.bytes_per_token_per_layer:,} B{keys} per token per layer",
     )
-    say(console, f"  × {stage.kv_layers} layers = {stage.cache.bytes_per_token:,} B per token on each GPU")
+    say(console, f"  × {line.layers} layers = {stage.cache.bytes_per_token:,} B per token on each GPU")
     if parallel.dcp > 1:
         say(
             console,
@@ -306,6 +306,18 @@ def _kv(console: Console, report: PlanReport) -> None:
         )
     page = report.block_size
     pool = max(stage.pool, 0)
+    if stage.state is not None:  # a hybrid model's pool: the engine's own lines say how it is split
+        for state_group in stage.groups[1:]:
+            if state_group.state is not None:
+                parts = " + ".join(f"{part.calculation}" for part in state_group.state.parts())
+                say(
+                    console,
+                    f"State: {state_group.name}, {parts} = {state_group.bytes_per_layer:,} B per sequence per "
+                    f"layer × {state_group.layers} layers = {state_group.bytes_per_sequence:,} B on each GPU",
+                )
+        for printed in report.rules.printed_lines(report):
+            say(console, printed)
+        return
     if page == 1:
         say(
             console,

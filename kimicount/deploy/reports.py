@@ -155,6 +155,7 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
             "sequences_per_replica": report.sequences_per_replica,
             "estimate": estimate,
         },
+        "state": state_json(report),
         "fits": report.fits,
         "short_by_bytes": report.short_by,
         "estimate": estimate,
@@ -203,6 +204,48 @@ def _cache_json(report: PlanReport) -> dict[str, Any]:
             "figures": packing.figures,
             "notes": list(packing.notes),
         },
+    }
+
+
+def state_json(report: PlanReport) -> dict[str, Any] | None:
+    """A hybrid model's per-sequence state as the engine packed it on the fullest GPU: each state group
+    (its layers there, its bytes a sequence per layer and in all, the tensors), the requests the state
+    and the latent admit, which pool limits them, and the engine's own figures; None without a state."""
+    stage = report.fullest
+    state = stage.state
+    if state is None:
+        return None
+    return {
+        "groups": [
+            {
+                "name": group.name,
+                "layers": group.layers,
+                "bytes_per_sequence_per_layer": group.bytes_per_layer,
+                "bytes_per_sequence": group.bytes_per_sequence,
+                "tensors": [
+                    {
+                        "name": part.tensor.name,
+                        "shape": list(part.shape),
+                        "dtype": part.dtype,
+                        "bytes": part.bytes,
+                    }
+                    for part in group.state.parts()
+                ],
+            }
+            for group in stage.groups
+            if group.state is not None
+        ],
+        "limited_by": "state_pool" if state.limit == "state" else "kv_pool",
+        "requests": state.requests,
+        "concurrency": state.concurrency,
+        "slots": state.slots,
+        "slots_per_request": state.slots_per_request,
+        "request_state_bytes": state.request_state_bytes,
+        "state_pool_bytes": state.state_bytes,
+        "kv_pool_bytes": state.kv_bytes,
+        "calculation": list(state.lines),
+        report.rules.name: state.figures,
+        "estimate": report.estimate,
     }
 
 

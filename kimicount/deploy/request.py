@@ -24,9 +24,9 @@ from kimicount.deploy.engines import DEFAULT_LOCAL, parse_engine, server_engine
 from kimicount.deploy.hardware import Accelerator, parse_gpu_nodes, typed_gpu
 from kimicount.deploy.local.request import LocalRequest, read_local
 from kimicount.deploy.options import PLAN_FLAGS, option_words
-from kimicount.deploy.plan import DeploymentOptions, PlanReport, plan
+from kimicount.deploy.plan import DeploymentOptions, PlanReport, for_model, plan
 from kimicount.errors import UsageError
-from kimicount.options import parse_count, parse_fraction, parse_size, vllm_reading
+from kimicount.options import parse_count, parse_fraction, parse_ratio, parse_size, vllm_reading
 from kimicount.reading import shorten
 
 if TYPE_CHECKING:
@@ -87,6 +87,13 @@ class PlanArgs:
     dp_attention: bool = False
     redundant_experts: str | None = None
     max_running_requests: str | None = None
+    mamba_ssm_dtype: str | None = None
+    mamba_cache_dtype: str | None = None
+    mamba_full_memory_ratio: str | None = None
+    max_mamba_cache_size: str | None = None
+    mamba_strategy: str | None = None
+    disable_radix_cache: bool = False
+    mamba_cache_mode: str | None = None
     gguf: Path | None = None
     quant: str | None = None
     ram: str | None = None
@@ -221,7 +228,7 @@ def _server_request(
     warn: Callable[[str], None],
 ) -> PlanRequest:
     from kimicount.deploy.serve_command import deployment_settings, engine_kv_dtype
-    from kimicount.kvcache import parse_layout
+    from kimicount.kvcache import parse_layout, parse_mamba_dtype
 
     nodes, count, gpu = parse_gpu_nodes(args.gpus)
     gpu = typed_gpu(
@@ -261,6 +268,13 @@ def _server_request(
         ("page_size", args.page_size, counted),
         ("redundant_experts", args.redundant_experts, _redundant),
         ("max_running_requests", args.max_running_requests, counted),
+        # a hybrid model's state (SGLang's mamba pool, vLLM's hybrid manager)
+        ("mamba_ssm_dtype", args.mamba_ssm_dtype, parse_mamba_dtype),
+        ("mamba_cache_dtype", args.mamba_cache_dtype, parse_mamba_dtype),
+        ("mamba_full_memory_ratio", args.mamba_full_memory_ratio, parse_ratio),
+        ("max_mamba_cache_size", args.max_mamba_cache_size, counted),
+        ("mamba_strategy", args.mamba_strategy, lambda t, o: t.strip()),
+        ("mamba_cache_mode", args.mamba_cache_mode, lambda t, o: t.strip()),
     ):
         if text is not None:
             given[name] = parse(text, typed.get(name, PLAN_FLAGS[name][0]))
@@ -270,6 +284,8 @@ def _server_request(
         given["vision"] = False
     if args.dp_attention:
         given["dp_attention"] = True
+    if args.disable_radix_cache:
+        given["radix_cache"] = False
 
     settings = deployment_settings(serve, given, typed, count, expert_parallel=args.enable_expert_parallel)
     options = DeploymentOptions(**settings)  # type: ignore[arg-type]  # fields by name, typed as read
@@ -393,14 +409,15 @@ class PlanRequest:
         from kimicount.storage import require_modelled
 
         require_modelled(anatomy.spec)
+        options = for_model(self.options, anatomy.spec)
         if self.compare is not None:
             from kimicount.deploy.answer import compare
 
-            rows = compare(anatomy, self.gpu, self.count, self.options, self.compare)
+            rows = compare(anatomy, self.gpu, self.count, options, self.compare)
             return CompareAnswer(self, anatomy.spec, tuple(rows))
         from kimicount.deploy.answer import largest_batch, node_size, ways_out
 
-        report = plan(anatomy, self.gpu, self.count, self.options, min_gpus=self.min_gpus)
+        report = plan(anatomy, self.gpu, self.count, options, min_gpus=self.min_gpus)
         tries = tuple(
             (way, self.command(way.report.count, way.report.options, way.nodes))
             for way in ways_out(anatomy, self.gpu, report, node_size(self.count, self.nodes))

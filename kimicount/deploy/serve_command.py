@@ -31,7 +31,8 @@ from kimicount.deploy.engines.base import ServerEngine, Version
 from kimicount.deploy.engines.flags import Flag
 from kimicount.deploy.options import PLAN_FLAGS
 from kimicount.errors import UsageError
-from kimicount.options import parse_count, parse_dtype, parse_fraction
+from kimicount.kvcache import parse_mamba_dtype
+from kimicount.options import parse_count, parse_dtype, parse_fraction, parse_ratio
 from kimicount.reading import shorten
 
 #: What a message quotes of a word typed in a serve command (shorten adds the length past it).
@@ -229,6 +230,10 @@ def _read(engine: ServerEngine, flag: Flag, shown: str, value: str) -> object:
         return count
     if flag.kind == "fraction":
         return parse_fraction(quoted, shown) if len(value) > QUOTED else parse_fraction(value, shown)
+    if flag.kind == "ratio":
+        return parse_ratio(quoted, shown)
+    if flag.kind == "mamba_dtype":
+        return parse_mamba_dtype(quoted, shown)
     if flag.kind == "kv_dtype":
         return engine.kv_cache_dtype(value, shown)
     if flag.kind == "speculative_config":

@@ -82,7 +82,7 @@ FAMILIES = (
         ("kimi_k3",),
         ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration"),
         "kimicount.families.kimi_linear",
-        frozenset({"params", "kv-cache", "verify", "models", "flops", "show", "explore"}),
+        frozenset({"params", "kv-cache", "verify", "models", "flops", "show", "explore", "plan"}),
     ),
     Family(
         "deepseek_v4",

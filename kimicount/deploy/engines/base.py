@@ -30,7 +30,7 @@ from kimicount.reading import shorten
 if TYPE_CHECKING:
     from kimicount.anatomy import Anatomy
     from kimicount.deploy.engines.reserve import Reserve
-    from kimicount.deploy.groups import Packing, PoolGroup
+    from kimicount.deploy.groups import Packing, PoolGroup, StatePool
     from kimicount.deploy.hardware import Accelerator
     from kimicount.deploy.placement import Parallel, PlacedComponent, Placement
     from kimicount.deploy.plan import DeploymentOptions, PlanReport, StageMemory
@@ -137,9 +137,11 @@ class Engine(ABC):
     #: As its own docs write it: vLLM, SGLang, llama.cpp, ik_llama.cpp.
     label: str
     route: Route
-    #: The releases kimicount knows the rules of, oldest and newest (the default).
+    #: The releases kimicount knows the rules of, oldest and newest; the one a plan follows unless it
+    #: names one (`default`; None: the newest).
     oldest: str
     newest: str
+    default: str | None = None
     #: What the release range rests on, in a line (the runs and the code read).
     releases_source: str
 
@@ -152,7 +154,7 @@ class Engine(ABC):
         ('SGLang 0.5.8.post1', 'vLLM 0.11.0')
         """
         if text is None:
-            return Release(self.label, Version.parse(self.newest))
+            return Release(self.label, Version.parse(self.default or self.newest))
         version = Version.parse(text, option)
         if not Version.parse(self.oldest) <= version <= Version.parse(self.newest):
             raise UsageError(
@@ -221,6 +223,9 @@ class ServerEngine(Engine, ABC):
     #: Its images (docker run IMAGE), and the launcher an image runs when no command follows it.
     images: tuple[str, ...] = ()
     image_entrypoint: str | None = None
+    #: Whether its MLA pool keeps the V3.2 indexer's keys on every layer, a model's shared-indexer layers
+    #: too (SGLang's NSATokenToKVPool), rather than on the layers with an indexer (vLLM).
+    indexer_every_layer: bool = False
 
     # --- the options -------------------------------------------------------------------------------
 
@@ -322,6 +327,39 @@ class ServerEngine(Engine, ABC):
     ) -> Packing | None:
         """A family's own groups (DeepSeek V4's) packed into `pool` by this engine's rule for them; None
         for groups pool_tokens packs (or refuses). The base engine has no such rule."""
+        return None
+
+    def pack_state(
+        self,
+        pool: int,
+        groups: Sequence[PoolGroup],
+        options: DeploymentOptions,
+        context: int,
+        parallel: Parallel,
+    ) -> StatePool:
+        """The pool of a model with a per-sequence state beside its per-token cache (the Kimi Linear
+        family's KDA state), packed by the engine's own rule (engines/vllm_hybrid.py, sglang_mamba.py);
+        refused in one line by an engine without one."""
+        raise UsageError(f"{self.label}'s memory rule for a per-sequence state (KDA) is not modelled")
+
+    def state_dtypes(self, options: DeploymentOptions, spec: ModelSpec) -> tuple[str, str]:
+        """The dtypes of a state's convolution windows and recurrent state (conv, ssm): the model's and
+        fp32 unless the engine's flags say otherwise."""
+        from kimicount.kvcache import default_dtype
+
+        return default_dtype(spec), "fp32"
+
+    def default_kv_dtype(self, spec: ModelSpec, release: Release) -> str | None:
+        """The cache dtype the engine picks for this model when --kv-cache-dtype is auto, by release;
+        None: the model's own (its torch_dtype)."""
+        return None
+
+    def floor_release(self, spec: ModelSpec) -> str | None:
+        """The first release that runs this model, when the default release does not; None: any."""
+        return None
+
+    def model_note(self, spec: ModelSpec) -> str | None:
+        """A line the plan adds for this model under this engine (which releases run it); None."""
         return None
 
     # --- what it prints and how the plan words it ----------------------------------------------------

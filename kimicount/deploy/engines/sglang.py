@@ -50,18 +50,26 @@ from kimicount.deploy.engines.sglang_flags import (
     SGLANG_FLAGS,
     UNMODELLED_KV_CACHE_DTYPES,
 )
+from kimicount.deploy.engines.sglang_mamba import DEFAULT_FULL_MEMORY_RATIO, SLOTS, sglang_state_pool
 from kimicount.deploy.hardware import Accelerator
 from kimicount.deploy.placement import Kind, Parallel, PlacedComponent, Placement, parallel_layout
 from kimicount.errors import UsageError
+from kimicount.reading import shorten
 
 if TYPE_CHECKING:
     from kimicount.anatomy import Anatomy
-    from kimicount.deploy.groups import Packing, PoolGroup
+    from kimicount.deploy.groups import Packing, PoolGroup, StatePool
     from kimicount.deploy.plan import DeploymentOptions, PlanReport, StageMemory
     from kimicount.spec import ModelSpec
 
 GIB = 2**30
 MIB = 2**20
+#: The first release whose defaults kimicount has not read (its mem_fraction_static heuristic, the
+#: multimodal factor, ROCm's INT4 indices): from there a plan gives --mem-fraction-static itself.
+NOT_READ = "0.5.9"
+NOT_READ_SOURCE = "not read for releases from 0.5.9 (read at v0.5.8.post1 and, for the hybrid pool, v0.5.18)"
+#: The first SGLang release that runs Kimi K3 (the cookbook's measured recipes: v0.5.18 @ 71de97b2).
+K3_RELEASE = "0.5.18"
 
 
 @dataclass(frozen=True)
@@ -92,26 +100,30 @@ SGLANG_ABSORPTION_COPIES = "SGLang's BF16 w_kc, w_vc"
 INT4_MOE_INDICES = "SGLang's INT4 MoE g_idx buffers (ROCm)"
 
 #: The default mem_fraction_static's heuristic, by release.
-FRACTION_RULE = (
+FRACTION_RULE: tuple[Ruled[str | None], ...] = (
     Ruled(
         "512 + max(chunked_prefill_size, 2048) × 1.5 + cuda_graph_max_bs × 2 + tp × pp ÷ 8 × 1,024 MiB reserved "
         "(+ DP-attention padding), at least 10,240 above 60 GiB, + 2,048 for EAGLE/MTP drafts",
         "python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings (PR #10975, merged "
         "2025-09-27; read at v0.5.8.post1, called from __post_init__ at line 730)",
         since="0.5.3",
+        until=NOT_READ,
     ),
+    Ruled(None, NOT_READ_SOURCE, since=NOT_READ),
 )
 #: The factor a multimodal model's fraction is multiplied by, by release.
-VLM_RULE = (
+VLM_RULE: tuple[Ruled[str | None], ...] = (
     Ruled(
         "× 0.95 × clamp(1 − 0.1 × (vision layers × vision hidden² ÷ (24 × 1,024²) − 1), 0.8, 1.05)",
         "python/sglang/srt/server_args.py ServerArgs.adjust_mem_fraction_for_vlm (v0.5.8.post1), applied "
         "when model_config.is_multimodal and not language_only",
         since="0.5.3",
+        until=NOT_READ,
     ),
+    Ruled(None, NOT_READ_SOURCE, since=NOT_READ),
 )
 #: The index buffers SGLang's INT4 MoE keeps on ROCm, by release.
-INT4_MOE_RULE = (
+INT4_MOE_RULE: tuple[Ruled[str | None], ...] = (
     Ruled(
         "2 × experts × (hidden + expert width) × 4 B per MoE layer on each GPU",
         "python/sglang/srt/layers/quantization/compressed_tensors/compressed_tensors_moe.py: "
@@ -119,6 +131,68 @@ INT4_MOE_RULE = (
         "CompressedTensorsWNA16TritonMoE, the ROCm path ('Using CompressedTensorsWNA16TritonMoE (ROCm)' in "
         "the v0.5.8.post1 MI355X log), converts the weights but keeps them, where the CUDA path empties them",
         since="0.5.3",
+        until=NOT_READ,
+    ),
+    Ruled(None, NOT_READ_SOURCE, since=NOT_READ),
+)
+#: SGLang's mamba state pool beside the KV pool (engines/sglang_mamba.py), by release.
+MAMBA_POOL_RULE = (
+    Ruled(
+        "rest_memory × r ÷ (1 + r) to the state (r = --mamba-full-memory-ratio, 0.9), max_mamba_cache_size = "
+        "that ÷ mamba_cache_per_req, the KV pool the rest; max_running_requests ≤ max_mamba_cache_size ÷ the "
+        "slots a request holds",
+        "python/sglang/srt/model_executor/model_runner.py handle_max_mamba_cache (moved to "
+        "model_runner_components/kv_cache_configurator.py _handle_max_mamba_cache, _resolve_max_num_reqs); "
+        "configs/mamba_utils.py KimiLinearCacheParams.mamba_cache_per_req",
+        since="0.5.3",
+    ),
+)
+#: The state slots a request holds, by strategy and release: no_buffer's 3 alone before the extra
+#: buffer's ratios (MAMBA_CACHE_V2_ADDITIONAL_RATIO_*, "from sglang v0.5.9").
+MAMBA_SLOTS_RULE = (
+    Ruled(
+        {"no_buffer": 3},
+        "model_runner.py MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = 3 (no extra buffer before v0.5.9)",
+        since="0.5.3",
+        until="0.5.9",
+    ),
+    Ruled(
+        dict(SLOTS),
+        "kv_cache_configurator.py _calculate_mamba_ratio: 3 + MAMBA_CACHE_V2_ADDITIONAL_RATIO_OVERLAP 2 "
+        "(extra_buffer), + _OVERLAP_LAZY 1 (extra_buffer_lazy), + 0 (no_buffer); 1 with the radix cache off",
+        since="0.5.9",
+    ),
+)
+#: The default --mamba-radix-cache-strategy (--mamba-scheduler-strategy before), by release: no_buffer
+#: (server_args.py's default, as v0.5.x's logged server_args print it); auto → extra_buffer in the
+#: v0.5.18 the Kimi-K3 cookbook ran (its calculator: "auto (and anything unrecognized) resolves to
+#: extra_buffer"); the releases between are not read.
+MAMBA_STRATEGY_RULE: tuple[Ruled[str | None], ...] = (
+    Ruled(
+        "no_buffer",
+        "python/sglang/srt/server_args.py mamba_scheduler_strategy='no_buffer' (v0.5.x server_args dumps)",
+        since="0.5.3",
+        until="0.5.9",
+    ),
+    Ruled(
+        None, "the default strategy of releases 0.5.9 to 0.5.17 is not read", since="0.5.9", until="0.5.18"
+    ),
+    Ruled(
+        "extra_buffer",
+        "docs/src/snippets/_kimi_k3_mamba_ratio_calculator.jsx (the Kimi-K3 cookbook, measured on v0.5.18 @ "
+        "71de97b2): auto resolves to extra_buffer, mirroring kv_cache_configurator._calculate_mamba_ratio",
+        since="0.5.18",
+    ),
+)
+#: Decode-context parallelism (--dcp-size): each rank of a DCP group keeps 1 ÷ DCP of a request's latent
+#: tokens, the KDA state whole on every rank, by release.
+DCP_RULE: tuple[Ruled[str | None], ...] = (
+    Ruled(None, "no --dcp-size in the releases read before 0.5.18", since="0.5.3", until="0.5.18"),
+    Ruled(
+        "the latent split by token over --dcp-size ranks; the state whole on each",
+        "the Kimi-K3 cookbook (v0.5.18): 'DCP is the only axis that shards the TP-replicated MLA KV'; its "
+        "calculator's mla_kv_bytes ÷ DCP per rank, the state never DCP-sharded",
+        since="0.5.18",
     ),
 )
 
@@ -307,7 +381,8 @@ class SGLang(ServerEngine):
     name = "sglang"
     label = "SGLang"
     oldest = "0.5.3"
-    newest = "0.5.8.post1"
+    newest = "0.5.18"
+    default = "0.5.8.post1"
     releases_source = (
         "its default mem_fraction_static from PR #10975 (0.5.3); read at v0.5.8.post1, the release of the "
         "published MI355X Kimi-K2.5 run"
@@ -324,6 +399,7 @@ class SGLang(ServerEngine):
     # stage, so other layouts are offered for vLLM's plans only
     layouts_as_options = False
     dense_over_dp = True
+    indexer_every_layer = True  # NSATokenToKVPool: index_k_with_scale_buffer for every layer
     flags: dict[str, Any] = SGLANG_FLAGS
     kv_cache_dtypes = KV_CACHE_DTYPES
     unmodelled_kv_cache_dtypes = UNMODELLED_KV_CACHE_DTYPES
@@ -340,6 +416,10 @@ class SGLang(ServerEngine):
             "multimodal": VLM_RULE,
             "int4_moe_rocm": INT4_MOE_RULE,
             "deepseek_v4": sglang_deepseek_v4.DEEPSEEK_V4_RULE,
+            "mamba_pool": MAMBA_POOL_RULE,
+            "mamba_slots": MAMBA_SLOTS_RULE,
+            "mamba_strategy": MAMBA_STRATEGY_RULE,
+            "dcp": DCP_RULE,
         }
 
     # --- the options -------------------------------------------------------------------------------
@@ -358,8 +438,20 @@ class SGLang(ServerEngine):
         ):
             if given:
                 raise UsageError(f"{option} is vLLM's; with --engine sglang use SGLang's {instead}")
-        if options.dcp > 1:
-            raise UsageError(f"--dcp {options.dcp}: decode-context parallelism is modelled for vLLM only")
+        if options.dcp > 1 and rule_for(DCP_RULE, options.engine_release.version).value is None:
+            raise UsageError(
+                f"--dcp {options.dcp}: SGLang's decode-context parallelism is modelled from {K3_RELEASE} "
+                f"(--engine sglang=={K3_RELEASE})"
+            )
+        if options.mamba_cache_mode is not None:
+            raise UsageError("--mamba-cache-mode is vLLM's; SGLang's is --mamba-radix-cache-strategy")
+        if options.mamba_cache_dtype is not None:
+            raise UsageError("--mamba-cache-dtype is vLLM's; SGLang's state dtype is --mamba-ssm-dtype")
+        if options.mamba_strategy is not None and options.mamba_strategy not in SLOTS:
+            raise UsageError(
+                f"--mamba-radix-cache-strategy {shorten(options.mamba_strategy, 40)}: expected one of "
+                f"{', '.join(SLOTS)}"
+            )
         if options.dp > 1 and not options.dp_attention:
             raise UsageError(
                 f"--dp {options.dp} without --enable-dp-attention: SGLang runs {options.dp} independent servers "
@@ -413,7 +505,11 @@ class SGLang(ServerEngine):
                 options.mem_fraction_static, True, printed=f"{float(options.mem_fraction_static)!r}"
             )
         release = options.engine_release.version
-        rule_for(FRACTION_RULE, release)  # the heuristic holds for every release kimicount knows
+        if rule_for(FRACTION_RULE, release).value is None:
+            raise UsageError(
+                f"{options.engine_release}: SGLang's default mem_fraction_static is read up to 0.5.8.post1; give "
+                "--mem-fraction-static"
+            )
         vision = anatomy.spec.vision if options.vision else None
         if vision is not None:
             rule_for(VLM_RULE, release)
@@ -456,7 +552,11 @@ class SGLang(ServerEngine):
         spec = anatomy.spec
         if gpu.platform != "rocm" or not packed_experts(anatomy):
             return ()
-        rule_for(INT4_MOE_RULE, options.engine_release.version)
+        if rule_for(INT4_MOE_RULE, options.engine_release.version).value is None:
+            raise UsageError(
+                f"{options.engine_release}: SGLang's INT4 MoE buffers on ROCm are read up to 0.5.8.post1; "
+                "plan --engine sglang==0.5.8.post1"
+            )
         per_stage = int4_moe_indices(spec, placement)
         rule = "int32 indices, kept on ROCm"
         return (PlacedComponent(INT4_MOE_INDICES, rule, 0, per_stage, Kind.weights, False),)
@@ -492,6 +592,54 @@ class SGLang(ServerEngine):
             dtype_given=options.kv_dtype,
         )
 
+    def pack_state(
+        self,
+        pool: int,
+        groups: Sequence[PoolGroup],
+        options: DeploymentOptions,
+        context: int,
+        parallel: Parallel,
+    ) -> StatePool:
+        """Its mamba state pool beside the KV pool (MAMBA_POOL_RULE, engines/sglang_mamba.py): the share
+        r ÷ (1 + r) of rest_memory in whole state slots, the KV pool the rest."""
+        release = options.engine_release.version
+        rule_for(MAMBA_POOL_RULE, release)
+        strategy = options.mamba_strategy or rule_for(MAMBA_STRATEGY_RULE, release).value
+        if strategy is None:
+            raise UsageError(
+                f"{options.engine_release}: SGLang's default --mamba-radix-cache-strategy for these releases is "
+                "not read; give it (no_buffer, extra_buffer, extra_buffer_lazy)"
+            )
+        slots = rule_for(MAMBA_SLOTS_RULE, release).value
+        if strategy not in slots:
+            raise UsageError(
+                f"--mamba-radix-cache-strategy {strategy}: {options.engine_release} has {', '.join(slots)} only"
+            )
+        return sglang_state_pool(
+            pool,
+            groups,
+            self.page(options),
+            context,
+            ratio=options.mamba_full_memory_ratio or DEFAULT_FULL_MEMORY_RATIO,
+            slots=slots[strategy] if options.radix_cache else 1,
+            max_mamba_cache_size=options.max_mamba_cache_size,
+            max_running_requests=options.max_running_requests,
+            radix_cache=options.radix_cache,
+            attention_dp=parallel.dp if parallel.sglang_dp else 1,
+            dcp=parallel.dcp,
+        )
+
+    def state_dtypes(self, options: DeploymentOptions, spec: ModelSpec) -> tuple[str, str]:
+        """mamba2_state_dtype: the convolution windows in the model's dtype, the recurrent state in
+        --mamba-ssm-dtype (float32 by default)."""
+        from kimicount.kvcache import default_dtype
+
+        return default_dtype(spec), options.mamba_ssm_dtype or "fp32"
+
+    def floor_release(self, spec: ModelSpec) -> str | None:
+        """Kimi K3 runs from 0.5.18 (the cookbook's measured recipes)."""
+        return K3_RELEASE if spec.model_type == "kimi_k3" else None
+
     def loaded(self, weights: Sequence[int]) -> list[int]:
         """SGLang measures the free memory after loading as the minimum over all ranks
         (get_available_gpu_memory with distributed=True): every stage sizes from the fullest one's."""
@@ -525,12 +673,16 @@ class SGLang(ServerEngine):
     # --- what it prints and how the plan words it ----------------------------------------------------
 
     def max_running(self, report: PlanReport) -> int:
-        """max_running_requests per DP rank, as it prints it."""
+        """max_running_requests per DP rank, as it prints it: for a hybrid model at most the state slots
+        ÷ the slots a request holds (_resolve_max_num_reqs)."""
         given = report.options.max_running_requests
         packing = report.fullest.packing
         if given is None and packing is not None:  # the model's own default (DeepSeek V4: 256)
             given = packing.cap
-        return max_running_requests(report.tokens_per_gpu, report.max_model_len, given, report.parallel.dp)
+        running = max_running_requests(report.tokens_per_gpu, report.max_model_len, given, report.parallel.dp)
+        for state in report.states:
+            running = min(running, state.slots // state.slots_per_request)
+        return running
 
     def max_sequences(self, report: PlanReport) -> int:
         return self.max_running(report)
@@ -577,13 +729,16 @@ class SGLang(ServerEngine):
         kv = tokens * report.fullest.bytes_per_token / GIB
         fraction = report.static_fraction
         printed = "" if fraction is None else f"mem_fraction_static={fraction.printed}; "
+        state = report.fullest.state
+        if state is not None:
+            printed += f"Mamba Cache is allocated. max_mamba_cache_size: {state.slots}; "
         line = (
             f"{report.release} would print: {printed}max_total_num_tokens={tokens}, "
             f"max_running_requests={report.max_running_requests}, context_len={report.max_model_len}; KV Cache "
             f"is allocated. #tokens: {tokens}, KV size: {kv:.2f} GB{per_rank}; its memory figures are GiB "
             'though it writes "GB".'
         )
-        return [line]
+        return ([] if state is None else list(state.lines)) + [line]
 
     def json_figures(self, report: PlanReport) -> tuple[str, dict[str, Any] | None]:
         """mem_fraction_static (given or its default, with the calculation) and what it prints at

@@ -26,6 +26,14 @@ SGLANG_FLAGS = flag_table(
     (("--page-size",), Flag("page_size", "count")),
     (("--kv-cache-dtype",), Flag("kv_dtype", "kv_dtype")),
     (("--max-running-requests",), Flag("max_running_requests", "count")),
+    (("--dcp-size",), Flag("dcp", "count")),
+    # the mamba state pool of a hybrid model (server_args.py: --mamba-full-memory-ratio, --max-mamba-cache-size,
+    # --mamba-ssm-dtype, --mamba-radix-cache-strategy, called --mamba-scheduler-strategy before)
+    (("--mamba-full-memory-ratio",), Flag("mamba_full_memory_ratio", "ratio")),
+    (("--max-mamba-cache-size",), Flag("max_mamba_cache_size", "count")),
+    (("--mamba-ssm-dtype",), Flag("mamba_ssm_dtype", "mamba_dtype")),
+    (("--mamba-radix-cache-strategy", "--mamba-scheduler-strategy"), Flag("mamba_strategy", "text")),
+    (("--disable-radix-cache",), Flag("radix_cache", "off")),
     # SGLang's tokens per forward pass: its reserve rule does not read it (vLLM's --max-num-batched-tokens
     # is another engine's option)
     (("--chunked-prefill-size",), Flag(None, "text", memory=True)),
@@ -111,7 +119,6 @@ SGLANG_FLAGS = flag_table(
         (
             "--trust-remote-code",
             "--enable-metrics",
-            "--disable-radix-cache",
             "--enable-cache-report",
             "--skip-tokenizer-init",
             "--log-requests",

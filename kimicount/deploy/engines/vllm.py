@@ -33,12 +33,13 @@ from kimicount.deploy.engines.vllm_flags import (
     UNMODELLED_KV_CACHE_DTYPES,
     VLLM_FLAGS,
 )
+from kimicount.deploy.engines.vllm_hybrid import vllm_state_pool
 from kimicount.deploy.placement import ABSORPTION_COPIES, Parallel, expert_width_per_gpu, parallel_layout
 from kimicount.errors import UsageError
 
 if TYPE_CHECKING:
     from kimicount.anatomy import Anatomy
-    from kimicount.deploy.groups import Packing, PoolGroup
+    from kimicount.deploy.groups import Packing, PoolGroup, StatePool
     from kimicount.deploy.hardware import Accelerator
     from kimicount.deploy.plan import DeploymentOptions, PlanReport, StageMemory
     from kimicount.spec import ModelSpec
@@ -66,6 +67,41 @@ BATCH_DEFAULTS = (
         ((8192, 1024), (2048, 256)),
         "vllm/engine/arg_utils.py EngineArgs._set_default_args (UsageContext.OPENAI_API_SERVER)",
         since="0.8.0",
+    ),
+)
+
+
+#: The hybrid KV-cache manager for a per-sequence state beside an MLA cache (engines/vllm_hybrid.py), by
+#: release: the automatic attention block of hybrid V1 models (PR #20016, V1 for hybrid models, merged
+#: 2025-06; the block sized by vLLM itself after PR #20499, 2025-07), first released in v0.10.0.
+HYBRID_RULE: tuple[Ruled[str | None], ...] = (
+    Ruled(
+        None,
+        "hybrid models ran on V1 with a block size the user picked before the automatic one (PR #20016, "
+        "2025-06; PR #20499, 2025-07); not modelled",
+        until="0.10.0",
+    ),
+    Ruled(
+        "a MambaSpec page per sequence per KDA layer, the attention block raised to hold one, groups of the "
+        "fewest layers of a kind, num_blocks = pool // page // group_size; mamba_cache_mode none (prefix "
+        "caching off for KDA) unless --mamba-cache-mode align",
+        "vllm/model_executor/models/config.py HybridAttentionMambaModelConfig.verify_and_update_config and "
+        "MambaModelConfig (prefix caching disabled for models without mamba prefix caching); "
+        "vllm/v1/core/kv_cache_utils.py @ 001cabc _get_kv_cache_groups_uniform_page_size, "
+        "get_kv_cache_config_from_groups, get_max_concurrency_for_kv_cache_config, _report_kv_cache_config; "
+        "vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes",
+        since="0.10.0",
+    ),
+)
+#: The KV cache dtype vLLM picks for a model when --kv-cache-dtype is auto, by release: the model's
+#: own in every release kimicount knows. PR #53138 ("Default quantized GLM KV cache to FP8 on NVIDIA":
+#: GlmMoeDsaForCausalLM checkpoints quantized fp8 or modelopt_fp4, on NVIDIA, --kv-cache-dtype auto →
+#: fp8) was open when read (2026-08-20): in no release.
+KV_DTYPE_RULE = (
+    Ruled(
+        "the model's (torch_dtype)",
+        "vllm/config/cache.py CacheConfig.cache_dtype 'auto'; PR #53138 (fp8 for GLM-5 fp8 and NVFP4 checkpoints "
+        "on NVIDIA) open on 2026-08-20, in no release",
     ),
 )
 
@@ -109,6 +145,8 @@ class VLLM(ServerEngine):
             "block_size": BLOCK_SIZE,
             "batch_defaults": BATCH_DEFAULTS,
             "deepseek_v4": vllm_deepseek_v4.DEEPSEEK_V4_RULE,
+            "hybrid_kv_cache_manager": HYBRID_RULE,
+            "default_kv_cache_dtype": KV_DTYPE_RULE,
         }
 
     # --- the options -------------------------------------------------------------------------------
@@ -120,6 +158,18 @@ class VLLM(ServerEngine):
             ("--page-size", options.page_size is not None, "--block-size"),
             ("--max-running-requests", options.max_running_requests is not None, "--max-num-seqs"),
             ("--enable-dp-attention", options.dp_attention, "--dp (always data-parallel attention)"),
+            (
+                "--mamba-full-memory-ratio",
+                options.mamba_full_memory_ratio is not None,
+                "its hybrid KV-cache manager",
+            ),
+            (
+                "--max-mamba-cache-size",
+                options.max_mamba_cache_size is not None,
+                "its hybrid KV-cache manager",
+            ),
+            ("--mamba-radix-cache-strategy", options.mamba_strategy is not None, "--mamba-cache-mode"),
+            ("--disable-radix-cache", not options.radix_cache, "--mamba-cache-mode"),
         ):
             if given:
                 raise UsageError(f"{option} is SGLang's (--engine sglang); vLLM's is {instead}")
@@ -190,6 +240,52 @@ class VLLM(ServerEngine):
             anatomy.spec, 0, options.max_batched_tokens or tokens, options.max_num_seqs or sequences
         )
         return floor.bytes
+
+    def pack_state(
+        self,
+        pool: int,
+        groups: Sequence[PoolGroup],
+        options: DeploymentOptions,
+        context: int,
+        parallel: Parallel,
+    ) -> StatePool:
+        """Its hybrid KV-cache manager (HYBRID_RULE, engines/vllm_hybrid.py): one block pool for the
+        latent and the KDA state, the attention block raised to hold a state page."""
+        release = options.engine_release
+        if rule_for(HYBRID_RULE, release.version).value is None:
+            raise UsageError(
+                f"{release}: vLLM's hybrid KV-cache manager for a KDA state is modelled from 0.10.0 "
+                "(--engine vllm==0.10.0 or later)"
+            )
+        if options.mamba_ssm_dtype is not None:
+            raise UsageError(
+                "--mamba-ssm-cache-dtype: vLLM keeps the KDA recurrent state in float32 whatever it says "
+                "(kda_state_dtype); --mamba-cache-dtype sets the convolution windows"
+            )
+        return vllm_state_pool(
+            pool, groups, self.page(options), context, parallel.dcp, options.mamba_cache_mode or "none"
+        )
+
+    def state_dtypes(self, options: DeploymentOptions, spec: ModelSpec) -> tuple[str, str]:
+        """kda_state_dtype: the convolutions in --mamba-cache-dtype (auto: the model's), the recurrent
+        state in float32."""
+        from kimicount.kvcache import default_dtype
+
+        return options.mamba_cache_dtype or default_dtype(spec), "fp32"
+
+    def default_kv_dtype(self, spec: ModelSpec, release: Release) -> str | None:
+        """The model's dtype in every release kimicount knows (KV_DTYPE_RULE: PR #53138 unreleased)."""
+        rule_for(KV_DTYPE_RULE, release.version)
+        return None
+
+    def model_note(self, spec: ModelSpec) -> str | None:
+        """Kimi K3 runs on vLLM's main branch only (no release kimicount knows)."""
+        if spec.model_type == "kimi_k3":
+            return (
+                "vLLM runs Kimi K3 from its main branch (the Kimi-K3 DSpark speculator's card, 2026-08: "
+                "'use vLLM latest main'); the plan applies the hybrid rule of the releases kimicount knows"
+            )
+        return None
 
     def flag_name(self, typed: str) -> str:
         """vLLM's FlexibleArgumentParser reads --max_model_len as --max-model-len."""
@@ -291,6 +387,8 @@ class VLLM(ServerEngine):
         packing = report.fullest.packing
         if packing is not None:  # DeepSeek V4: its lines, or the error it stops with
             return [f"{report.release} would print: " + "; ".join(packing.printed)]
+        if report.states:
+            return self._hybrid_lines(report)
         parallel, page = report.parallel, report.block_size
         whole = f"{report.sequences_per_replica:,} whole sequence" + (
             "" if report.sequences_per_replica == 1 else "s"
@@ -309,5 +407,32 @@ class VLLM(ServerEngine):
                 f"{report.release} would print: Available KV cache memory: {pool / GIB:.2f} GiB; GPU KV cache "
                 f"size: {report.tokens_per_replica:,} tokens; Maximum concurrency for {report.max_model_len:,} "
                 f"tokens per request: {report.max_concurrency:.2f}x"
+            )
+        return lines
+
+    def _hybrid_lines(self, report: PlanReport) -> list[str]:
+        """A hybrid model's: the hybrid manager's arithmetic, then what vLLM prints."""
+        stage = report.fullest
+        state = stage.state
+        assert state is not None
+        figures = state.figures
+        parallel = report.parallel
+        whole = f"{report.sequences_per_replica:,} whole request" + (
+            "" if report.sequences_per_replica == 1 else "s"
+        )
+        lines = list(state.lines)
+        lines.append(
+            f"Maximum concurrency for {report.max_model_len:,} tokens per request: {figures['num_blocks']:,} blocks ÷ "
+            f"{figures['pages_per_request']:,} pages = {report.max_concurrency:.2f}× ({whole} per replica"
+            + (f", {report.sequences_per_replica * parallel.dp:,} in all" if parallel.dp > 1 else "")
+            + f"); GPU KV cache size = {figures['num_blocks']:,} // {len(figures['groups'])} groups × "
+            f"{state.block_size:,}" + (f" × DCP {parallel.dcp}" if parallel.dcp > 1 else "")
+        )
+        if stage.pool > 0:
+            lines.append(
+                f"{report.release} would print: Setting attention block size to {state.block_size} tokens to ensure "
+                f"that attention page size is >= mamba page size; Available KV cache memory: {stage.pool / GIB:.2f} "
+                f"GiB; GPU KV cache size: {report.tokens_per_replica:,} tokens; Maximum concurrency for "
+                f"{report.max_model_len:,} tokens per request: {report.max_concurrency:.2f}x"
             )
         return lines

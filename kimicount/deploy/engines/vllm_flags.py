@@ -34,6 +34,11 @@ VLLM_FLAGS = flag_table(
     (("--speculative-config",), Flag("mtp", "speculative_config")),
     (("--num-redundant-experts",), Flag("redundant_experts", "count")),
     (("--nnodes",), Flag("nodes", "count")),
+    # a hybrid model's state (vllm/config/cache.py CacheConfig.mamba_cache_dtype, mamba_ssm_cache_dtype,
+    # mamba_cache_mode)
+    (("--mamba-cache-dtype",), Flag("mamba_cache_dtype", "mamba_dtype")),
+    (("--mamba-ssm-cache-dtype",), Flag("mamba_ssm_dtype", "mamba_dtype")),
+    (("--mamba-cache-mode",), Flag("mamba_cache_mode", "text")),
     # change memory, not modelled
     (
         (
