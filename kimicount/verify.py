@@ -570,9 +570,8 @@ def _check_fp4(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint, fi
     ]
     findings.claimed += [names for names, _ in parts]
     found = Counter(map(kinds.get, plain))
-    if found.keys() <= group.kinds and all(
-        set(map(kinds.get, names)) <= {kind} and None not in map(kinds.get, names) for names, kind in parts
-    ):
+    # a missing tensor's kind is None, which no {kind} holds: one pass over each part's names
+    if found.keys() <= group.kinds and all(set(map(kinds.get, names)) <= {kind} for names, kind in parts):
         count = len(fp4)
         (_, weight), *scales = parts
         findings.weights[group.module] += _tally(found)
