@@ -11,7 +11,9 @@ The rule (python/sglang/srt/model_executor/model_runner.py, `profile_max_num_tok
     max_total_num_tokens = max_num_token // page_size × page_size
 
 so the pool is `free before load × mem_fraction_static − weights` and the share 1 − mem_fraction_static
-of the free memory is left to activations and CUDA graphs. SGLang counts in GiB and prints them as "GB".
+of the free memory is left to activations and CUDA graphs. From 0.5.18 rest_memory also loses, for a
+multimodal model, the multimodal pools SGLang allocates after sizing the pool (MM_RESERVE_RULE,
+`mm_runtime_reservation_gb`). SGLang counts in GiB and prints them as "GB".
 
 The cell (MLATokenToKVPool, mem_cache/memory_pool.py; `_compute_cell_size`): (kv_lora_rank +
 qk_rope_head_dim) × layers × element size, 1,152 B per layer in bf16 and 576 B in fp8; DeepSeek-V3.2's
@@ -42,7 +44,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from kimicount.deploy.engines import sglang_deepseek_v4
-from kimicount.deploy.engines.base import MemoryRow, Ruled, ServerEngine, StaticFraction, rule_for
+from kimicount.deploy.engines.base import MemoryRow, Ruled, ServerEngine, StaticFraction, Version, rule_for
 from kimicount.deploy.engines.reserve import Reserve
 from kimicount.deploy.engines.sglang_flags import (
     KV_CACHE_DTYPES,
@@ -135,6 +137,26 @@ INT4_MOE_RULE: tuple[Ruled[str | None], ...] = (
     ),
     Ruled(None, NOT_READ_SOURCE, since=NOT_READ),
 )
+#: What SGLang keeps from a multimodal model's KV budget for the multimodal pools it allocates only
+#: after sizing the KV pool, by release: (SGLANG_VLM_CACHE_SIZE_MB, SGLANG_MM_FEATURE_CACHE_MB) in MiB,
+#: the second only under a GPU feature transport (cuda_ipc, cuda_vmm).
+MM_RESERVE_RULE: tuple[Ruled[tuple[int, int] | None], ...] = (
+    Ruled(None, "none before PR #34141", until="0.5.18"),
+    Ruled(
+        (100, 1024),
+        "python/sglang/srt/mem_cache/kv_cache_configurator.py mm_runtime_reservation_gb, subtracted in "
+        "KVCacheConfigurator._profile_available_bytes (rest_memory = available − slack − reservation, "
+        "before _handle_max_mamba_cache splits it), read at 003fca80; python/sglang/srt/environ.py "
+        "SGLANG_VLM_CACHE_SIZE_MB EnvInt(100), SGLANG_MM_FEATURE_CACHE_MB EnvInt(1 * 1024). From PR #34141 "
+        "(2026-08-09); v0.5.18 came out 2026-08-25, so kimicount takes it to be in 0.5.18 (not read at the tag)",
+        since="0.5.18",
+    ),
+)
+#: The GPUs of one node, where SGLang's --mm-feature-transport resolves to cuda_ipc for a multimodal
+#: model on CUDA without disaggregation (the Kimi-K3 cookbook, §3.5 VLM feature transport: "Auto ·
+#: single-node Unified CUDA → CUDA IPC"; other topologies CPU): kimicount takes a plan of at most 8
+#: GPUs for one node.
+MM_IPC_NODE_GPUS = 8
 #: SGLang's mamba state pool beside the KV pool (engines/sglang_mamba.py), by release.
 MAMBA_POOL_RULE = (
     Ruled(
@@ -294,14 +316,42 @@ def preload_estimate(gpu: Accelerator) -> Preload:
     return PRELOAD_ESTIMATES[gpu.platform]
 
 
+def mm_reservation(release: Version, platform: str, gpus: int) -> tuple[int, str] | None:
+    """What SGLang keeps from a multimodal model's KV budget for its multimodal pools (MM_RESERVE_RULE):
+    the embedding cache's SGLANG_VLM_CACHE_SIZE_MB, and SGLANG_MM_FEATURE_CACHE_MB when the feature
+    transport is a GPU one, cuda_ipc on one CUDA node. [bytes]
+
+    >>> [mm_reservation(Version.parse("0.5.18"), platform, 8)[0] for platform in ("cuda", "rocm")]
+    [1178599424, 104857600]
+    >>> mm_reservation(Version.parse("0.5.8.post1"), "cuda", 8) is None
+    True
+    """
+    sizes = rule_for(MM_RESERVE_RULE, release).value
+    if sizes is None:
+        return None
+    cache, feature = sizes
+    if platform == "cuda" and gpus <= MM_IPC_NODE_GPUS:
+        words = f"{cache:,} MiB embedding cache + {feature:,} MiB cuda_ipc feature pool (one CUDA node)"
+        return (cache + feature) * MIB, words
+    words = f"{cache:,} MiB embedding cache (the feature transport is cpu)"
+    return cache * MIB, words
+
+
 def sglang_reserve(
-    gpu: Accelerator, fraction: Fraction, preload: int, preload_given: bool, preload_words: str = ""
+    gpu: Accelerator,
+    fraction: Fraction,
+    preload: int,
+    preload_given: bool,
+    preload_words: str = "",
+    multimodal: tuple[int, str] | None = None,
 ) -> Reserve:
-    """What SGLang keeps from the KV pool besides the weights: the memory in use before the weights load
-    and the share 1 − mem_fraction_static of the free memory then. [bytes]
+    """What SGLang keeps from the KV pool besides the weights: the memory in use before the weights load,
+    the share 1 − mem_fraction_static of the free memory then, and for a multimodal model from 0.5.18 its
+    multimodal pools (`multimodal`, mm_reservation). [bytes]
 
     The pool is then CUDA's total − weights − this = floor(free before load × mem_fraction_static) −
-    weights, SGLang's rest_memory (its int() of a GiB float rounds the same way to the byte).
+    weights − the multimodal pools, SGLang's rest_memory (its int() of a GiB float rounds the same way
+    to the byte).
 
     >>> from kimicount.deploy.hardware import ACCELERATORS
     >>> [b for _, _, b in sglang_reserve(ACCELERATORS["H20"], Fraction(93, 100), PRELOAD_ESTIMATE, False).terms]
@@ -314,18 +364,23 @@ def sglang_reserve(
         if preload_given
         else preload_words or PRELOAD_ESTIMATES["cuda"].source
     )
-    terms = (
+    terms: tuple[tuple[str, str, int], ...] = (
         ("before load", before, preload),
         ("static share", f"{free:,} B free × (1 − {float(fraction):g})", kept),
     )
+    formula = "memory in use before the weights load + free memory then × (1 − mem_fraction_static)"
+    if multimodal is not None:
+        terms += (("multimodal pools", multimodal[1], multimodal[0]),)
+        formula += " + the multimodal pools"
     return Reserve(
-        preload + kept,
+        preload + kept + (multimodal[0] if multimodal is not None else 0),
         not preload_given,
-        "memory in use before the weights load + free memory then × (1 − mem_fraction_static)",
+        formula,
         terms,
         "SGLang's profile_max_num_token: the memory in use before the weights load (CUDA context, NCCL "
-        "communicators, custom all-reduce buffers; an estimate unless --reserve gives it), and the share "
-        "1 − mem_fraction_static of the memory free then, left to activations and CUDA graphs",
+        "communicators, custom all-reduce buffers; an estimate unless --reserve gives it), the share "
+        "1 − mem_fraction_static of the memory free then, left to activations and CUDA graphs, and for a "
+        "multimodal model from 0.5.18 the multimodal pools it allocates after sizing the pool",
         "SGLang's rule: memory in use before the weights load, and 1 − mem_fraction_static of what is free then",
     )
 
@@ -414,6 +469,7 @@ class SGLang(ServerEngine):
         return {
             "mem_fraction_static": FRACTION_RULE,
             "multimodal": VLM_RULE,
+            "multimodal_pools": MM_RESERVE_RULE,
             "int4_moe_rocm": INT4_MOE_RULE,
             "deepseek_v4": sglang_deepseek_v4.DEEPSEEK_V4_RULE,
             "mamba_pool": MAMBA_POOL_RULE,
@@ -536,14 +592,26 @@ class SGLang(ServerEngine):
         static share of what is free then."""
         fraction = self.static_fraction(options, anatomy, gpu, parallel)
         preload, given, words = self._preload(options, gpu)
-        return sglang_reserve(gpu, fraction.value, preload, given, words)
+        multimodal = self._multimodal(options, anatomy, gpu, parallel.gpus)
+        return sglang_reserve(gpu, fraction.value, preload, given, words, multimodal)
+
+    def _multimodal(
+        self, options: DeploymentOptions, anatomy: Anatomy, gpu: Accelerator, gpus: int
+    ) -> tuple[int, str] | None:
+        """The multimodal pools for a model with a vision tower, unless planned --text-only (kimicount
+        takes a text-only server to have none; how SGLang's --language-only sets is_multimodal is not read)."""
+        if not options.vision or anatomy.spec.vision is None:
+            return None
+        return mm_reservation(options.engine_release.version, gpu.platform, gpus)
 
     def least_reserve(self, options: DeploymentOptions, anatomy: Anatomy, gpu: Accelerator) -> int:
         """Its reserve does not depend on the layout but through the fraction: the largest fraction any
         layout gets (TP1's). [bytes]"""
         fraction = self.static_fraction(options, anatomy, gpu, Parallel()).value
         preload, given, words = self._preload(options, gpu)
-        return sglang_reserve(gpu, fraction, preload, given, words).bytes
+        return sglang_reserve(
+            gpu, fraction, preload, given, words, self._multimodal(options, anatomy, gpu, 1)
+        ).bytes
 
     def load_extras(
         self, options: DeploymentOptions, anatomy: Anatomy, gpu: Accelerator, placement: Placement
@@ -706,8 +774,10 @@ class SGLang(ServerEngine):
         else:
             first = f"mem_fraction_static {value}, {report.release}'s default here: {fraction.calculation}."
         lines = [first, *(f"{sentence}." for sentence in fraction.why)]
+        multimodal = any(name == "multimodal pools" for name, _, _ in report.reserve.terms)
         lines.append(
-            "Kept back, SGLang's rule: pool = free memory before the weights load × mem_fraction_static − weights:"
+            "Kept back, SGLang's rule: pool = free memory before the weights load × mem_fraction_static − weights"
+            + (" − the multimodal pools:" if multimodal else ":")
         )
         lines.append(
             "--reserve SIZE replaces the memory in use before load; --kv-memory SIZE starts from the pool."
