@@ -52,6 +52,10 @@ class Comparison:
     kv_dtypes: tuple[str, ...]
     tp: int
     weights: tuple[Weights, ...]
+    #: A hybrid model's per-sequence state (the KDA layers', kvcache.StateCache) in all and on one GPU
+    #: under TP; 0 for a model whose cache is all per token.
+    state_per_sequence: tuple[int, ...] = ()
+    state_per_sequence_per_gpu: tuple[int, ...] = ()
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -126,4 +130,13 @@ def compare(anatomies: Sequence[Anatomy], *, tp: int = 8, max_depth: int | None 
         weights.append(
             Weights(parallel.label, placement.weight_bytes(0), placement.kind_bytes(0, Kind.routed_experts))
         )
-    return Comparison(tuple(anatomies), rows, kv, tuple(r.dtype for r in reports), tp, tuple(weights))
+    return Comparison(
+        tuple(anatomies),
+        rows,
+        kv,
+        tuple(r.dtype for r in reports),
+        tp,
+        tuple(weights),
+        tuple(r.state_bytes_per_sequence for r in reports),
+        tuple(r.state_bytes_per_sequence_per_gpu for r in reports),
+    )

@@ -74,7 +74,22 @@ def render_compare(console: Console, comparison: Comparison) -> None:
         [kv.layout, *(f"{b:,} B" for b in kv.per_token), *(f"{b:,} B" for b in kv.per_token_per_gpu)]
         for kv in comparison.kv
     ]
+    stateful = any(comparison.state_per_sequence)
+    if stateful:  # a hybrid model's KDA state: per sequence, whatever its length
+        kv_rows.append(
+            [
+                "state per sequence",
+                *(f"{b:,} B" if b else "—" for b in comparison.state_per_sequence),
+                *(f"{b:,} B" if b else "—" for b in comparison.state_per_sequence_per_gpu),
+            ]
+        )
     show_fitted(console, *fitted(console, per_token, kv_rows))
+    if stateful:
+        say(
+            console,
+            "A hybrid model's per-token rows are its MLA layers'; its other layers keep the state per sequence "
+            "instead, whatever the sequence's length (kimicount kv-cache MODEL shows both).",
+        )
     show(console)
     gpu = [Column(f"On one GPU, {comparison.weights[0].label}")] + [
         Column(name, number=True) for name in names

@@ -493,4 +493,10 @@ def compare_json(comparison: Comparison) -> dict[str, Any]:
             model: {"layout": w.label, "bytes": w.bytes_per_gpu, "routed_expert_bytes": w.routed_expert_bytes}
             for model, w in zip(models, comparison.weights)
         },
+        "state_per_sequence": {
+            model: None if total == 0 else {"bytes": total, "bytes_per_gpu": per_gpu}
+            for model, total, per_gpu in zip(
+                models, comparison.state_per_sequence, comparison.state_per_sequence_per_gpu
+            )
+        },
     }

@@ -110,6 +110,38 @@ def test_a_part_only_one_model_has():
     assert "Lightning indexer" in text and "—: the model has no such part" in " ".join(text.split())
 
 
+def test_compare_kimi_k2_and_the_hybrid_kimi_k3_and_kimi_linear():
+    """A hybrid model in compare (issue 29): its per-token rows are its MLA layers', its KDA layers' state
+    a row of its own. By hand from the configs (fixtures/kimi-k3, kimi-linear-48b-a3b):
+    K3: 24 MLA layers × (512 + 64) × 2 B = 27,648 B a token; the state per KDA layer (96 heads of
+    128 × 128 fp32 + 3 convolution windows of 3 × 96 × 128 bf16) = 6,291,456 + 221,184 = 6,512,640 B,
+    × 69 KDA layers = 449,372,160 B; at TP8, 12 heads a GPU: 786,432 + 27,648 = 814,080 B × 69 =
+    56,171,520 B. Kimi Linear: 7 MLA layers × 1,152 = 8,064 B a token; 32 heads: 2,097,152 + 73,728 =
+    2,170,880 B × 20 KDA layers = 43,417,600 B, 5,427,200 B at TP8 (4 heads)."""
+    k2, k3, kl = (
+        "moonshotai/Kimi-K2-Instruct",
+        "moonshotai/Kimi-K3",
+        "moonshotai/Kimi-Linear-48B-A3B-Instruct",
+    )
+    report = _json("compare", "kimi-k2", "kimi-k3", "kimi-linear")
+    assert report["kv_cache"]["latent"][k3]["bytes_per_token"] == 24 * 576 * 2 == 27_648
+    assert report["kv_cache"]["latent"][kl]["bytes_per_token"] == 7 * 576 * 2 == 8_064
+    assert report["state_per_sequence"][k2] is None
+    assert report["state_per_sequence"][k3] == {"bytes": 69 * 6_512_640, "bytes_per_gpu": 69 * 814_080}
+    assert 69 * 6_512_640 == 449_372_160 and 69 * (12 * 128 * 128 * 4 + 3 * 3 * 12 * 128 * 2) == 56_171_520
+    assert report["state_per_sequence"][kl] == {"bytes": 20 * 2_170_880, "bytes_per_gpu": 20 * 271_360}
+    assert (
+        32 * 128 * 128 * 4 + 3 * 3 * 32 * 128 * 2 == 2_170_880
+        and 4 * 128 * 128 * 4 + 3 * 3 * 4 * 128 * 2 == 271_360
+    )
+    # the blocks join by their kind: K2's MoE blocks and K3's KDA MoE blocks are different rows
+    rows = report["components"]
+    assert rows["transformer-blocks/moe"]["models"][k3] is None
+    assert any(row["models"][k2] is None and row["models"][k3] is not None for row in rows.values())
+    text = invoke("compare", "kimi-k2", "kimi-k3", env={"COLUMNS": "200"}).stdout
+    assert "state per sequence" in text and "449,372,160 B" in text and "56,171,520 B" in text
+
+
 def test_diff_is_compare_and_bad_input_is_one_line():
     assert (
         invoke("diff", "kimi-k2", "v3", "--json").stdout

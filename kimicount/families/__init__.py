@@ -82,7 +82,7 @@ FAMILIES = (
         ("kimi_k3",),
         ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration"),
         "kimicount.families.kimi_linear",
-        frozenset({"params", "kv-cache", "verify", "models", "flops", "show", "explore", "plan"}),
+        frozenset({"params", "kv-cache", "verify", "models", "flops", "show", "explore", "plan", "compare"}),
     ),
     Family(
         "deepseek_v4",
