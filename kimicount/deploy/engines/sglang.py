@@ -13,7 +13,9 @@ The rule (python/sglang/srt/model_executor/model_runner.py, `profile_max_num_tok
 so the pool is `free before load × mem_fraction_static − weights` and the share 1 − mem_fraction_static
 of the free memory is left to activations and CUDA graphs. From 0.5.18 rest_memory also loses, for a
 multimodal model, the multimodal pools SGLang allocates after sizing the pool (MM_RESERVE_RULE,
-`mm_runtime_reservation_gb`). SGLang counts in GiB and prints them as "GB".
+`mm_runtime_reservation_gb`). The weights SGLang loads also hold what its load makes beside the
+checkpoint (`load_extras`): the INT4 MoE's indices on ROCm (INT4_MOE_RULE), Kimi K3's MXFP4 MoE biases
+on SM100 GPUs (MXFP4_MOE_RULE). SGLang counts in GiB and prints them as "GB".
 
 The cell (MLATokenToKVPool, mem_cache/memory_pool.py; `_compute_cell_size`): (kv_lora_rank +
 qk_rope_head_dim) × layers × element size, 1,152 B per layer in bf16 and 576 B in fp8; DeepSeek-V3.2's
@@ -159,7 +161,8 @@ MXFP4_MOE_RULE: tuple[Ruled[int | None], ...] = (
         "[experts, 2 × width] and w2_weight_bias [experts, hidden] on CUDA, width and hidden rounded up to 128 "
         "on SM100 under flashinfer_mxfp4 ('256 ... causes 60GB/GPU waste for models like K3'); "
         "process_weights_after_loading (use_flashinfer) keeps them as fp32 shuffled copies "
-        "(w13_bias = ....to(torch.float32)) and adds fp32 gemm1_alpha, gemm1_beta, gemm1_clamp_limit [experts]. "
+        "(w13_bias = ....to(torch.float32); copy_or_rebind_param rebinds a parameter whose dtype differs) and "
+        "adds fp32 gemm1_alpha, gemm1_beta, gemm1_clamp_limit [experts]; the weights and scales keep their bytes. "
         "The official mxfp4.py at v0.5.18 is not in the stored index: not read at the tag",
         since=K3_RELEASE,
     ),
