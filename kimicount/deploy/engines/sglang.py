@@ -13,7 +13,9 @@ The rule (python/sglang/srt/model_executor/model_runner.py, `profile_max_num_tok
 so the pool is `free before load × mem_fraction_static − weights` and the share 1 − mem_fraction_static
 of the free memory is left to activations and CUDA graphs. From 0.5.18 rest_memory also loses, for a
 multimodal model, the multimodal pools SGLang allocates after sizing the pool (MM_RESERVE_RULE,
-`mm_runtime_reservation_gb`). SGLang counts in GiB and prints them as "GB".
+`mm_runtime_reservation_gb`). The weights SGLang loads also hold what its load makes beside the
+checkpoint (`load_extras`): the INT4 MoE's indices on ROCm (INT4_MOE_RULE), Kimi K3's MXFP4 MoE biases
+on SM100 GPUs (MXFP4_MOE_RULE). SGLang counts in GiB and prints them as "GB".
 
 The cell (MLATokenToKVPool, mem_cache/memory_pool.py; `_compute_cell_size`): (kv_lora_rank +
 qk_rope_head_dim) × layers × element size, 1,152 B per layer in bf16 and 576 B in fp8; DeepSeek-V3.2's
@@ -136,6 +138,34 @@ INT4_MOE_RULE: tuple[Ruled[str | None], ...] = (
         until=NOT_READ,
     ),
     Ruled(None, NOT_READ_SOURCE, since=NOT_READ),
+)
+#: The row of what SGLang's MXFP4 MoE allocates for Kimi K3's routed experts beyond the checkpoint
+#: (load_extras).
+MXFP4_MOE_EXTRAS = "SGLang's MXFP4 MoE biases and scalars (FlashInfer)"
+#: The GPUs of compute capability 10.x, where SGLang runs K3's MXFP4 experts on FlashInfer's trtllm-gen
+#: kernel by default (the Kimi-K3 cookbook, §2 "MoE runner": "Leave --moe-runner-backend unset on
+#: Blackwell: FlashInfer MXFP4 ... is selected"; mxfp4.py takes that path where is_sm100_supported).
+SM100_GPUS = frozenset({"B200", "B300", "GB200", "GB300"})
+#: What SGLang's Mxfp4MoEMethod allocates for Kimi K3's experts beyond the checkpoint, by release: the
+#: alignment the FlashInfer path pads the expert's width and the latent hidden size to.
+MXFP4_MOE_RULE: tuple[Ruled[int | None], ...] = (
+    Ruled(None, "Kimi K3 runs from 0.5.18", until=K3_RELEASE),
+    Ruled(
+        128,
+        "python/sglang/srt/models/kimi_k3.py KimiK3MoE.__init__ (sgl-project/sglang @ e44a41c1): a "
+        "compressed-tensors mxfp4 config is replaced by Mxfp4Config(is_checkpoint_mxfp4_serialized=True) for "
+        "the routed experts, so FusedMoE takes Mxfp4MoEMethod; python/sglang/srt/layers/quantization/"
+        "mxfp4.py Mxfp4MoEMethod.create_weights (K3-era trees modal-projects/sglang @ 005cd043 and "
+        "modal-labs/sglang @ 19759a81; bafa16ec and main of 2026-04-30 before K3 the same on CUDA): "
+        "`create_bias = with_bias or not _is_hip`, so a bias-free checkpoint still gets bf16 w13_weight_bias "
+        "[experts, 2 × width] and w2_weight_bias [experts, hidden] on CUDA, width and hidden rounded up to 128 "
+        "on SM100 under flashinfer_mxfp4 ('256 ... causes 60GB/GPU waste for models like K3'); "
+        "process_weights_after_loading (use_flashinfer) keeps them as fp32 shuffled copies "
+        "(w13_bias = ....to(torch.float32); copy_or_rebind_param rebinds a parameter whose dtype differs) and "
+        "adds fp32 gemm1_alpha, gemm1_beta, gemm1_clamp_limit [experts]; the weights and scales keep their bytes. "
+        "The official mxfp4.py at v0.5.18 is not in the stored index: not read at the tag",
+        since=K3_RELEASE,
+    ),
 )
 #: What SGLang keeps from a multimodal model's KV budget for the multimodal pools it allocates only
 #: after sizing the KV pool, by release: (SGLANG_VLM_CACHE_SIZE_MB, SGLANG_MM_FEATURE_CACHE_MB) in MiB,
@@ -420,6 +450,49 @@ def int4_moe_indices(spec: ModelSpec, placement: Placement) -> tuple[int, ...]:
     )
 
 
+def mxfp4_moe_layer_extras(experts: int, width: int, hidden: int, align: int) -> int:
+    """What SGLang's Mxfp4MoEMethod keeps for one MoE layer's experts on a GPU beyond the checkpoint,
+    on the FlashInfer path (MXFP4_MOE_RULE): per expert fp32 biases over the padded gate-up and hidden
+    widths, (2 × width' + hidden') × 4 B, three fp32 scalars (gemm1_alpha, gemm1_beta, gemm1_clamp_limit),
+    and the padding of w13 and w2 to width' and hidden' (multiples of `align`): U8 E2M1 pairs and a U8
+    scale per 32, 17/32 B a weight. [bytes]
+
+    >>> mxfp4_moe_layer_extras(896, 384, 3_584, 128)  # K3 at TP8: 896 × ((2 × 384 + 3,584) × 4 + 3 × 4)
+    15608320
+    >>> mxfp4_moe_layer_extras(896, 192, 3_584, 128)  # TP16: 896 × ((2 × 256 + 3,584) × 4 + 12 + 365,568)
+    342239744
+    """
+    padded_width, padded_hidden = -(-width // align) * align, -(-hidden // align) * align
+    biases = (2 * padded_width + padded_hidden) * 4
+    scalars = 3 * 4
+    padding = 3 * (padded_width * padded_hidden - width * hidden) * 17 // 32
+    return experts * (biases + scalars + padding)
+
+
+def mxfp4_moe_extras(spec: ModelSpec, placement: Placement, align: int) -> tuple[int, ...]:
+    """mxfp4_moe_layer_extras over the MoE layers of each stage, the experts in the latent width
+    (routed_expert_hidden_size) where the model has one. [bytes]"""
+    from kimicount.deploy.placement import expert_width_per_gpu, experts_per_gpu
+
+    parallel = placement.parallel
+    experts = experts_per_gpu(spec, parallel) if parallel.ep else spec.n_routed_experts
+    hidden = getattr(spec, "routed_expert_hidden_size", None) or spec.hidden_size
+    layer = mxfp4_moe_layer_extras(experts, expert_width_per_gpu(spec, parallel), hidden, align)
+    return tuple(sum(1 for i in layers if spec.is_moe_layer(i)) * layer for layers in placement.stages)
+
+
+def k3_mxfp4_experts(spec: ModelSpec) -> bool:
+    """Whether the model is Kimi K3 with its experts in MXFP4: the case kimi_k3.py hands to Mxfp4Config."""
+    from kimicount.spec import Fp4Quantization
+
+    quantization = spec.quantization
+    return (
+        spec.model_type == "kimi_k3"
+        and isinstance(quantization, Fp4Quantization)
+        and quantization.scheme == "mxfp4"
+    )
+
+
 def packed_experts(anatomy: Anatomy) -> bool:
     """Whether the routed experts are stored pack-quantized (compressed-tensors INT4, Kimi K2.5's)."""
     from kimicount.spec import PackedQuantization
@@ -616,8 +689,16 @@ class SGLang(ServerEngine):
     def load_extras(
         self, options: DeploymentOptions, anatomy: Anatomy, gpu: Accelerator, placement: Placement
     ) -> tuple[PlacedComponent, ...]:
-        """On ROCm, the index buffers its INT4 (compressed-tensors pack-quantized) MoE keeps (INT4_MOE_RULE)."""
+        """On ROCm, the index buffers its INT4 (compressed-tensors pack-quantized) MoE keeps (INT4_MOE_RULE);
+        on SM100 GPUs, what its MXFP4 MoE adds to Kimi K3's experts (MXFP4_MOE_RULE)."""
         spec = anatomy.spec
+        if gpu.platform == "cuda" and gpu.name in SM100_GPUS and k3_mxfp4_experts(spec):
+            align = rule_for(MXFP4_MOE_RULE, options.engine_release.version).value
+            if align is None:
+                return ()
+            rule = f"fp32 per expert, widths padded to {align}"
+            per_gpu = mxfp4_moe_extras(spec, placement, align)
+            return (PlacedComponent(MXFP4_MOE_EXTRAS, rule, 0, per_gpu, Kind.weights, False),)
         if gpu.platform != "rocm" or not packed_experts(anatomy):
             return ()
         if rule_for(INT4_MOE_RULE, options.engine_release.version).value is None:
