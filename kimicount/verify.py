@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from typing import NamedTuple
 
 from kimicount.anatomy import Anatomy, Node, Role, TensorRef
@@ -558,9 +558,9 @@ def _check_fp4(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint, fi
     themselves. As sets of kinds when every tensor is as expected; otherwise Linear by Linear, naming
     each mismatch. Returns None when every Linear is verified, else which are."""
     quantized = config_fp4(spec, group.names)
-    fp4 = [name for name, q in zip(group.names, quantized) if q]
-    plain = [name for name, q in zip(group.names, quantized) if not q]
-    stems = [name[: -len(".weight")] for name in fp4]
+    fp4 = list(compress(group.names, quantized))
+    plain = list(compress(group.names, map(operator.not_, quantized)))
+    stems = list(map(operator.getitem, fp4, repeat(slice(None, -len(".weight")))))
     parts = [
         (_suffixed(stems, f".{suffix}"), kind_of(dtype, shape))
         for suffix, (shape, dtype) in fp4_layout(spec, group.shape).items()
