@@ -560,7 +560,7 @@ def _check_fp4(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint, fi
     quantized = config_fp4(spec, group.names)
     fp4 = list(compress(group.names, quantized))
     plain = list(compress(group.names, map(operator.not_, quantized)))
-    stems = list(map(operator.getitem, fp4, repeat(slice(None, -len(".weight")))))
+    stems: list[str] = list(map(operator.getitem, fp4, repeat(slice(None, -len(".weight")))))
     parts = [
         (_suffixed(stems, f".{suffix}"), kind_of(dtype, shape))
         for suffix, (shape, dtype) in fp4_layout(spec, group.shape).items()
