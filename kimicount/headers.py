@@ -146,6 +146,11 @@ class FileHeader:
         return sum(map(hash, self.names))
 
     @cached_property
+    def kinds_by_name(self) -> dict[str, Kind]:
+        """Each tensor's kind, by name: one file's few thousand (kimicount.checkpoint.Checkpoint.kinds_of)."""
+        return dict(zip(self.names, self.kinds))
+
+    @cached_property
     def tensors(self) -> tuple[TensorInfo, ...]:
         infos = []
         for name, kind, begin, end in zip(self.names, self.kinds, self.begins, self.ends):

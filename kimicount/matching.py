@@ -14,6 +14,7 @@ handler), names are matched without one.
 from __future__ import annotations
 
 import json
+import operator
 import re
 import signal
 import threading
@@ -62,6 +63,8 @@ class Patterns:
         """Whether each module name is one of the names or matches an expression: 69,120 names on
         K2.5, so with no Python call per name where the expressions are one."""
         names, one, compiled = self.names, self.one, self.compiled
+        if one is not None and not names:  # Kimi K3's ignore list: expressions only, in C
+            return list(map(operator.is_not, map(one.match, modules), repeat(None)))
         if one is not None or not compiled:
             match = one.match if one is not None else _no_match
             return [module in names or match(module) is not None for module in modules]
@@ -180,6 +183,8 @@ def packed(
             f"{where}: key{'s' if ' and ' in keys else ''} {keys}: the patterns {expressions} take more than {MATCH_SECONDS:g} s to match "
             f"the module names (stopped at '{stopped}'): a pattern that backtracks without end"
         ) from None
+    if every_linear:
+        return list(map(operator.not_, ignored))
     return [wanted and not skipped for skipped, wanted in zip(ignored, targeted)]
 
 

@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from typing import NamedTuple
 
 from kimicount.anatomy import Anatomy, Node, Role, TensorRef
@@ -45,6 +45,8 @@ from kimicount.storage import (
 )
 
 ROTARY_SUFFIX = ".rotary_emb.inv_freq"
+#: At most this many tensors that no group claims are looked up file by file (Checkpoint.kinds_of).
+FEW_LEFT = 4096
 #: The trees of an anatomy, as verification names them.
 MODULES = ("model", "mtp", "vision")
 
@@ -345,7 +347,7 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
     return VerifyReport(
         source=checkpoint.source,
         model=spec.name,
-        tensors=len(checkpoint.kinds),
+        tensors=len(checkpoint.tensor_names),
         parameters_expected=anatomy.total,
         parameters_found=tally["model"].elements + kinds["unknown"].elements,
         weights=tally["model"],
@@ -389,16 +391,12 @@ def _check_stored(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint,
     """Tensors stored as themselves: present, of their shape and dtype, with their FP8 scale if any.
     As a set of kinds; the tensors of a group that fails go to `_check_each_stored`. Returns None when
     every tensor is verified, else which are."""
-    kinds = checkpoint.kinds
-    found_kinds = set(map(kinds.get, group.names))
+    kinds = checkpoint.kinds_of(group.names)
+    found_kinds = set(kinds)
     # one kind found (the usual case): as many of it as names; several: counted
-    found = (
-        Counter({kind: len(group.names) for kind in found_kinds})
-        if len(found_kinds) == 1
-        else Counter(map(kinds.get, group.names))
-    )
+    found = Counter({kind: len(kinds) for kind in found_kinds}) if len(found_kinds) == 1 else Counter(kinds)
     if found.keys() <= group.kinds and (
-        group.fp8_scale is None or set(map(kinds.get, group.scale_names)) == {group.scale_kind}
+        group.fp8_scale is None or set(checkpoint.kinds_of(group.scale_names)) == {group.scale_kind}
     ):
         findings.weights[group.module] += group.tally(found)
         findings.present += len(group.names) * (1 if group.fp8_scale is None else 2)
@@ -455,14 +453,14 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
     stored all one way is checked as sets of kinds (K2.5 packs 69,120 Linears in 180 groups and keeps
     the rest as themselves); any other goes to `_check_each_packable`. Returns None when every Linear
     is verified, else which are."""
-    kinds = checkpoint.kinds
     stems: list[str] = list(map(operator.getitem, group.names, repeat(slice(None, -7))))  # X.weight -> X
     triples = [_suffixed(stems, f".{suffix}") for suffix in PACKED_SUFFIXES]
     findings.claimed += triples
     count = len(group.names)
-    plain = set() if kinds.keys().isdisjoint(group.names) else kinds.keys() & group.names
+    every = checkpoint.tensor_names
+    plain = set() if every.isdisjoint(group.names) else every.intersection(group.names)
     expected = _packed_kinds(spec, group)
-    if not plain and all(set(map(kinds.get, names)) == {kind} for names, kind in zip(triples, expected)):
+    if not plain and all(set(checkpoint.kinds_of(names)) == {kind} for names, kind in zip(triples, expected)):
         weights, *metadata = (_times(count, kind) for kind in expected)
         findings.packed[group.module] += Tally(count, count * group.elements, weights.bytes)
         findings.int4_metadata += sum(metadata, Tally())
@@ -470,8 +468,8 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
         findings.linears["packed_against_config"] += count - config_packed(spec, group.names)
         findings.present += len(PACKED_SUFFIXES) * count
         return None
-    if len(plain) == count and set(map(kinds.get, chain.from_iterable(triples))) == {None}:
-        found = Counter(map(kinds.get, group.names))
+    if len(plain) == count and set(checkpoint.kinds_of(list(chain.from_iterable(triples)))) == {None}:
+        found = Counter(checkpoint.kinds_of(group.names))
         if found.keys() <= group.kinds:
             findings.weights[group.module] += _tally(found)
             findings.linears["plain"] += count
@@ -559,19 +557,20 @@ def _check_fp4(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint, fi
     fp4_layout: the U8 pairs, the group scales, NVFP4's global scale, the input scale), the others as
     themselves. As sets of kinds when every tensor is as expected; otherwise Linear by Linear, naming
     each mismatch. Returns None when every Linear is verified, else which are."""
-    kinds = checkpoint.kinds
     quantized = config_fp4(spec, group.names)
-    fp4 = [name for name, q in zip(group.names, quantized) if q]
-    plain = [name for name, q in zip(group.names, quantized) if not q]
-    stems = [name[: -len(".weight")] for name in fp4]
+    fp4 = list(compress(group.names, quantized))
+    plain = list(compress(group.names, map(operator.not_, quantized)))
+    stems: list[str] = list(map(operator.getitem, fp4, repeat(slice(None, -len(".weight")))))
     parts = [
         (_suffixed(stems, f".{suffix}"), kind_of(dtype, shape))
         for suffix, (shape, dtype) in fp4_layout(spec, group.shape).items()
     ]
     findings.claimed += [names for names, _ in parts]
-    found = Counter(map(kinds.get, plain))
+    found = Counter(checkpoint.kinds_of(plain))
     # a missing tensor's kind is None, which no {kind} holds: one pass over each part's names
-    if found.keys() <= group.kinds and all(set(map(kinds.get, names)) <= {kind} for names, kind in parts):
+    if found.keys() <= group.kinds and all(
+        set(checkpoint.kinds_of(names)) <= {kind} for names, kind in parts
+    ):
         count = len(fp4)
         (_, weight), *scales = parts
         findings.weights[group.module] += _tally(found)
@@ -619,8 +618,13 @@ def _classify_the_rest(
     scale without a quantized weight is a mismatch), a rotary buffer, or unknown. The scales of a group
     verified whole are all there, of one kind: counted as count × elements. (No name the trees expect
     or a packed Linear claims is a scale's: those end in `_scale_inv`, or DeepSeek V4's `.scale`.)"""
-    kinds = checkpoint.kinds
     rest = _unclaimed(groups, whole, checkpoint, findings)
+    # Only the names in `rest` are looked up: where they are few (Kimi K2's 61 rotary buffers) their kinds
+    # alone, else every name's.
+    kinds: dict[str, Kind] = checkpoint.kinds if len(rest) > FEW_LEFT else {}
+    if len(rest) <= FEW_LEFT:  # each is in some file: None for none of them
+        listed = sorted(rest)
+        kinds = {name: kind for name, kind in zip(listed, checkpoint.kinds_of(listed)) if kind is not None}
     scales = Tally()
     for group, verified in zip(groups, whole):
         if group.fp8_scale is None:
@@ -657,10 +661,10 @@ def _unclaimed(
     found as many names as the checkpoint has, none: no two groups claim one name (the names the trees
     expect are distinct, tests/test_verify.py checks it for every bundled model), so each name is
     claimed. That spares taking Kimi K2.5's 208,550 names out of a set of them."""
-    kinds = checkpoint.kinds
-    if all(whole) and findings.present == len(kinds):
+    every = checkpoint.tensor_names
+    if all(whole) and findings.present == len(every):
         return set()
-    rest = set(kinds)
+    rest = set(every)
     for group in groups:
         rest.difference_update(group.names)
     for names in findings.claimed:

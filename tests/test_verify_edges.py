@@ -108,6 +108,69 @@ def test_a_tensor_in_two_files_is_a_duplicate(tmp_path):
     assert report["index"]["header_data_bytes"] == 2 * 256 * 2
 
 
+def _three_files(tmp_path, shards):
+    from kimicount.checkpoint import read_folder
+
+    folder = tmp_path / "three"
+    folder.mkdir()
+    for file, tensors in shards.items():
+        write_header_only(folder / file, tensors)
+    return read_folder(folder)
+
+
+def test_kinds_looked_up_file_by_file_are_the_kinds_of_every_name(tmp_path):
+    # Runs of names in one file, a name alone between them, names in no file: each name's kind as
+    # written here (None: absent), without the dict of every name being made.
+    checkpoint = _three_files(
+        tmp_path,
+        {
+            "a.safetensors": {f"a.{i}": ((2, i + 1), "BF16") for i in range(200)},
+            "b.safetensors": {"b.0": ((3,), "F32"), "b.1": ((4,), "U8")},
+            "c.safetensors": {f"c.{i}": ((i + 1,), "F8_E4M3") for i in range(70)},
+        },
+    )
+    names = [f"a.{i}" for i in range(150)] + ["b.1", "nowhere", "c.69", "a.199", "c.0", "b.0", "b.9"]
+    names += [f"c.{i}" for i in range(70)] + [f"a.{i}" for i in range(150, 200)]
+    expected = [f"[2, {i + 1}] BF16" for i in range(150)]
+    expected += ["[4] U8", None, "[70] F8_E4M3", "[2, 200] BF16", "[1] F8_E4M3", "[3] F32", None]
+    expected += [f"[{i + 1}] F8_E4M3" for i in range(70)] + [f"[2, {i + 1}] BF16" for i in range(150, 200)]
+    assert checkpoint.kinds_of(names) == expected
+    assert checkpoint.kinds_of([]) == [] and checkpoint.kinds_of(["nowhere"]) == [None]
+    assert "kinds" not in checkpoint.__dict__  # looked up in each file's own names
+    assert len(checkpoint.tensor_names) == 272 and not checkpoint.duplicates
+
+
+def test_a_name_in_two_files_has_the_last_files_kind(tmp_path):
+    # as `kinds` says (and a `duplicate` mismatch): b.safetensors, read last, holds it in F32
+    checkpoint = _three_files(
+        tmp_path,
+        {
+            "a.safetensors": {"x": ((2,), "BF16"), "y": ((1,), "BF16")},
+            "b.safetensors": {"x": ((2,), "F32")},
+        },
+    )
+    assert checkpoint.duplicates == ("x",)
+    assert checkpoint.kinds_of(["x", "y", "z"]) == ["[2] F32", "[1] BF16", None]
+    assert len(checkpoint.tensor_names) == 2
+
+
+def test_a_checkpoint_verified_whole_makes_no_dict_of_every_name(tmp_path):
+    # its names spread over two files, one by one (write_tiny_fp8_checkpoint deals them out in turn)
+    pytest.importorskip("torch")  # the checkpoint is written for real
+    from kimicount.anatomy import build_anatomy
+    from kimicount.checkpoint import read_folder
+    from kimicount.spec import spec_from_path
+    from kimicount.verify import verify as verify_checkpoint
+
+    from .checkpoints import write_tiny_fp8_checkpoint
+
+    folder = write_tiny_fp8_checkpoint(tmp_path / "tiny")
+    checkpoint = read_folder(folder)
+    report = verify_checkpoint(build_anatomy(spec_from_path(folder)), checkpoint)
+    assert report.ok and report.tensors == len(checkpoint.files[0].names) + len(checkpoint.files[1].names)
+    assert "kinds" not in checkpoint.__dict__
+
+
 def test_an_index_with_no_tensors_is_bad_input(tmp_path):
     folder = tmp_path / "empty"
     folder.mkdir()

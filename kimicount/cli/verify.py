@@ -91,7 +91,7 @@ def verify(
         spec, checkpoint = load_checkpoint(path, repo, revision, config, activity.on_file, activity.hub)
         require_command(spec, "verify")
         # a family whose checkpoints come in two namings is checked in the one these names use
-        report = verify_checkpoint(build_anatomy(spec_for_names(spec, checkpoint.kinds)), checkpoint)
+        report = verify_checkpoint(build_anatomy(spec_for_names(spec, checkpoint.tensor_names)), checkpoint)
     # The headers' hundreds of thousands of objects were made with the collector off (checkpoint.paused_gc,
     # while they are read and while they are checked), so they all sit in its youngest generation: the
     # next collection would scan every one. Nothing of them is garbage before the run ends; keep them
