@@ -94,10 +94,10 @@ def model_groups(
     """
     from kimicount.families import cache_groups
 
-    own = cache_groups(spec, layers > spec.num_hidden_layers)  # the MTP layer's too when the GPU holds it
-    if not has_mla_group(own):  # DeepSeek V4: its groups as the family gives them (fp8)
-        return tuple(PoolGroup(g.kind, len(g.layers), group=g) for g in own)
     groups = cache_groups(spec)
+    if not has_mla_group(groups):  # DeepSeek V4: its groups as the family gives them (fp8), the MTP
+        own = cache_groups(spec, layers > spec.num_hidden_layers)  # layer's too when the GPU holds it
+        return tuple(PoolGroup(g.kind, len(g.layers), group=g) for g in own)
     mla_group = per_token_group(groups)
     mla = mla_group.mla
     assert mla is not None  # per_token_group returns MLA groups only

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from kimicount.anatomy import Anatomy
-from kimicount.cache_groups import has_mla_group
+from kimicount.cache_groups import has_mla_group, state_groups
 from kimicount.deploy.engines import DEFAULT_SERVER, server_engine
 from kimicount.deploy.engines.base import Release, ServerEngine, StaticFraction, Version
 from kimicount.deploy.engines.deepep import DeepEPBuffer, low_latency_buffer
@@ -63,9 +63,6 @@ GIB = 2**30
 
 def per_sequence_state(spec: ModelSpec) -> bool:
     """Whether the model keeps a per-sequence state (a hybrid model's KDA layers)."""
-    from kimicount.cache_groups import state_groups
-    from kimicount.families import cache_groups
-
     return bool(state_groups(cache_groups(spec)))
 
 
