@@ -11,7 +11,15 @@ from kimicount.flow import FlopsReport, Mla, node_calculation, node_compute
 
 def flops_json(report: FlopsReport) -> dict[str, Any]:
     """`kimicount flops --json`: the tree with each node's matmul FLOPs per token, the attention per way,
-    and the totals."""
+    and the totals; for a hybrid model, its recurrent layers' "state" last."""
+    data = _tables_json(report)
+    if (state := flops_state_json(report)) is not None:
+        data["state"] = state
+    return data
+
+
+def _tables_json(report: FlopsReport) -> dict[str, Any]:
+    """flops_json's tree, attention and totals."""
     from kimicount.component_ids import tree_ids
 
     spec = report.spec

@@ -66,12 +66,9 @@ def flops_command(
     anatomy = build_anatomy(spec)
     report = flops_report(anatomy.spec, anatomy.model, tokens=prompt, context=positions)
     if as_json:
-        from kimicount.reports_flops import flops_json, flops_state_json
+        from kimicount.reports_flops import flops_json
 
-        data = flops_json(report)
-        if (state := flops_state_json(report)) is not None:  # a hybrid model's recurrent layers
-            data["state"] = state
-        print_json(data)
+        print_json(flops_json(report))
         return
     from kimicount.render import make_console
     from kimicount.render_flow import render_flops
