@@ -45,6 +45,9 @@ class Patterns:
         re.Pattern[str], ...
     ]  # each on its own: flags, group names and backreferences are its own
     one: re.Pattern[str] | None  # all of them as one alternation, where that means the same (_one_of)
+    #: Where every expression is `.*` and a choice of literals (`.*mlp\.(gate|up)_proj.*`): the literals,
+    #: one of which a name that matches contains (_substrings); else None.
+    substrings: frozenset[str] | None = None
 
     @classmethod
     def of(cls, patterns: Iterable[str]) -> Patterns:
@@ -54,10 +57,30 @@ class Patterns:
         expressions = tuple(p[3:] for p in patterns if p.startswith("re:"))
         names = frozenset(p for p in patterns if not p.startswith("re:"))
         compiled = tuple(re.compile(e) for e in expressions)
-        return cls(names, expressions, compiled, _one_of(compiled))
+        substrings: frozenset[str] | None = frozenset()
+        for expression in expressions:
+            literals = _substrings(expression)
+            substrings = None if literals is None or substrings is None else substrings | literals
+        return cls(names, expressions, compiled, _one_of(compiled), substrings)
 
     def matches(self, module: str) -> bool:
         return self.each((module,))[0]
+
+    def none_of(self, modules: list[str]) -> bool:
+        """True when no module name is one of the names or matches an expression, as decided without
+        `re` where the expressions allow: each then matches exactly the names that contain one of
+        `substrings` (`.` matches anything but a newline, and no name holds one), and a search of the
+        names joined by newlines, one literal at a time, finds none. Kimi K3's ignore list against its
+        248,064 routed-expert Linears: 0.06 s, against 0.16 s for `re` (which tries `.*` at every cut
+        of every name). False where that cannot be decided so: `each` decides."""
+        if self.substrings is None or not modules:
+            return False
+        text = "\n".join(modules)
+        return (
+            text.count("\n") == len(modules) - 1  # no name holds a newline
+            and not any(map(text.__contains__, self.substrings))
+            and self.names.isdisjoint(modules)
+        )
 
     def each(self, modules: Iterable[str]) -> list[bool]:
         """Whether each module name is one of the names or matches an expression: 69,120 names on
@@ -69,6 +92,78 @@ class Patterns:
             match = one.match if one is not None else _no_match
             return [module in names or match(module) is not None for module in modules]
         return [module in names or any(p.match(module) for p in compiled) for module in modules]
+
+
+#: What stands for itself in an expression when it is not escaped.
+_META = frozenset(".^$*+?{}[]\\|()")
+#: At most this many literals are taken from one expression (its choices multiply out).
+_MAX_LITERALS = 256
+
+
+def _substrings(expression: str) -> frozenset[str] | None:
+    r"""The literals that `.*E` or `.*E.*` matches (with re.match) a name exactly when it contains one,
+    for an E of literal characters, escaped punctuation and groups of choices (`(a|b)`, `(?:a|b)`):
+    anything else (a class, a quantifier, a flag, an anchor, a backreference, a `|` outside a group,
+    which would split `.*` from the rest) is None, and `re` decides.
+
+    >>> sorted(_substrings(r".*mlp\.(gate|up)_proj.*")), sorted(_substrings(".*lm_head"))
+    (['mlp.gate_proj', 'mlp.up_proj'], ['lm_head'])
+    >>> [_substrings(e) for e in ("lm_head.*", r".*experts\.[0-9]+.*", r".*a\.*", ".*a|b.*", ".*(a|b)*")]
+    [None, None, None, None, None]
+    """
+    if not expression.startswith(".*"):
+        return None
+    body = expression[2:]
+    if body.endswith(".*") and (len(body) - 2 - len(body[:-2].rstrip("\\"))) % 2 == 0:
+        body = body[:-2]  # a trailing `.*` whose dot is not escaped: it matches whatever follows
+    literals, end = _sequence(body, 0)
+    if literals is None or end != len(body) or any("\n" in literal for literal in literals):
+        return None
+    return frozenset(literals)
+
+
+def _choices(text: str, pos: int) -> tuple[list[str] | None, int]:
+    """The literals of `a|b|…` from `pos` up to a `)` or the end, and where it stopped."""
+    literals: list[str] = []
+    while True:
+        sequence, pos = _sequence(text, pos)
+        if sequence is None:
+            return None, pos
+        literals += sequence
+        if pos < len(text) and text[pos] == "|":
+            pos += 1
+            continue
+        return (literals if len(literals) <= _MAX_LITERALS else None), pos
+
+
+def _sequence(text: str, pos: int) -> tuple[list[str] | None, int]:
+    """The literals of one choice, up to a `|`, a `)` or the end: its atoms in turn, a group's choices
+    multiplying them out."""
+    literals = [""]
+    while pos < len(text) and text[pos] not in "|)":
+        char = text[pos]
+        if char == "(":
+            start = pos + 3 if text.startswith("(?:", pos) else pos + 1
+            if text.startswith("(?", pos) and start == pos + 1:  # a flag, a name, a lookaround
+                return None, pos
+            atom, pos = _choices(text, start)
+            if atom is None or pos >= len(text) or text[pos] != ")":
+                return None, pos
+            pos += 1
+        elif char == "\\":
+            if pos + 1 >= len(text) or text[pos + 1].isalnum() or text[pos + 1].isspace():
+                return None, pos  # \d, \1, \n, \b…: not one literal character
+            atom, pos = [text[pos + 1]], pos + 2
+        elif char in _META:
+            return None, pos
+        else:
+            atom, pos = [char], pos + 1
+        if pos < len(text) and text[pos] in "*+?{":  # the atom repeated (or optional): no literal
+            return None, pos
+        if len(literals) * len(atom) > _MAX_LITERALS:
+            return None, pos
+        literals = [head + tail for head in literals for tail in atom]
+    return literals, pos
 
 
 def _no_match(_module: str) -> None:
@@ -170,7 +265,7 @@ def packed(
     pending = iter(modules)  # each pass takes names from it, so what is left says where time ran out
     try:
         with _deadline(MATCH_SECONDS):
-            ignored = ignore.each(pending)
+            ignored = [False] * len(modules) if ignore.none_of(modules) else ignore.each(pending)
             pending = iter(modules)
             targeted = repeat(True) if every_linear else targets.each(pending)
     except _TooSlow:

@@ -81,3 +81,75 @@ def test_targets_by_name_and_expression():
         "model.layers.1.mlp.experts.2.up_proj",
     ]
     assert packed(ignore, targets, False, modules, "config") == [True, True, False, False]
+
+
+K3_IGNORE = [  # fixtures/kimi-k3/config.json, text_config.quantization_config.ignore
+    "re:.*self_attn.*",
+    "re:.*shared_experts.*",
+    r"re:.*mlp\.(gate|up|gate_up|down)_proj.*",
+    "re:.*lm_head.*",
+    "re:.*vision_tower.*",
+    "re:.*mm_projector.*",
+]
+
+
+def test_kimi_k3_ignore_list_is_decided_by_substrings():
+    # Each of K3's expressions is `.*`, literals, `.*`: a name matches exactly when it contains one.
+    ignore = Patterns.of(K3_IGNORE)
+    assert ignore.substrings == {
+        "self_attn",
+        "shared_experts",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.gate_up_proj",
+        "mlp.down_proj",
+        "lm_head",
+        "vision_tower",
+        "mm_projector",
+    }
+    experts = [
+        f"model.layers.{layer}.mlp.experts.{e}.{w}_proj" for layer in (1, 92) for e in (0, 895) for w in "gud"
+    ]
+    assert ignore.none_of(experts)
+    assert packed(ignore, Patterns.of([]), True, experts, "config") == [True] * 12
+    # one ignored name among them: `re` decides, name by name
+    names = [*experts, "model.layers.3.mlp.shared_experts.down_proj"]
+    assert not ignore.none_of(names)
+    assert packed(ignore, Patterns.of([]), True, names, "config") == [True] * 12 + [False]
+
+
+# Expressions where taking literals would go wrong if done carelessly, with the literals (written out)
+# that decide them, or None where `re` must; `re.match` itself, not kimicount, gives each answer.
+TRICKY = [
+    (".*a|b.*", None),  # `|` outside a group: `.*a` or `b.*` (starts with b), not "contains a or b"
+    (".*(a|b)*", None),  # a repeated group matches the empty string: every name
+    (r".*x\.*", None),  # an escaped dot, repeated: contains x
+    (r".*x\\.*", {"x\\"}),  # an escaped backslash, then `.*`: contains x\
+    (".*(?:ab|c)d.*", {"abd", "cd"}),
+    (".*ab?c.*", None),
+    (".*[ab]c.*", None),
+    (".*(?P<n>a)", None),
+    (r".*a\b", None),  # a word boundary, not a letter
+    (".*", {""}),  # every name
+    (r".*e\.1.*", {"e.1"}),
+]
+NAMES = ["a", "b", "ba", "xb", "x", "x\\y", "abd", "cd", "ac", "abc", "e.1", "e11", "", "zz"]
+
+
+@pytest.mark.parametrize("expression, literals", TRICKY)
+def test_substrings_agree_with_re(expression, literals):
+    import re
+
+    compiled = re.compile(expression)
+    patterns = Patterns.of([f"re:{expression}"])
+    assert patterns.substrings == literals
+    for name in NAMES:
+        expected = compiled.match(name) is not None
+        assert patterns.each([name]) == [expected], name
+        if literals is not None:
+            assert patterns.none_of([name]) == (not expected), name
+        else:
+            assert not patterns.none_of([name])  # undecided: `each` decides
+    # a name with a newline: `.` stops there, so literals cannot decide
+    assert not Patterns.of(["re:.*zz.*"]).none_of(["a\nzz"])
+    assert Patterns.of(["re:.*zz.*"]).each(["a\nzz"]) == [False]
