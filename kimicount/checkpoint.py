@@ -74,39 +74,59 @@ class Checkpoint:
         """Every tensor name, once (a name in several files too)."""
         return frozenset().union(*(header.names for header in self.files))
 
-    def kinds_of(self, names: Sequence[str]) -> list[Kind | None]:
-        """Each name's kind, None for a name in no file: what `map(self.kinds.get, names)` gives. Looked up
-        file by file, in runs of names that one file holds (the names verification asks for come layer
-        by layer, a layer's in one file), so that the dict of every name is not made: Kimi K3's 497,220
-        cost 0.2 s to put in one, and as much again to look up there, where each lookup misses the
-        cache (a file's few thousand do not). A name in no file is one that `tensor_names` lacks; a name
-        in several files (`duplicates`) has the last file's kind, from `kinds`, as has every name once
-        that dict is made."""
+    def kind_counts(self, names: Sequence[str]) -> Counter[Kind | None]:
+        """How many of these names have each kind (None: in no file), what `Counter(map(self.kinds.get,
+        names))` gives. Looked up file by file, in runs of names that one file holds (the names
+        verification asks for come layer by layer, a layer's in one file), a block at a time as a set
+        of kinds (one, mostly), so that neither the dict of every name nor a list of every kind is made:
+        Kimi K3's 497,220 names cost 0.2 s to put in one dict, and as much again to look up there,
+        where each lookup misses the cache (a file's few thousand do not). A name in no file is one
+        that `tensor_names` lacks; a name in several files (`duplicates`) has the last file's kind, from
+        `kinds`, as has every name once that dict is made."""
         if self.duplicates or "kinds" in self.__dict__:
-            return list(map(self.kinds.get, names))
+            return Counter(map(self.kinds.get, names))
         files = [header.kinds_by_name for header in self.files]
         every = self.tensor_names
-        found: list[Kind | None] = []
+        counts: Counter[Kind | None] = Counter()
         start, end, current, size = 0, len(names), 0, 64
         while start < end:
             name = names[start]
             if name not in every:
-                found.append(None)
+                counts[None] += 1
                 start += 1
                 continue
             while name not in files[current]:  # one file holds it (no duplicates)
                 current = (current + 1) % len(files)
             held, first = files[current], start
             while True:  # in blocks, the first as long as the run before, then twice as long each
-                block = list(map(held.get, names[start : start + size]))
-                run = block.index(None) if None in block else len(block)
-                found += block if run == len(block) else block[:run]
-                start += run
-                if run < len(block) or start == end or names[start] not in held:
+                block = names[start : start + size]
+                kinds = set(map(held.get, block))
+                if None in kinds:  # the run ends in this block: up to there
+                    found = list(map(held.get, block))
+                    block = block[: found.index(None)]
+                    kinds = set(found[: len(block)])
+                if len(kinds) == 1:
+                    counts[kinds.pop()] += len(block)
+                else:
+                    counts.update(map(held.get, block))
+                start += len(block)
+                if len(block) < size or start == end or names[start] not in held:
                     break
                 size *= 2
             size = start - first
-        return found
+        return counts
+
+    def kinds_of(self, names: Sequence[str]) -> list[Kind | None]:
+        """Each name's kind, None for a name in no file: what `map(self.kinds.get, names)` gives, each
+        name sought file by file (for a few names: `kind_counts` takes many), without the dict of
+        every name unless it is made already."""
+        if self.duplicates or "kinds" in self.__dict__:
+            return list(map(self.kinds.get, names))
+        files = [header.kinds_by_name for header in self.files]
+        every = self.tensor_names
+        return [
+            next(held[name] for held in files if name in held) if name in every else None for name in names
+        ]
 
     @cached_property
     def kinds(self) -> dict[str, Kind]:

@@ -391,12 +391,9 @@ def _check_stored(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint,
     """Tensors stored as themselves: present, of their shape and dtype, with their FP8 scale if any.
     As a set of kinds; the tensors of a group that fails go to `_check_each_stored`. Returns None when
     every tensor is verified, else which are."""
-    kinds = checkpoint.kinds_of(group.names)
-    found_kinds = set(kinds)
-    # one kind found (the usual case): as many of it as names; several: counted
-    found = Counter({kind: len(kinds) for kind in found_kinds}) if len(found_kinds) == 1 else Counter(kinds)
+    found = checkpoint.kind_counts(group.names)  # a missing name's kind is None, which no group has
     if found.keys() <= group.kinds and (
-        group.fp8_scale is None or set(checkpoint.kinds_of(group.scale_names)) == {group.scale_kind}
+        group.fp8_scale is None or checkpoint.kind_counts(group.scale_names).keys() == {group.scale_kind}
     ):
         findings.weights[group.module] += group.tally(found)
         findings.present += len(group.names) * (1 if group.fp8_scale is None else 2)
@@ -460,7 +457,9 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
     every = checkpoint.tensor_names
     plain = set() if every.isdisjoint(group.names) else every.intersection(group.names)
     expected = _packed_kinds(spec, group)
-    if not plain and all(set(checkpoint.kinds_of(names)) == {kind} for names, kind in zip(triples, expected)):
+    if not plain and all(
+        checkpoint.kind_counts(names).keys() == {kind} for names, kind in zip(triples, expected)
+    ):
         weights, *metadata = (_times(count, kind) for kind in expected)
         findings.packed[group.module] += Tally(count, count * group.elements, weights.bytes)
         findings.int4_metadata += sum(metadata, Tally())
@@ -468,8 +467,8 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
         findings.linears["packed_against_config"] += count - config_packed(spec, group.names)
         findings.present += len(PACKED_SUFFIXES) * count
         return None
-    if len(plain) == count and set(checkpoint.kinds_of(list(chain.from_iterable(triples)))) == {None}:
-        found = Counter(checkpoint.kinds_of(group.names))
+    if len(plain) == count and checkpoint.kind_counts(list(chain.from_iterable(triples))).keys() == {None}:
+        found = checkpoint.kind_counts(group.names)
         if found.keys() <= group.kinds:
             findings.weights[group.module] += _tally(found)
             findings.linears["plain"] += count
@@ -566,10 +565,10 @@ def _check_fp4(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint, fi
         for suffix, (shape, dtype) in fp4_layout(spec, group.shape).items()
     ]
     findings.claimed += [names for names, _ in parts]
-    found = Counter(checkpoint.kinds_of(plain))
+    found = checkpoint.kind_counts(plain)
     # a missing tensor's kind is None, which no {kind} holds: one pass over each part's names
     if found.keys() <= group.kinds and all(
-        set(checkpoint.kinds_of(names)) <= {kind} for names, kind in parts
+        checkpoint.kind_counts(names).keys() <= {kind} for names, kind in parts
     ):
         count = len(fp4)
         (_, weight), *scales = parts

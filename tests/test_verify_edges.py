@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections import Counter
 
 import pytest
 
@@ -136,6 +137,12 @@ def test_kinds_looked_up_file_by_file_are_the_kinds_of_every_name(tmp_path):
     expected += [f"[{i + 1}] F8_E4M3" for i in range(70)] + [f"[2, {i + 1}] BF16" for i in range(150, 200)]
     assert checkpoint.kinds_of(names) == expected
     assert checkpoint.kinds_of([]) == [] and checkpoint.kinds_of(["nowhere"]) == [None]
+    # counted a block at a time: the same kinds, as many of each
+    assert checkpoint.kind_counts(names) == Counter(expected)
+    assert checkpoint.kind_counts(names[:150]) == {f"[2, {i + 1}] BF16": 1 for i in range(150)}
+    same = [f"a.{i}" for i in range(200)] * 3  # long runs of one file, its blocks doubling
+    assert sum(checkpoint.kind_counts(same).values()) == 600 and len(checkpoint.kind_counts(same)) == 200
+    assert checkpoint.kind_counts([]) == {} and checkpoint.kind_counts(["nowhere", "b.9"]) == {None: 2}
     assert "kinds" not in checkpoint.__dict__  # looked up in each file's own names
     assert len(checkpoint.tensor_names) == 272 and not checkpoint.duplicates
 
@@ -151,6 +158,7 @@ def test_a_name_in_two_files_has_the_last_files_kind(tmp_path):
     )
     assert checkpoint.duplicates == ("x",)
     assert checkpoint.kinds_of(["x", "y", "z"]) == ["[2] F32", "[1] BF16", None]
+    assert checkpoint.kind_counts(["x", "y", "z", "x"]) == {"[2] F32": 2, "[1] BF16": 1, None: 1}
     assert len(checkpoint.tensor_names) == 2
 
 
