@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import chain, compress, repeat
@@ -238,8 +238,13 @@ class ExpectedGroup:
         return Tally(stored.tensors, stored.tensors * self.elements, stored.bytes)
 
 
-def _suffixed(names: Iterable[str], suffix: str) -> list[str]:
-    return list(map(operator.add, names, repeat(suffix)))
+def _form_names(weights: Iterable[str], suffix: str) -> list[str]:
+    """The names of one stored form of these Linears, `X.weight` -> `X.<suffix>`, in C: a suffix that
+    begins `weight` by one concatenation (X.weight + `_packed`), any other by a cut and a concatenation."""
+    if suffix.startswith("weight"):
+        return list(map(operator.add, weights, repeat(suffix.removeprefix("weight"))))
+    stems = map(operator.getitem, weights, repeat(slice(None, -len(".weight"))))
+    return list(map(operator.add, stems, repeat(f".{suffix}")))
 
 
 def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[ExpectedGroup]:
@@ -309,7 +314,9 @@ class _Findings:
     packed: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))  # logical size, packed bytes
     int4_metadata: Tally = field(default_factory=Tally)
     fp4_scales: Tally = field(default_factory=Tally)
-    claimed: list[list[str]] = field(default_factory=list)  # packed-form names checked with their Linear
+    #: The packed or FP4 forms checked with their Linears: (the Linears' weight names, the suffix that
+    #: takes the place of `.weight`), their names made again only when some tensor is left unclaimed.
+    claimed: list[tuple[Sequence[str], str]] = field(default_factory=list)
     present: int = 0  # names that groups verified whole found in the checkpoint (scales, packed forms too)
     linears: Counter = field(default_factory=Counter)
 
@@ -450,9 +457,8 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
     stored all one way is checked as sets of kinds (K2.5 packs 69,120 Linears in 180 groups and keeps
     the rest as themselves); any other goes to `_check_each_packable`. Returns None when every Linear
     is verified, else which are."""
-    stems: list[str] = list(map(operator.getitem, group.names, repeat(slice(None, -7))))  # X.weight -> X
-    triples = [_suffixed(stems, f".{suffix}") for suffix in PACKED_SUFFIXES]
-    findings.claimed += triples
+    triples = [_form_names(group.names, suffix) for suffix in PACKED_SUFFIXES]
+    findings.claimed += [(group.names, suffix) for suffix in PACKED_SUFFIXES]
     count = len(group.names)
     every = checkpoint.tensor_names
     plain = set() if every.isdisjoint(group.names) else every.intersection(group.names)
@@ -559,16 +565,14 @@ def _check_fp4(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint, fi
     quantized = config_fp4(spec, group.names)
     fp4 = list(compress(group.names, quantized))
     plain = list(compress(group.names, map(operator.not_, quantized)))
-    stems: list[str] = list(map(operator.getitem, fp4, repeat(slice(None, -len(".weight")))))
     parts = [
-        (_suffixed(stems, f".{suffix}"), kind_of(dtype, shape))
-        for suffix, (shape, dtype) in fp4_layout(spec, group.shape).items()
+        (suffix, kind_of(dtype, shape)) for suffix, (shape, dtype) in fp4_layout(spec, group.shape).items()
     ]
-    findings.claimed += [names for names, _ in parts]
+    findings.claimed += [(fp4, suffix) for suffix, _ in parts]
     found = checkpoint.kind_counts(plain)
-    # a missing tensor's kind is None, which no {kind} holds: one pass over each part's names
+    # a missing tensor's kind is None, which no {kind} holds: one pass over each part's names, made in turn
     if found.keys() <= group.kinds and all(
-        checkpoint.kind_counts(names).keys() <= {kind} for names, kind in parts
+        checkpoint.kind_counts(_form_names(fp4, suffix)).keys() <= {kind} for suffix, kind in parts
     ):
         count = len(fp4)
         (_, weight), *scales = parts
@@ -666,8 +670,8 @@ def _unclaimed(
     rest = set(every)
     for group in groups:
         rest.difference_update(group.names)
-    for names in findings.claimed:
-        rest.difference_update(names)
+    for weights, suffix in findings.claimed:
+        rest.difference_update(_form_names(weights, suffix))
     for group, verified in zip(groups, whole):
         if verified and group.fp8_scale is not None:
             rest.difference_update(group.scale_names)
