@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import chain, compress, repeat
@@ -190,7 +190,7 @@ class ExpectedGroup:
     role: Role
     module: str
     parts: tuple[tuple[int, int], ...]  # (component id, elements owned per tensor)
-    names: tuple[str, ...]
+    ref: TensorRef  # the pattern its names come from (`names`)
     layer_counts: tuple[tuple[int | None, int], ...]  # (layer, names in it), in the order of `names`
     dtypes: tuple[str, ...]  # when stored as itself
     fp8_scale: tuple[int, int] | None  # the block scale each tensor has, in FP8 (and V4's FP4) checkpoints
@@ -201,6 +201,26 @@ class ExpectedGroup:
     scale_suffix: str = FP8_SCALE_SUFFIX
     #: The shape each tensor is stored in when it is not its logical shape (FP4: two values a byte).
     stored: tuple[int, ...] | None = None
+    #: Its names, once made (`with_names`), or given (a group of one, checked tensor by tensor).
+    listed: tuple[str, ...] | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The tensor names, made each time they are asked for unless `listed`: a 1T checkpoint's half
+        million are not all kept at once, each group's made just before it is checked (still in the
+        cache when they are looked up) and let go after."""
+        return self.listed if self.listed is not None else _names(self.ref)
+
+    def with_names(self) -> ExpectedGroup:
+        return replace(self, listed=self.names)
+
+    def without_names(self) -> ExpectedGroup:
+        return self if self.listed is None else replace(self, listed=None)
+
+    @property
+    def count(self) -> int:
+        """How many tensors (names)."""
+        return sum(n for _, n in self.layer_counts)
 
     @property
     def elements(self) -> int:
@@ -259,7 +279,10 @@ def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[Expe
     for owners in refs.values():
         component_id, ref = owners[0]
         module = components[component_id].module
-        names, layer_counts = _names(ref)
+        layers = ref.layers or (None,)
+        layer_counts = tuple((layer, ref.experts or 1) for layer in layers)
+        if module == "vision":
+            layer_counts = ((None, len(layers) * (ref.experts or 1)),)
         dtypes, stored, scale, scale_dtype = plain_dtypes(spec, ref.role), None, None, "F32"
         if fp4_quantized(spec, ref):
             layout = fp4_e2m1_layout(ref.shape)
@@ -273,8 +296,8 @@ def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[Expe
                 role=ref.role,
                 module=module,
                 parts=tuple((owner, r.elements) for owner, r in owners),
-                names=names,
-                layer_counts=layer_counts if module != "vision" else ((None, len(names)),),
+                ref=ref,
+                layer_counts=layer_counts,
                 dtypes=dtypes,
                 fp8_scale=scale,
                 packable=packable(spec, ref.role) and module != "vision",
@@ -287,14 +310,12 @@ def expected_groups(anatomy: Anatomy, components: list[_Component]) -> list[Expe
     return groups
 
 
-def _names(ref: TensorRef) -> tuple[tuple[str, ...], tuple[tuple[int | None, int], ...]]:
-    """The names `ref.layer_names()` gives, in its order, and how many in each layer: the 69,120 expert
-    names of Kimi K2 joined in C (the layer filled once, then only the expert index)."""
+def _names(ref: TensorRef) -> tuple[str, ...]:
+    """The names `ref.layer_names()` gives, in its order: the 69,120 expert names of Kimi K2 joined in C
+    (the layer filled once, then only the expert index)."""
     layers = ref.layers or (None,)
     if not ref.experts:
-        return tuple(ref.pattern.format(layer=layer) for layer in layers), tuple(
-            (layer, 1) for layer in layers
-        )
+        return tuple(ref.pattern.format(layer=layer) for layer in layers)
     names: list[str] = []
     tails: list[str] = []
     for layer in layers:
@@ -302,7 +323,7 @@ def _names(ref: TensorRef) -> tuple[tuple[str, ...], tuple[tuple[int | None, int
         if not tails or tails[0] != f"0{tail}":  # each expert's index and what follows it, once
             tails = [f"{expert}{tail}" for expert in range(ref.experts)]
         names += map(operator.add, repeat(head), tails)  # one join per name
-    return tuple(names), tuple((layer, ref.experts) for layer in layers)
+    return tuple(names)
 
 
 @dataclass
@@ -314,9 +335,10 @@ class _Findings:
     packed: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))  # logical size, packed bytes
     int4_metadata: Tally = field(default_factory=Tally)
     fp4_scales: Tally = field(default_factory=Tally)
-    #: The packed or FP4 forms checked with their Linears: (the Linears' weight names, the suffix that
-    #: takes the place of `.weight`), their names made again only when some tensor is left unclaimed.
-    claimed: list[tuple[Sequence[str], str]] = field(default_factory=list)
+    #: The packed or FP4 forms checked with their Linears: (their group, which of its Linears take that
+    #: form (None: all), the suffix that takes the place of `.weight`), their names made again only
+    #: when some tensor is left unclaimed.
+    claimed: list[tuple[ExpectedGroup, list[bool] | None, str]] = field(default_factory=list)
     present: int = 0  # names that groups verified whole found in the checkpoint (scales, packed forms too)
     linears: Counter = field(default_factory=Counter)
 
@@ -337,7 +359,7 @@ def verify(anatomy: Anatomy, checkpoint: Checkpoint) -> VerifyReport:
         whole = []  # the groups verified whole (FP8 scales included)
         for group in groups:
             check = _check_fp4 if group.fp4 else _check_packable if group.packable else _check_stored
-            verified = check(spec, group, checkpoint, findings)
+            verified = check(spec, group.with_names(), checkpoint, findings)
             whole.append(verified is None)
             if verified is None:
                 parts.add_all(group)
@@ -403,7 +425,7 @@ def _check_stored(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint,
         group.fp8_scale is None or checkpoint.kind_counts(group.scale_names).keys() == {group.scale_kind}
     ):
         findings.weights[group.module] += group.tally(found)
-        findings.present += len(group.names) * (1 if group.fp8_scale is None else 2)
+        findings.present += group.count * (1 if group.fp8_scale is None else 2)
         return None
     return _check_each_stored(spec, group, checkpoint.tensors, findings)
 
@@ -458,8 +480,8 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
     the rest as themselves); any other goes to `_check_each_packable`. Returns None when every Linear
     is verified, else which are."""
     triples = [_form_names(group.names, suffix) for suffix in PACKED_SUFFIXES]
-    findings.claimed += [(group.names, suffix) for suffix in PACKED_SUFFIXES]
-    count = len(group.names)
+    findings.claimed += [(group.without_names(), None, suffix) for suffix in PACKED_SUFFIXES]
+    count = group.count
     every = checkpoint.tensor_names
     plain = set() if every.isdisjoint(group.names) else every.intersection(group.names)
     expected = _packed_kinds(spec, group)
@@ -553,7 +575,7 @@ def _check_unusual(spec, group, name, packed, found, findings: _Findings) -> boo
     findings.linears["plain"] += 1
     findings.linears["plain_against_config"] += config_packed(spec, [name])
     return _check_each_stored(
-        spec, replace(group, names=(name,), layer_counts=((None, 1),), fp8_scale=None), found, findings
+        spec, replace(group, listed=(name,), layer_counts=((None, 1),), fp8_scale=None), found, findings
     )[0]
 
 
@@ -568,7 +590,7 @@ def _check_fp4(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint, fi
     parts = [
         (suffix, kind_of(dtype, shape)) for suffix, (shape, dtype) in fp4_layout(spec, group.shape).items()
     ]
-    findings.claimed += [(fp4, suffix) for suffix, _ in parts]
+    findings.claimed += [(group.without_names(), quantized, suffix) for suffix, _ in parts]
     found = checkpoint.kind_counts(plain)
     # a missing tensor's kind is None, which no {kind} holds: one pass over each part's names, made in turn
     if found.keys() <= group.kinds and all(
@@ -590,7 +612,7 @@ def _check_each_fp4(spec, group: ExpectedGroup, quantized: list[bool], found, fi
     verified = []
     for name, fp4 in zip(group.names, quantized):
         if not fp4:
-            single = replace(group, names=(name,), layer_counts=((None, 1),), fp8_scale=None)
+            single = replace(group, listed=(name,), layer_counts=((None, 1),), fp8_scale=None)
             verified.append(_check_each_stored(spec, single, found, findings)[0])
             continue
         stem = name[: -len(".weight")]
@@ -633,7 +655,7 @@ def _classify_the_rest(
         if group.fp8_scale is None:
             continue
         if verified:
-            scales += _times(len(group.names), group.scale_kind)  # each name's one scale
+            scales += _times(group.count, group.scale_kind)  # each name's one scale
         else:
             present = rest.intersection(group.scale_names)
             scales += _tally(map(kinds.__getitem__, present))
@@ -670,7 +692,8 @@ def _unclaimed(
     rest = set(every)
     for group in groups:
         rest.difference_update(group.names)
-    for weights, suffix in findings.claimed:
+    for group, chosen, suffix in findings.claimed:
+        weights = group.names if chosen is None else compress(group.names, chosen)
         rest.difference_update(_form_names(weights, suffix))
     for group, verified in zip(groups, whole):
         if verified and group.fp8_scale is not None:
