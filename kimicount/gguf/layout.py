@@ -38,16 +38,27 @@ from kimicount.verify import Mismatch
 
 ARCH = "deepseek2"
 GLM_DSA = "glm-dsa"
+KIMI_LINEAR = "kimi-linear"
 #: The architectures read (general.architecture), each with the config model_type its metadata becomes.
-ARCHS = {ARCH: "deepseek_v3", GLM_DSA: "glm_moe_dsa"}
+ARCHS = {ARCH: "deepseek_v3", GLM_DSA: "glm_moe_dsa", KIMI_LINEAR: "kimi_linear"}
 
 
 def gguf_arch(spec: ModelSpec) -> str:
-    """The architecture convert_hf_to_gguf.py converts the model to: glm-dsa for GLM-5, else deepseek2.
+    """The architecture convert_hf_to_gguf.py converts the model to: glm-dsa for GLM-5, kimi-linear for
+    Kimi Linear (conversion/kimi_linear.py, KimiLinearModel), else deepseek2. Kimi K3's kimi-k3 layout
+    (conversion/kimi_k3.py) is not modelled: refused in one line.
 
     >>> gguf_arch(k2)
     'deepseek2'
     """
+    if spec.model_type == "kimi_k3":
+        raise UsageError(
+            f"{spec.name}: llama.cpp's kimi-k3 GGUF layout (src/models/kimi-k3.cpp) is not modelled by "
+            "kimicount yet (kimi-linear and deepseek2 are); a GGUF of this model cannot be planned or "
+            "checked here"
+        )
+    if spec.model_type == "kimi_linear":
+        return KIMI_LINEAR
     return GLM_DSA if spec.model_type == "glm_moe_dsa" else ARCH
 
 
@@ -98,6 +109,38 @@ _LAYER_NAMES = {
     "embed_tokens.weight": "nextn.embed_tokens.weight",
     "shared_head.head.weight": "nextn.shared_head_head.weight",
 }
+#: Kimi Linear's own modules (arch kimi-linear), as gguf-py tensor_mapping.py maps them ("# kimi",
+#: "# Kimi Linear KDA": MODEL_TENSOR.SSM_CONV1D_Q "blk.{bid}.ssm_conv1d_q", SSM_F_A, SSM_F_B, SSM_BETA,
+#: SSM_A, SSM_DT, SSM_G_A, SSM_G_B, SSM_NORM; block_sparse_moe.gate / shared_experts; experts w1 gate,
+#: w2 down, w3 up stacked by KimiLinearModel.modify_tensors) and llama.cpp loads them
+#: (src/models/kimi-linear.cpp @ 3af988f, load_arch_tensors, lines 35–190): conversion renames
+#: dt_bias to dt_proj.bias (ssm_dt.bias) and stores -exp(A_log) as ssm_a, a name without ".weight".
+_KIMI_LINEAR_NAMES = {
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.q_conv1d.weight": "ssm_conv1d_q.weight",
+    "self_attn.k_conv1d.weight": "ssm_conv1d_k.weight",
+    "self_attn.v_conv1d.weight": "ssm_conv1d_v.weight",
+    "self_attn.f_a_proj.weight": "ssm_f_a.weight",
+    "self_attn.f_b_proj.weight": "ssm_f_b.weight",
+    "self_attn.A_log": "ssm_a",
+    "self_attn.dt_bias": "ssm_dt.bias",
+    "self_attn.b_proj.weight": "ssm_beta.weight",
+    "self_attn.g_a_proj.weight": "ssm_g_a.weight",
+    "self_attn.g_b_proj.weight": "ssm_g_b.weight",
+    "self_attn.o_norm.weight": "ssm_norm.weight",
+    "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+    "block_sparse_moe.gate.e_score_correction_bias": "exp_probs_b.bias",
+    "block_sparse_moe.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+    "block_sparse_moe.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+    "block_sparse_moe.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+    "block_sparse_moe.experts.{expert}.w1.weight": "ffn_gate_exps.weight",
+    "block_sparse_moe.experts.{expert}.w3.weight": "ffn_up_exps.weight",
+    "block_sparse_moe.experts.{expert}.w2.weight": "ffn_down_exps.weight",
+}
+#: KimiLinearModel.modify_tensors reshapes each short convolution [d_inner, 1, d_conv] to numpy
+#: (1, d_inner, 1, d_conv): GGUF dims (d_conv, 1, d_inner, 1), what load_arch_tensors asks first.
+_CONV_SUFFIX = "_conv1d.weight"
 _TOP_NAMES = {
     "model.embed_tokens.weight": "token_embd.weight",
     "model.norm.weight": "output_norm.weight",
@@ -128,16 +171,18 @@ def _gguf_tensors(
     pattern = ref.pattern.removeprefix(spec.weight_prefix)
     if pattern in _TOP_NAMES:
         return [(_TOP_NAMES[pattern], tuple(reversed(ref.shape)), ref.elements)]
-    indexer_outside_dsa = ".indexer." in pattern and gguf_arch(spec) != GLM_DSA  # llama.cpp: glm-dsa only
-    if not pattern.startswith(_LAYER) or pattern[len(_LAYER) :] not in _LAYER_NAMES or indexer_outside_dsa:
+    arch = gguf_arch(spec)
+    names = {**_LAYER_NAMES, **_KIMI_LINEAR_NAMES} if arch == KIMI_LINEAR else _LAYER_NAMES
+    indexer_outside_dsa = ".indexer." in pattern and arch != GLM_DSA  # llama.cpp: glm-dsa only
+    if not pattern.startswith(_LAYER) or pattern[len(_LAYER) :] not in names or indexer_outside_dsa:
         # a part llama.cpp's layout has no tensor for (DeepSeek-V3.2's lightning indexer in deepseek2)
         raise UsageError(
             f"{spec.name}: {ref.pattern.replace('{layer}', 'N')} has no tensor in llama.cpp's "
-            f"{gguf_arch(spec)} GGUF layout, the one kimicount sizes and checks; a GGUF of this model "
+            f"{arch} GGUF layout, the one kimicount sizes and checks; a GGUF of this model "
             "cannot be planned here"
         )
     module = pattern[len(_LAYER) :]
-    name = "blk.{layer}." + _LAYER_NAMES[module]
+    name = "blk.{layer}." + names[module]
     if ref.experts:  # every expert of the layer in one tensor (in, out, E)
         return [(name, (*reversed(ref.shape), ref.experts), ref.elements * ref.experts)]
     if module == "self_attn.kv_b_proj.weight" and split_kv_b:
@@ -145,6 +190,9 @@ def _gguf_tensors(
         if ref.rows.offset == 0:  # type: ignore[union-attr]  # the key content rows: k_b [H, rank, qk_nope] → (qk_nope, rank, H)
             return [("blk.{layer}.attn_k_b.weight", (spec.qk_nope_head_dim, rank, heads), ref.elements)]
         return [("blk.{layer}.attn_v_b.weight", (rank, spec.v_head_dim, heads), ref.elements)]
+    if arch == KIMI_LINEAR and module.endswith(_CONV_SUFFIX):
+        d_inner, _, d_conv = ref.shape
+        return [(name, (d_conv, 1, d_inner, 1), ref.elements)]
     return [(name, tuple(reversed(ref.shape)), ref.elements)]
 
 
@@ -241,9 +289,11 @@ def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSp
         value = metadata.get("general.architecture")
         found = "missing" if value is None else value_text(value)
         raise CheckpointError(
-            f"{where}: key 'general.architecture': {found}, expected '{ARCH}' (Kimi K2, DeepSeek-V2/V3/R1) "
-            f"or '{GLM_DSA}' (GLM-5)"
+            f"{where}: key 'general.architecture': {found}, expected '{ARCH}' (Kimi K2, DeepSeek-V2/V3/R1), "
+            f"'{GLM_DSA}' (GLM-5) or '{KIMI_LINEAR}' (Kimi Linear)"
         )
+    if arch == KIMI_LINEAR:
+        return _kimi_linear_spec(listing, name)
     config: dict[str, object] = {"model_type": ARCHS[arch], "moe_layer_freq": 1}
     for key, hf in _REQUIRED_KEYS.items():
         config[hf] = _integer(metadata, f"{arch}.{key}", where)
@@ -283,6 +333,92 @@ def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSp
         message = str(error)
         for key, hf in _metadata_keys(arch).items():
             message = message.replace(f"key '{hf}'", f"key '{key}'")
+        raise CheckpointError(message) from error
+
+
+#: kimi-linear.* key → the config.json key KimiLinearModel.set_gguf_parameters wrote it from
+#: (conversion/kimi_linear.py @ 3af988f; TextModel.set_gguf_parameters for the first eight).
+_KIMI_LINEAR_KEYS = {
+    "block_count": "num_hidden_layers",
+    "embedding_length": "hidden_size",
+    "feed_forward_length": "intermediate_size",
+    "attention.head_count": "num_attention_heads",
+    "expert_count": "num_experts",
+    "expert_used_count": "num_experts_per_token",
+    "expert_feed_forward_length": "moe_intermediate_size",
+    "expert_shared_count": "num_shared_experts",
+    "leading_dense_block_count": "first_k_dense_replace",
+    "attention.kv_lora_rank": "kv_lora_rank",
+    "rope.dimension_count": "qk_rope_head_dim",
+    "attention.key_length_mla": "qk_nope_head_dim",
+    "attention.value_length_mla": "v_head_dim",
+    "ssm.conv_kernel": "linear_attn_config.short_conv_kernel_size",
+    "kda.head_dim": "linear_attn_config.head_dim",
+}
+
+
+def _kimi_linear_spec(listing: GGUFListing, name: str | None) -> ModelSpec:
+    """The Kimi Linear spec the `kimi-linear.*` metadata implies. Which layers are KDA the per-layer
+    `attention.head_count_kv` array says: 0 for a KDA layer, 1 for an MLA one (KimiLinearModel writes
+    it from full_attn_layers; llama.cpp's load_arch_hparams marks is_recr where it is 0). The KDA heads
+    are attention.head_count (llama.cpp sizes d_inner as n_head × kda.head_dim); key_length_mla is
+    qk_nope + qk_rope (192), value_length_mla v_head_dim."""
+    where, metadata, arch = listing.files[0], listing.metadata, KIMI_LINEAR
+    values = {key: _integer(metadata, f"{arch}.{key}", where) for key in _KIMI_LINEAR_KEYS}
+    layers, rope = values["block_count"], values["rope.dimension_count"]
+    assert layers is not None and rope is not None  # required keys
+    heads_kv = metadata.get(f"{arch}.attention.head_count_kv")
+    kv = heads_kv.values if isinstance(heads_kv, GGUFArray) else None
+    if kv is None or len(kv) != layers or any(type(v) is not int or v not in (0, 1) for v in kv):
+        found = "missing" if heads_kv is None else value_text(heads_kv)
+        raise CheckpointError(
+            f"{where}: key '{arch}.attention.head_count_kv': {found}, expected one 0 (KDA) or 1 (MLA) "
+            f"for each of the {layers} blocks"
+        )
+    key_length = values["attention.key_length_mla"]
+    assert key_length is not None
+    if key_length <= rope:
+        raise CheckpointError(
+            f"{where}: key '{arch}.attention.key_length_mla': {key_length} is not more than the rotary "
+            f"dimensions ({rope})"
+        )
+    q_lora = _integer(metadata, f"{arch}.attention.q_lora_rank", where, required=False)
+    config: dict[str, object] = {
+        "model_type": "kimi_linear",
+        "vocab_size": vocab_size(metadata, where, arch),
+        "hidden_size": values["embedding_length"],
+        "intermediate_size": values["feed_forward_length"],
+        "num_hidden_layers": layers,
+        "num_attention_heads": values["attention.head_count"],
+        "q_lora_rank": q_lora or None,
+        "kv_lora_rank": values["attention.kv_lora_rank"],
+        "qk_nope_head_dim": key_length - rope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": values["attention.value_length_mla"],
+        "mla_use_nope": True,  # Kimi Linear's MLA has no rotary position; no GGUF key records it
+        "moe_intermediate_size": values["expert_feed_forward_length"],
+        "num_experts": values["expert_count"],
+        "num_experts_per_token": values["expert_used_count"],
+        "num_shared_experts": values["expert_shared_count"],
+        "first_k_dense_replace": values["leading_dense_block_count"],
+        "model_max_length": _integer(metadata, f"{arch}.context_length", where, required=False) or 1,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "linear_attn_config": {
+            "kda_layers": [i + 1 for i, v in enumerate(kv) if v == 0],
+            "full_attn_layers": [i + 1 for i, v in enumerate(kv) if v == 1],
+            "num_heads": values["attention.head_count"],
+            "head_dim": values["kda.head_dim"],
+            "short_conv_kernel_size": values["ssm.conv_kernel"],
+        },
+    }
+    label = name or str(metadata.get("general.name") or where)
+    try:
+        return spec_from_config(config, name=label, where=where)
+    except ConfigError as error:  # it names config.json's keys: say which GGUF key each came from
+        message = str(error)
+        for key, hf in _KIMI_LINEAR_KEYS.items():
+            message = message.replace(f"key '{hf.rpartition('.')[2]}'", f"key '{arch}.{key}'")
         raise CheckpointError(message) from error
 
 

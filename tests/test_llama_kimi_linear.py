@@ -1,0 +1,206 @@
+"""Kimi Linear in llama.cpp's kimi-linear arch: the GGUF its converter writes, checked by `kimicount gguf`
+and sized at a --quant; the plan's KV cells (MLA layers only) and recurrent state (KDA layers, one cell
+per sequence, `--parallel N`).
+
+Expected figures come from outside the code under test:
+- the tensors of a kimi-linear GGUF are written here by hand from llama.cpp's own loader
+  (src/models/kimi-linear.cpp @ 3af988f, load_arch_tensors: names and GGUF dims, ne0 first) and
+  converter (conversion/kimi_linear.py, conversion/base.py: which tensors are F32), with the sizes of
+  the bundled config (kimicount/data/kimi-linear-48b-a3b.values.json: hidden 2304, 27 layers, KDA at
+  1-based layers 1–3, 5–7, 9–11, 13–15, 17–19, 21–23, 25–26, 32 heads of 128, conv 4, 256 experts of
+  1024, one shared, the first layer dense with 9216, kv_lora_rank 512, qk_nope 128, qk_rope 64,
+  v_head 128, vocab 163,840);
+- the parameter total is the released checkpoint's index: total_size 98,245,528,576 B is 2 B per
+  parameter plus 2 more for the 82,560 F32 ones (A_log and dt_bias), so (98,245,528,576 − 2 × 82,560)
+  ÷ 2 = 49,122,681,728 parameters.
+"""
+
+from __future__ import annotations
+
+import json
+
+from gguf import GGUFValueType
+
+from .gguf_files import MapTensor, write_gguf
+from .helpers import invoke
+
+PARAMETERS = (98_245_528_576 - 2 * 82_560) // 2
+KDA = [i - 1 for i in (*range(1, 4), *range(5, 8), *range(9, 12), *range(13, 16), *range(17, 20),
+                       *range(21, 24), 25, 26)]  # fmt: skip
+H, D, E, V = 2304, 128, 256, 163_840  # hidden, KDA head_dim, experts, vocab
+F32 = {"f32"}
+
+
+def _t(name: str, shape: tuple[int, ...], dtype: str = "bf16") -> MapTensor:
+    elements = 1
+    for d in shape:
+        elements *= d
+    return MapTensor(name, shape, dtype, elements, elements * (4 if dtype == "f32" else 2))
+
+
+def kimi_linear_tensors() -> list[MapTensor]:
+    """Every tensor llama.cpp's load_arch_tensors asks of Kimi-Linear-48B-A3B, GGUF dims, in a BF16
+    conversion (F32: the 1-D ones, *_norm.weight, ffn_gate_inp, ssm_conv1d_*, ssm_a)."""
+    out = [
+        _t("token_embd.weight", (H, V)),
+        _t("output_norm.weight", (H,), "f32"),
+        _t("output.weight", (H, V)),
+    ]
+    for i in range(27):
+        b = f"blk.{i}."
+        out.append(_t(b + "attn_norm.weight", (H,), "f32"))
+        if i in KDA:
+            for part in "qkv":
+                out.append(_t(b + f"ssm_conv1d_{part}.weight", (4, 1, 32 * D, 1), "f32"))
+                out.append(_t(b + f"attn_{part}.weight", (H, 32 * D)))
+            out += [
+                _t(b + "ssm_f_a.weight", (H, D)),
+                _t(b + "ssm_f_b.weight", (D, 32 * D)),
+                _t(b + "ssm_beta.weight", (H, 32)),
+                _t(b + "ssm_a", (1, 32, 1, 1), "f32"),
+                _t(b + "ssm_dt.bias", (32 * D,), "f32"),
+                _t(b + "ssm_g_a.weight", (H, D)),
+                _t(b + "ssm_g_b.weight", (D, 32 * D)),
+                _t(b + "ssm_norm.weight", (D,), "f32"),
+                _t(b + "attn_output.weight", (32 * D, H)),
+            ]
+        else:  # MLA without q compression: attn_q [n_embd, n_head × 192]; kv_b split per head
+            out += [
+                _t(b + "attn_kv_a_norm.weight", (512,), "f32"),
+                _t(b + "attn_q.weight", (H, 32 * 192)),
+                _t(b + "attn_kv_a_mqa.weight", (H, 512 + 64)),
+                _t(b + "attn_k_b.weight", (128, 512, 32)),
+                _t(b + "attn_v_b.weight", (512, 128, 32)),
+                _t(b + "attn_output.weight", (32 * 128, H)),
+            ]
+        out.append(_t(b + "ffn_norm.weight", (H,), "f32"))
+        if i == 0:
+            out += [_t(b + "ffn_gate.weight", (H, 9216)), _t(b + "ffn_down.weight", (9216, H)),
+                    _t(b + "ffn_up.weight", (H, 9216))]  # fmt: skip
+        else:
+            out += [
+                _t(b + "ffn_gate_inp.weight", (H, E), "f32"),
+                _t(b + "ffn_gate_exps.weight", (H, 1024, E)),
+                _t(b + "ffn_down_exps.weight", (1024, H, E)),
+                _t(b + "ffn_up_exps.weight", (H, 1024, E)),
+                _t(b + "ffn_gate_shexp.weight", (H, 1024)),
+                _t(b + "ffn_down_shexp.weight", (1024, H)),
+                _t(b + "ffn_up_shexp.weight", (H, 1024)),
+                _t(b + "exp_probs_b.bias", (E,), "f32"),
+            ]
+    return out
+
+
+def kimi_linear_metadata() -> dict[str, tuple[object, GGUFValueType]]:
+    """What KimiLinearModel.set_gguf_parameters writes (conversion/kimi_linear.py), from the config."""
+    u32 = GGUFValueType.UINT32
+    keys: dict[str, tuple[object, GGUFValueType]] = {
+        "block_count": (27, u32),
+        "context_length": (1_048_576, u32),
+        "embedding_length": (H, u32),
+        "feed_forward_length": (9216, u32),
+        "attention.head_count": (32, u32),
+        "expert_count": (E, u32),
+        "expert_used_count": (8, u32),
+        "expert_feed_forward_length": (1024, u32),
+        "expert_shared_count": (1, u32),
+        "leading_dense_block_count": (1, u32),
+        "expert_gating_func": (2, u32),
+        "attention.kv_lora_rank": (512, u32),
+        "rope.dimension_count": (64, u32),
+        "attention.key_length": (576, u32),
+        "attention.value_length": (72, u32),  # TextModel's head_dim, left as written
+        "attention.key_length_mla": (192, u32),
+        "attention.value_length_mla": (128, u32),
+        "ssm.conv_kernel": (4, u32),
+        "kda.head_dim": (D, u32),
+        "vocab_size": (V, u32),
+        # 0 for a KDA layer, 1 (n_head_kv made 1 for MLA's MQA form) for the seven MLA layers
+        "attention.head_count_kv": ([0 if i in KDA else 1 for i in range(27)], GGUFValueType.ARRAY),
+    }
+    return {f"kimi-linear.{k}": v for k, v in keys.items()}
+
+
+def write_kimi_linear(path, tensors=None):
+    (file,) = write_gguf(
+        path,
+        tensors or kimi_linear_tensors(),
+        lambda t: t.dtype.upper(),
+        kimi_linear_metadata(),
+        arch="kimi-linear",
+    )
+    return file
+
+
+def gguf_json(*args: str, code: int = 0) -> dict:
+    result = invoke("gguf", *args, "--json")
+    assert result.exit_code == code, result.output
+    return json.loads(result.stdout)
+
+
+#: The F32 elements of a BF16 conversion, by hand: attn_norm and ffn_norm 2 × 27 × 2304 and output_norm
+#: 2304; per KDA layer (20) the three convolutions 3 × 4 × 4096, ssm_a 32, ssm_dt.bias 4096, ssm_norm
+#: 128; per MLA layer (7) attn_kv_a_norm 512; per MoE layer (26) ffn_gate_inp 2304 × 256 and
+#: exp_probs_b 256.
+F32_ELEMENTS = 55 * 2304 + 20 * (3 * 4 * 4096 + 32 + 4096 + 128) + 7 * 512 + 26 * (2304 * 256 + 256)
+
+
+def test_a_kimi_linear_gguf_checks_clean(tmp_path):
+    file = write_kimi_linear(tmp_path / "kimi-linear-bf16.gguf")
+    report = gguf_json(str(file))
+    assert report["ok"] and report["mismatches"] == []
+    assert report["tensors"] == 20 * 17 + 7 * 8 + 26 * 8 + 3 + 3 == 610
+    assert report["parameters"]["expected"] == report["parameters"]["found"] == PARAMETERS
+    assert report["by_type"]["F32"] == {"tensors": 1 + 27 * 2 + 20 * 6 + 7 + 26 * 2,
+                                        "elements": F32_ELEMENTS, "bytes": 4 * F32_ELEMENTS}  # fmt: skip
+    assert report["file_size"]["bytes"] == 2 * (PARAMETERS - F32_ELEMENTS) + 4 * F32_ELEMENTS
+
+
+def test_a_kimi_linear_gguf_with_a_wrong_tensor_is_named(tmp_path):
+    tensors = [t for t in kimi_linear_tensors() if t.name != "blk.5.ssm_a"]
+    tensors = [t if t.name != "blk.3.attn_k_b.weight" else _t(t.name, (128, 512, 16)) for t in tensors]
+    file = write_kimi_linear(tmp_path / "bad.gguf", tensors)
+    report = gguf_json(str(file), code=1)
+    assert {(m["tensor"], m["kind"], m["expected"]) for m in report["mismatches"]} == {
+        ("blk.5.ssm_a", "missing", "[1, 32, 1, 1]"),
+        ("blk.3.attn_k_b.weight", "shape", "[128, 512, 32]"),
+    }
+
+
+def test_quant_bf16_of_kimi_linear_is_the_written_file():
+    report = gguf_json("kimi-linear-48b-a3b", "--quant", "BF16")
+    assert report["ok"] and report["tensors"] == 610
+    assert report["file_size"]["bytes"] == 2 * (PARAMETERS - F32_ELEMENTS) + 4 * F32_ELEMENTS
+    assert report["by_type"]["F32"]["elements"] == F32_ELEMENTS
+
+
+def test_quant_q4_k_m_of_kimi_linear_types_attn_v_by_llama_quantize():
+    # llama-quant.cpp's attn_v rule at Q4_K_M: Q6_K where use_more_bits(i_attention_wv, n_attention_wv)
+    # with n = 20 (attn_v only in the KDA layers): i < 2, i >= 17, or (i - 2) % 3 == 2 -> 10 of the 20.
+    assert [i for i in range(20) if i < 2 or i >= 17 or (i - 2) % 3 == 2] == [
+        0,
+        1,
+        4,
+        7,
+        10,
+        13,
+        16,
+        17,
+        18,
+        19,
+    ]
+    # ffn_down by layer, use_more_bits(i, 27): i < 3, i >= 23, or (i - 3) % 3 == 2: layers 0-2, 5, 8, ...,
+    # 20, 23-26 = 13 layers, layer 0 dense (ffn_down), 12 MoE (ffn_down_exps + ffn_down_shexp)
+    layers = [i for i in range(27) if i < 3 or i >= 23 or (i - 3) % 3 == 2]
+    assert len(layers) == 13
+    report = gguf_json("kimi-linear-48b-a3b", "--quant", "Q4_K_M")
+    by_type = {k: v["tensors"] for k, v in report["by_type"].items()}
+    # Q6_K: output.weight, 10 attn_v, 1 + 12 × 2 ffn_down; Q5_0: rows of 128 that Q4_K's 256 blocks
+    # do not divide (attn_k_b 7, ssm_f_b and ssm_g_b 20 each); F32: the BF16 file's F32 tensors
+    assert by_type == {
+        "Q6_K": 1 + 10 + 1 + 12 * 2,
+        "Q5_0": 7 + 20 + 20,
+        "F32": 234,
+        "Q4_K": 610 - 36 - 47 - 234,
+    }
+    assert report["by_type"]["F32"]["elements"] == F32_ELEMENTS
