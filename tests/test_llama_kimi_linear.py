@@ -204,3 +204,100 @@ def test_quant_q4_k_m_of_kimi_linear_types_attn_v_by_llama_quantize():
         "Q4_K": 610 - 36 - 47 - 234,
     }
     assert report["by_type"]["F32"]["elements"] == F32_ELEMENTS
+
+
+# --- the plan: KV cells for the 7 MLA layers, recurrent state for the 20 KDA layers ------------------
+
+#: Per KDA layer per cell (llama-hparams.cpp n_embd_r / n_embd_s, F32 both: llama-model.cpp
+#: create_memory): r = 3 × (d_conv − 1) × n_head × head_dim = 3 × 3 × 32 × 128 = 36,864 values,
+#: s = head_dim² × n_head = 128 × 128 × 32 = 524,288 values.
+R, S = 3 * (4 - 1) * 32 * 128, 128 * 128 * 32
+assert (R, S, 4 * R, 4 * S) == (36_864, 524_288, 147_456, 2_097_152)
+PER_SEQUENCE = 20 * (4 * R + 4 * S)  # 44,892,160 B
+#: Per token: the 7 MLA layers (1-based 4, 8, 12, 16, 20, 24, 27) × the latent K 512 + 64 in f16, V a
+#: view of K (the V-less cache, #19067)
+PER_TOKEN = 7 * (512 + 64) * 2
+
+
+def plan_json(*args: str, code: int = 0) -> dict:
+    result = invoke(
+        "plan", "kimi-linear-48b-a3b", "--engine", "llama.cpp", "--quant", "Q4_K_M", *args, "--json"
+    )
+    assert result.exit_code == code, result.output
+    return json.loads(result.stdout)
+
+
+def test_plan_parallel_4_gives_the_kda_layers_four_cells():
+    plan = plan_json("--gpus", "1xH100", "--context", "65536", "--parallel", "4")
+    kv, state = plan["kv_cache"], plan["per_sequence_state"]
+    assert kv["layers"] == [3, 7, 11, 15, 19, 23, 26] and kv["bytes_per_token"] == PER_TOKEN == 8_064
+    assert kv["cells"] == 65_536 and kv["total_bytes"] == 65_536 * 8_064 == 528_482_304
+    assert state["layers"] == KDA and len(KDA) == 20
+    assert (state["r_elements_per_layer"], state["s_elements_per_layer"], state["type"]) == (R, S, "f32")
+    assert state["bytes_per_sequence"] == PER_SEQUENCE == 44_892_160
+    assert state["cells"] == state["sequences"] == state["parallel"] == 4
+    assert state["total_bytes"] == 4 * PER_SEQUENCE == 179_568_640
+    (gpu,) = plan["devices"][:1]
+    # every block on the GPU: its KV buffer (7 layers, K of 65,536 × 1,152 B, a multiple of 128) and
+    # its RS buffer (20 layers × r and s, each a multiple of 128)
+    assert gpu["kv_cache_bytes"] == 528_482_304 and gpu["state_bytes"] == 179_568_640
+    assert state["limit"] == "context"
+    assert state["limit_words"].startswith("The context limits: the KV cache (504.00 MiB at 65,536 tokens)")
+    assert "the state (171.25 MiB for --parallel 4)" in state["limit_words"]
+    assert plan["command"][-3:] == ["-np", "4", "-kvu"]
+
+
+def test_plan_many_sequences_short_context_says_the_sequences_limit():
+    plan = plan_json("--gpus", "1xH100", "--context", "8192", "--parallel", "16")
+    state = plan["per_sequence_state"]
+    assert state["total_bytes"] == 16 * PER_SEQUENCE == 718_274_560
+    assert plan["kv_cache"]["total_bytes"] == 8_192 * PER_TOKEN == 66_060_288
+    assert state["limit"] == "sequences"
+    assert state["limit_words"].startswith("The sequences limit: the state (685.00 MiB for --parallel 16)")
+
+
+def test_plan_without_parallel_sizes_llama_servers_four_auto_slots():
+    plan = plan_json("--gpus", "1xH100", "--context", "4096")
+    state = plan["per_sequence_state"]
+    assert state["parallel"] is None and state["cells"] == 4  # tools/server/server.cpp: auto -> 4
+    assert "llama-server's 4 slots" in state["limit_words"]
+    assert "-np" not in plan["command"]
+
+
+def test_plan_text_prints_the_state_beside_the_per_token_cache():
+    result = invoke("plan", "kimi-linear-48b-a3b", "--engine", "llama.cpp", "--quant", "Q4_K_M", "--gpus", "1xH100",
+                    "--context", "65536", "-np", "4")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "8,064 B per token (7 MLA layers)" in text
+    assert "20 KDA layers × (r 36,864 + s 524,288 values" in text
+    assert "44,892,160 B per sequence; 4 cells for 4 sequences: 171.25 MiB" in text
+    assert "The context limits" in text
+
+
+def test_parallel_is_refused_where_it_means_nothing():
+    result = invoke("plan", "kimi-k2-instruct", "--gpus", "8xH200", "--parallel", "4")
+    assert result.exit_code == 2 and "--parallel: llama-server's -np" in result.stderr
+    result = invoke("plan", "kimi-linear-48b-a3b", "--engine", "llama.cpp", "--quant", "Q4_K_M", "--gpus", "1xH100",
+                    "--parallel", "0")  # fmt: skip
+    assert result.exit_code == 2 and "--parallel" in result.stderr
+
+
+def test_ik_llama_cpp_and_kimi_k3_are_refused_in_one_line():
+    result = invoke(
+        "plan", "kimi-linear-48b-a3b", "--engine", "ik_llama.cpp", "--quant", "Q4_K_M", "--gpus", "1xH100"
+    )
+    assert result.exit_code == 2 and "ik_llama.cpp has no kimi-linear architecture" in result.stderr
+    result = invoke("plan", "kimi-k3", "--engine", "llama.cpp", "--quant", "Q2_K", "--gpus", "8xH200")
+    assert result.exit_code == 2 and "kimi-k3 GGUF layout" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_deepseek2_plans_keep_every_layer_in_the_kv_cache():
+    result = invoke(
+        "plan", "--engine", "llama.cpp", "--quant", "Q2_K", "--gpus", "8xH200", "--context", "4096", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["per_sequence_state"] is None and plan["kv_cache"]["layers"] == list(range(61))
+    assert plan["kv_cache"]["bytes_per_token"] == 61 * 576 * 2  # Kimi K2, the V-less latent in f16

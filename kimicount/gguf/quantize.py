@@ -377,7 +377,8 @@ def estimate_uniform(spec: ModelSpec, quant: str) -> GGUFListing:
     n_layer = keys[f"{arch}.block_count"]  # hparams.n_layer_all: glm-dsa's counts the MTP layer
     assert isinstance(n_layer, int)
     # n_gqa() at layer 0: n_head / n_head_kv(0), 0 where that layer has no KV heads (a KDA layer)
-    n_gqa = 0 if arch == "kimi-linear" and 0 in spec.kda_layers else spec.num_attention_heads
+    kda = getattr(spec, "kda_layers", ())  # a KimiLinearSpec's
+    n_gqa = 0 if 0 in kda else spec.num_attention_heads
     shapes = ((name, want.shape) for name, want in expected.items())
     types, imatrix = listing_types(ftype, shapes, n_layer, n_gqa)
     metadata = MappingProxyType(
