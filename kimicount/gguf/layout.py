@@ -289,8 +289,8 @@ def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSp
         value = metadata.get("general.architecture")
         found = "missing" if value is None else value_text(value)
         raise CheckpointError(
-            f"{where}: key 'general.architecture': {found}, expected '{ARCH}' (Kimi K2, DeepSeek-V2/V3/R1), "
-            f"'{GLM_DSA}' (GLM-5) or '{KIMI_LINEAR}' (Kimi Linear)"
+            f"{where}: key 'general.architecture': {found}, expected '{ARCH}' (Kimi K2, DeepSeek), "
+            f"'{GLM_DSA}' or '{KIMI_LINEAR}'"
         )
     if arch == KIMI_LINEAR:
         return _kimi_linear_spec(listing, name)
