@@ -283,14 +283,14 @@ def test_parallel_is_refused_where_it_means_nothing():
     assert result.exit_code == 2 and "--parallel" in result.stderr
 
 
-def test_ik_llama_cpp_and_kimi_k3_are_refused_in_one_line():
-    result = invoke(
-        "plan", "kimi-linear-48b-a3b", "--engine", "ik_llama.cpp", "--quant", "Q4_K_M", "--gpus", "1xH100"
-    )
-    assert result.exit_code == 2 and "ik_llama.cpp has no kimi-linear architecture" in result.stderr
-    result = invoke("plan", "kimi-k3", "--engine", "llama.cpp", "--quant", "Q2_K", "--gpus", "8xH200")
-    assert result.exit_code == 2 and "kimi-k3 GGUF layout" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+def test_ik_llama_cpp_refuses_the_family_in_one_line():
+    for model in ("kimi-linear-48b-a3b", "kimi-k3"):
+        result = invoke("plan", model, "--engine", "ik_llama.cpp", "--quant", "Q2_K", "--gpus", "8xH200")
+        assert (
+            result.exit_code == 2
+            and "ik_llama.cpp has no kimi-linear or kimi-k3 architecture" in result.stderr
+        )
+        assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_deepseek2_plans_keep_every_layer_in_the_kv_cache():
@@ -301,3 +301,23 @@ def test_deepseek2_plans_keep_every_layer_in_the_kv_cache():
     plan = json.loads(result.stdout)
     assert plan["per_sequence_state"] is None and plan["kv_cache"]["layers"] == list(range(61))
     assert plan["kv_cache"]["bytes_per_token"] == 61 * 576 * 2  # Kimi K2, the V-less latent in f16
+
+
+def test_plan_of_a_kimi_linear_gguf_reads_its_metadata(tmp_path):
+    file = write_kimi_linear(tmp_path / "kimi-linear-bf16.gguf")
+    result = invoke(
+        "plan", "--gguf", str(file), "--gpus", "2xH100", "--context", "65536", "--parallel", "4", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["kv_cache"]["layout"] == "latent"  # key_length_mla 192 in the file: MLA, V a view of K
+    assert plan["kv_cache"]["total_bytes"] == 65_536 * PER_TOKEN
+    assert plan["per_sequence_state"]["total_bytes"] == 4 * PER_SEQUENCE
+    # blocks 0-13 on the first GPU, 14-26 and the output on the second (equal shares of 28 layers):
+    # MLA layers 3, 7, 11 / 15, 19, 23, 26; KDA 11 / 9 of the 20
+    first, second = plan["devices"][:2]
+    assert (first["kv_cache_bytes"], second["kv_cache_bytes"]) == (3 * 65_536 * 1_152, 4 * 65_536 * 1_152)
+    assert (first["state_bytes"], second["state_bytes"]) == (
+        11 * 4 * (4 * R + 4 * S),
+        9 * 4 * (4 * R + 4 * S),
+    )

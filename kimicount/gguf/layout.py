@@ -1,5 +1,6 @@
-"""llama.cpp's tensor layout of arch `deepseek2` (Kimi K2, DeepSeek-V3/R1, V2) and `glm-dsa` (GLM-5,
-5.1, 5.2), on the component tree.
+"""llama.cpp's tensor layout of arch `deepseek2` (Kimi K2, DeepSeek-V3/R1, V2), `glm-dsa` (GLM-5,
+5.1, 5.2), `kimi-linear` (Kimi-Linear-48B-A3B) and `kimi-k3` (Kimi K3's language model), on the
+component tree.
 
 The names and shapes are those llama.cpp's convert_hf_to_gguf.py writes (DeepseekV2Model, whose
 modify_tensors stacks each layer's experts into one 3-D tensor and, for MLA, splits kv_b_proj per head
@@ -16,6 +17,10 @@ blk.N.indexer.attn_q_b, attn_k, proj, k_norm) and the MTP layer, which it keeps 
 num_hidden_layers + num_nextn_predict_layers; MODEL_TENSOR.NEXTN_*: blk.N.nextn.eh_proj, enorm, hnorm,
 shared_head_norm). Its metadata keys are deepseek2's under the `glm-dsa.` prefix, with
 nextn_predict_layers and attention.indexer.head_count / key_length / top_k.
+
+`kimi-linear` and `kimi-k3` (conversion/kimi_linear.py, kimi_k3.py; src/models/kimi-linear.cpp,
+kimi-k3.cpp @ 3af988f) keep the MLA tensors above in their MLA layers and the KDA ones (ssm_*, attn_q/k/v)
+in the others, which the per-layer `attention.head_count_kv` marks 0.
 
 Nothing here is written twice: the expected tensors are read off the anatomy's own tensor references
 (kimicount.anatomy), each Hugging Face name translated to its GGUF tensor, so the component tree that
@@ -39,24 +44,23 @@ from kimicount.verify import Mismatch
 ARCH = "deepseek2"
 GLM_DSA = "glm-dsa"
 KIMI_LINEAR = "kimi-linear"
-#: The architectures read (general.architecture), each with the config model_type its metadata becomes.
-ARCHS = {ARCH: "deepseek_v3", GLM_DSA: "glm_moe_dsa", KIMI_LINEAR: "kimi_linear"}
+KIMI_K3 = "kimi-k3"
+#: The architectures read (general.architecture), each with the config model_type its metadata becomes
+#: (a kimi-k3 GGUF holds K3's language model, whose text_config is a kimi_linear one).
+ARCHS = {ARCH: "deepseek_v3", GLM_DSA: "glm_moe_dsa", KIMI_LINEAR: "kimi_linear", KIMI_K3: "kimi_linear"}
 
 
 def gguf_arch(spec: ModelSpec) -> str:
     """The architecture convert_hf_to_gguf.py converts the model to: glm-dsa for GLM-5, kimi-linear for
-    Kimi Linear (conversion/kimi_linear.py, KimiLinearModel), else deepseek2. Kimi K3's kimi-k3 layout
-    (conversion/kimi_k3.py) is not modelled: refused in one line.
+    Kimi Linear (conversion/kimi_linear.py, KimiLinearModel), kimi-k3 for Kimi K3's language model
+    (conversion/kimi_k3.py, KimiK3Model: the Kimi Linear layout with attention residuals, which only
+    K3 has), else deepseek2.
 
     >>> gguf_arch(k2)
     'deepseek2'
     """
-    if spec.model_type == "kimi_k3":
-        raise UsageError(
-            f"{spec.name}: llama.cpp's kimi-k3 GGUF layout (src/models/kimi-k3.cpp) is not modelled by "
-            "kimicount yet (kimi-linear and deepseek2 are); a GGUF of this model cannot be planned or "
-            "checked here"
-        )
+    if spec.model_type == "kimi_k3" or getattr(spec, "attn_res_block_size", None) is not None:
+        return KIMI_K3
     if spec.model_type == "kimi_linear":
         return KIMI_LINEAR
     return GLM_DSA if spec.model_type == "glm_moe_dsa" else ARCH
@@ -138,6 +142,26 @@ _KIMI_LINEAR_NAMES = {
     "block_sparse_moe.experts.{expert}.w3.weight": "ffn_up_exps.weight",
     "block_sparse_moe.experts.{expert}.w2.weight": "ffn_down_exps.weight",
 }
+#: Kimi K3's modules beyond Kimi Linear's (arch kimi-k3; gguf-py tensor_mapping.py "# Kimi K3 latent
+#: MoE", src/models/kimi-k3.cpp @ 3af988f load_arch_tensors lines 55–170). KimiK3Model._try_fuse_res
+#: writes each <x>_res_norm ⊙ <x>_res_proj as one [n_embd] score (attn_res_score, ffn_res_score,
+#: output_res_score: the norm's elements, the projection's none); g_proj is ssm_g in a KDA layer and
+#: attn_gate (the MLA output gate) in an MLA one; ssm_a keeps A_log's first n_head values.
+_KIMI_K3_NAMES = {
+    "self_attention_res_norm.weight": "attn_res_score.weight",
+    "self_attention_res_proj.weight": "attn_res_score.weight",
+    "mlp_res_norm.weight": "ffn_res_score.weight",
+    "mlp_res_proj.weight": "ffn_res_score.weight",
+    "block_sparse_moe.routed_expert_down_proj.weight": "ffn_routed_down.weight",
+    "block_sparse_moe.routed_expert_up_proj.weight": "ffn_routed_up.weight",
+    "block_sparse_moe.routed_expert_norm.weight": "ffn_routed_norm.weight",
+    "self_attn.g_proj.weight": "ssm_g.weight",
+}
+_K3_TOP_NAMES = {
+    "model.output_attn_res_norm.weight": "output_res_score.weight",
+    "model.output_attn_res_proj.weight": "output_res_score.weight",
+}
+_FUSED_PART = "_res_proj.weight"  # the fused score's second factor: no elements of its own
 #: KimiLinearModel.modify_tensors reshapes each short convolution [d_inner, 1, d_conv] to numpy
 #: (1, d_inner, 1, d_conv): GGUF dims (d_conv, 1, d_inner, 1), what load_arch_tensors asks first.
 _CONV_SUFFIX = "_conv1d.weight"
@@ -169,10 +193,15 @@ def _gguf_tensors(
     """The GGUF tensors (name with {layer}, shape, elements owned) one copy of an anatomy reference
     stands for, per layer."""
     pattern = ref.pattern.removeprefix(spec.weight_prefix)
+    arch = gguf_arch(spec)
     if pattern in _TOP_NAMES:
         return [(_TOP_NAMES[pattern], tuple(reversed(ref.shape)), ref.elements)]
-    arch = gguf_arch(spec)
-    names = {**_LAYER_NAMES, **_KIMI_LINEAR_NAMES} if arch == KIMI_LINEAR else _LAYER_NAMES
+    if arch == KIMI_K3 and pattern in _K3_TOP_NAMES:
+        return [(_K3_TOP_NAMES[pattern], (spec.hidden_size,), _fused_elements(pattern, ref))]
+    names = {
+        KIMI_LINEAR: {**_LAYER_NAMES, **_KIMI_LINEAR_NAMES},
+        KIMI_K3: {**_LAYER_NAMES, **_KIMI_LINEAR_NAMES, **_KIMI_K3_NAMES},
+    }.get(arch, _LAYER_NAMES)
     indexer_outside_dsa = ".indexer." in pattern and arch != GLM_DSA  # llama.cpp: glm-dsa only
     if not pattern.startswith(_LAYER) or pattern[len(_LAYER) :] not in names or indexer_outside_dsa:
         # a part llama.cpp's layout has no tensor for (DeepSeek-V3.2's lightning indexer in deepseek2)
@@ -190,9 +219,30 @@ def _gguf_tensors(
         if ref.rows.offset == 0:  # type: ignore[union-attr]  # the key content rows: k_b [H, rank, qk_nope] → (qk_nope, rank, H)
             return [("blk.{layer}.attn_k_b.weight", (spec.qk_nope_head_dim, rank, heads), ref.elements)]
         return [("blk.{layer}.attn_v_b.weight", (rank, spec.v_head_dim, heads), ref.elements)]
-    if arch == KIMI_LINEAR and module.endswith(_CONV_SUFFIX):
+    if arch in (KIMI_LINEAR, KIMI_K3) and module.endswith(_CONV_SUFFIX):
         d_inner, _, d_conv = ref.shape
         return [(name, (d_conv, 1, d_inner, 1), ref.elements)]
+    if arch == KIMI_K3:
+        return _k3_tensor(module, name, ref, spec)
+    return [(name, tuple(reversed(ref.shape)), ref.elements)]
+
+
+def _fused_elements(pattern: str, ref: TensorRef) -> int:
+    """The elements a fused attention-residual score takes from one of its two factors: the norm's."""
+    return 0 if pattern.endswith(_FUSED_PART) else ref.elements
+
+
+def _k3_tensor(
+    module: str, name: str, ref: TensorRef, spec: ModelSpec
+) -> list[tuple[str, tuple[int, ...], int]]:
+    """A kimi-k3 tensor where K3's converter does more than rename (see _KIMI_K3_NAMES)."""
+    if module.endswith(("_res_norm.weight", _FUSED_PART)):
+        return [(name, (spec.hidden_size,), _fused_elements(module, ref))]
+    if module == "self_attn.A_log":  # -exp(A_log[:n_head]), 1-D (kimi-k3.cpp: ssm_a {n_head})
+        heads = spec.num_attention_heads
+        return [(name, (heads,), heads)]
+    if module == "self_attn.g_proj.weight" and not set(ref.layers or ()) <= set(spec.kda_layers):  # type: ignore[attr-defined]
+        name = "blk.{layer}.attn_gate.weight"
     return [(name, tuple(reversed(ref.shape)), ref.elements)]
 
 
@@ -289,10 +339,10 @@ def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSp
         value = metadata.get("general.architecture")
         found = "missing" if value is None else value_text(value)
         raise CheckpointError(
-            f"{where}: key 'general.architecture': {found}, expected '{ARCH}' (Kimi K2, DeepSeek), "
-            f"'{GLM_DSA}' or '{KIMI_LINEAR}'"
+            f"{where}: key 'general.architecture': {found}, expected '{ARCH}', '{GLM_DSA}', "
+            f"'{KIMI_LINEAR}' or '{KIMI_K3}'"
         )
-    if arch == KIMI_LINEAR:
+    if arch in (KIMI_LINEAR, KIMI_K3):
         return _kimi_linear_spec(listing, name)
     config: dict[str, object] = {"model_type": ARCHS[arch], "moe_layer_freq": 1}
     for key, hf in _REQUIRED_KEYS.items():
@@ -358,12 +408,16 @@ _KIMI_LINEAR_KEYS = {
 
 
 def _kimi_linear_spec(listing: GGUFListing, name: str | None) -> ModelSpec:
-    """The Kimi Linear spec the `kimi-linear.*` metadata implies. Which layers are KDA the per-layer
-    `attention.head_count_kv` array says: 0 for a KDA layer, 1 for an MLA one (KimiLinearModel writes
-    it from full_attn_layers; llama.cpp's load_arch_hparams marks is_recr where it is 0). The KDA heads
-    are attention.head_count (llama.cpp sizes d_inner as n_head × kda.head_dim); key_length_mla is
-    qk_nope + qk_rope (192), value_length_mla v_head_dim."""
-    where, metadata, arch = listing.files[0], listing.metadata, KIMI_LINEAR
+    """The Kimi Linear spec the `kimi-linear.*` (or `kimi-k3.*`) metadata implies. Which layers are KDA
+    the per-layer `attention.head_count_kv` array says: 0 for a KDA layer, 1 for an MLA one
+    (KimiLinearModel and KimiK3Model write it from full_attn_layers; llama.cpp's load_arch_hparams
+    marks is_recr where it is 0). The KDA heads are attention.head_count (llama.cpp sizes d_inner as
+    n_head × kda.head_dim); key_length_mla is qk_nope + qk_rope (192), value_length_mla v_head_dim.
+    kimi-k3 adds the latent MoE (expert_latent_length), the attention residuals (attn_res.block_size),
+    the full-rank KDA gate (ssm_g) and, where the file has its tensors, the MLA output gate (attn_gate)
+    and the latent norm (ffn_routed_norm), both TENSOR_NOT_REQUIRED in kimi-k3.cpp."""
+    where, metadata = listing.files[0], listing.metadata
+    arch = KIMI_K3 if listing.architecture == KIMI_K3 else KIMI_LINEAR
     values = {key: _integer(metadata, f"{arch}.{key}", where) for key in _KIMI_LINEAR_KEYS}
     layers, rope = values["block_count"], values["rope.dimension_count"]
     assert layers is not None and rope is not None  # required keys
@@ -412,6 +466,11 @@ def _kimi_linear_spec(listing: GGUFListing, name: str | None) -> ModelSpec:
             "short_conv_kernel_size": values["ssm.conv_kernel"],
         },
     }
+    if arch == KIMI_K3:
+        extra = _kimi_k3_config(listing, where)
+        linear = extra.pop("linear_attn_config")
+        config["linear_attn_config"].update(linear)  # type: ignore[attr-defined]
+        config.update(extra)
     label = name or str(metadata.get("general.name") or where)
     try:
         return spec_from_config(config, name=label, where=where)
@@ -420,6 +479,25 @@ def _kimi_linear_spec(listing: GGUFListing, name: str | None) -> ModelSpec:
         for key, hf in _KIMI_LINEAR_KEYS.items():
             message = message.replace(f"key '{hf.rpartition('.')[2]}'", f"key '{arch}.{key}'")
         raise CheckpointError(message) from error
+
+
+def _kimi_k3_config(listing: GGUFListing, where: str) -> dict[str, object]:
+    """kimi-k3's config keys beyond kimi-linear's (KimiK3Model.set_gguf_parameters)."""
+    metadata, names = listing.metadata, {t.name for t in listing.tensors}
+    lower = metadata.get(f"{KIMI_K3}.kda.gate_lower_bound")
+    if lower is not None and (isinstance(lower, bool) or not isinstance(lower, int | float)):
+        raise CheckpointError(
+            f"{where}: key '{KIMI_K3}.kda.gate_lower_bound': {value_text(lower)}, expected a number"
+        )
+    return {
+        "routed_expert_hidden_size": _integer(metadata, f"{KIMI_K3}.expert_latent_length", where),
+        "attn_res_block_size": _integer(metadata, f"{KIMI_K3}.attn_res.block_size", where),
+        "hidden_act": "situ",
+        "mla_use_output_gate": any(n.endswith(".attn_gate.weight") for n in names),
+        "latent_moe_use_norm": any(n.endswith(".ffn_routed_norm.weight") for n in names),
+        "linear_attn_config": {"use_full_rank_gate": True}
+        | ({} if lower is None else {"gate_lower_bound": lower}),
+    }
 
 
 def _glm_dsa_config(listing: GGUFListing, config: dict[str, object], where: str) -> dict[str, object]:
@@ -555,6 +633,8 @@ def check_listing(
     whole = any(re.fullmatch(r"blk\.[0-9]+\.attn_kv_b\.weight", name) for name in found)
     tree = gguf_tree(build_anatomy(spec))
     expected, leaves = expected_tensors(tree, spec, split_kv_b=split)
+    # what the file holds of the tree (K3's converter fuses and trims a few tensors; else tree.params)
+    held = sum(sum(t.owners.values()) for t in expected.values())
     if split and whole:
         # Some conversions write attn_kv_b beside attn_k_b and attn_v_b (llama.cpp's loader takes it as
         # optional, llama-model.cpp TENSOR_NOT_REQUIRED): the same weights stored twice, both counted in
@@ -600,7 +680,7 @@ def check_listing(
         tensors=len(listing.tensors),
         tensor_bytes=listing.tensor_bytes,
         elements=listing.elements,
-        parameters_expected=tree.params,
+        parameters_expected=held,
         by_type={k: tuple(v) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1][2])},  # type: ignore[misc]
         components=components,
         mismatches=tuple(mismatches),

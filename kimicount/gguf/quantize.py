@@ -373,7 +373,8 @@ def estimate_uniform(spec: ModelSpec, quant: str) -> GGUFListing:
     arch = gguf_arch(spec)
     tree = gguf_tree(build_anatomy(spec))
     expected, _ = expected_tensors(tree, spec, split_kv_b=True)
-    keys = _kimi_linear_metadata(spec) if arch == "kimi-linear" else _deepseek2_metadata(spec, arch)
+    kimi = arch in ("kimi-linear", "kimi-k3")
+    keys = _kimi_linear_metadata(spec, arch) if kimi else _deepseek2_metadata(spec, arch)
     n_layer = keys[f"{arch}.block_count"]  # hparams.n_layer_all: glm-dsa's counts the MTP layer
     assert isinstance(n_layer, int)
     # n_gqa() at layer 0: n_head / n_head_kv(0), 0 where that layer has no KV heads (a KDA layer)
@@ -434,10 +435,12 @@ def _deepseek2_metadata(spec: ModelSpec, arch: str = "deepseek2") -> dict[str, o
     return {f"{arch}.{key}": value for key, value in keys.items()}
 
 
-def _kimi_linear_metadata(spec: ModelSpec) -> dict[str, object]:
+def _kimi_linear_metadata(spec: ModelSpec, arch: str) -> dict[str, object]:
     """The kimi-linear.* keys KimiLinearModel.set_gguf_parameters writes (conversion/kimi_linear.py @
     3af988f): head_count_kv per block, 0 for a KDA layer and 1 for an MLA one; ssm.conv_kernel and
-    kda.head_dim from linear_attn_config; key_length the latent 576, key_length_mla 192."""
+    kda.head_dim from linear_attn_config; key_length the latent 576, key_length_mla 192. kimi-k3's
+    (conversion/kimi_k3.py, KimiK3Model) add expert_latent_length, attn_res.block_size and
+    kda.gate_lower_bound."""
     from gguf import GGUFValueType
 
     from kimicount.gguf.reader import GGUFArray
@@ -468,4 +471,9 @@ def _kimi_linear_metadata(spec: ModelSpec) -> dict[str, object]:
     }
     if spec.q_lora_rank:
         keys["attention.q_lora_rank"] = spec.q_lora_rank
-    return {f"kimi-linear.{key}": value for key, value in keys.items()}
+    if arch == "kimi-k3":
+        keys["expert_latent_length"] = spec.routed_expert_hidden_size  # type: ignore[attr-defined]
+        keys["attn_res.block_size"] = spec.attn_res_block_size  # type: ignore[attr-defined]
+        if spec.kda.gate_lower_bound is not None:  # type: ignore[attr-defined]
+            keys["kda.gate_lower_bound"] = spec.kda.gate_lower_bound  # type: ignore[attr-defined]
+    return {f"{arch}.{key}": value for key, value in keys.items()}

@@ -83,8 +83,10 @@ def is_mla_gguf(metadata: object, tensors: Sequence[Tensor]) -> bool:
     and not 0 (src/llama-model.cpp reads LLM_KV_ATTENTION_KEY_LENGTH_MLA; llama_hparams::is_mla).
     Without deepseek2 metadata at all, the attn_k_b tensors that only MLA conversions write decide."""
     get = getattr(metadata, "get", None)
-    if get is not None and get("deepseek2.block_count") is not None:
-        return bool(get("deepseek2.attention.key_length_mla"))
+    # kimi-linear's loader reads the same key (src/models/kimi-linear.cpp load_arch_hparams, line 6)
+    for arch in ("deepseek2", "kimi-linear"):
+        if get is not None and get(f"{arch}.block_count") is not None:
+            return bool(get(f"{arch}.attention.key_length_mla"))
     return any(t.name.endswith("attn_k_b.weight") for t in tensors)
 
 
@@ -112,11 +114,11 @@ def size_run(
     """The cache the engine and build give the file, the longest context that fits, and every device's
     load at the context asked (or that longest)."""
     require_positive("--ubatch", options.ubatch)
-    if options.engine.computes_missing_attention and spec.model_type == "kimi_linear":
-        # ik_llama.cpp @ 8337e4c (2026-08-15) has no kimi-linear arch: no LLM_ARCH_KIMI_LINEAR in src/
+    if options.engine.computes_missing_attention and getattr(spec, "FAMILY", None) == "kimi_linear":
+        # ik_llama.cpp @ 8337e4c (2026-08-15): no kimi-linear or kimi-k3 arch anywhere in its src/
         raise UsageError(
-            f"{spec.name}: ik_llama.cpp has no kimi-linear architecture (none in its src/ at 8337e4c, "
-            "2026-08-15): give --engine llama.cpp"
+            f"{spec.name}: ik_llama.cpp has no kimi-linear or kimi-k3 architecture (none in its src/ at "
+            "8337e4c, 2026-08-15): give --engine llama.cpp"
         )
     if options.context is not None:
         require_positive("--context", options.context)
