@@ -254,6 +254,10 @@ def test_plan_many_sequences_short_context_says_the_sequences_limit():
     assert plan["kv_cache"]["total_bytes"] == 8_192 * PER_TOKEN == 66_060_288
     assert state["limit"] == "sequences"
     assert state["limit_words"].startswith("The sequences limit: the state (685.00 MiB for --parallel 16)")
+    # 44,892,160 B = 42.8125 MiB a sequence
+    assert state["limit_words"].endswith(
+        "outweighs the KV cache (63.00 MiB at 8,192 tokens); each sequence fewer frees 42.81 MiB."
+    )
 
 
 def test_plan_without_parallel_sizes_llama_servers_four_auto_slots():

@@ -283,7 +283,8 @@ def pools(plan: LocalPlan) -> Pools | None:
 
 
 def pool_words(found: Pools, context: int, parallel: int | None) -> str:
-    """Which pool limits, in words: the larger one is what a smaller -c or -np frees the most of."""
+    """Which pool limits, in words: the larger of the two at the planned context, and what one
+    sequence more or fewer changes."""
     asked = (
         f"--parallel {found.sequences}" if parallel is not None else f"llama-server's {found.sequences} slots"
     )
@@ -295,6 +296,6 @@ def pool_words(found: Pools, context: int, parallel: int | None) -> str:
             f"{found.state_bytes_per_sequence / 2**20:,.2f} MiB, whatever its length."
         )
     return (
-        f"The sequences limit: {state} outweighs {kv}; a shorter context frees less than one "
-        f"fewer sequence ({found.state_bytes_per_sequence / 2**20:,.2f} MiB)."
+        f"The sequences limit: {state} outweighs {kv}; each sequence fewer frees "
+        f"{found.state_bytes_per_sequence / 2**20:,.2f} MiB."
     )
