@@ -142,6 +142,10 @@ def test_a_kimi_k3_gguf_checks_clean(tmp_path):
         report["parameters"]["expected"] == report["parameters"]["found"] == sum(t.elements for t in tensors)
     )
     assert report["by_type"]["MXFP4"]["tensors"] == 3 * 92
+    # against the checkpoint: K3's language model has 2,779,484,478,208 parameters (kimicount params,
+    # whose storage model gives the released shards' bytes: tests/test_kimi_linear.py); the GGUF holds
+    # one score for each norm + proj pair (93 × 2 + 1 pairs of 7,168) and 96 of A_log's 128 values
+    assert sum(t.elements for t in tensors) == 2_779_484_478_208 - (93 * 2 + 1) * 7_168 - 69 * (128 - 96)
 
 
 def test_a_kimi_k3_gguf_without_its_gate_is_named(tmp_path):
