@@ -447,30 +447,12 @@ def _kimi_linear_metadata(spec: ModelSpec, arch: str) -> dict[str, object]:
 
     kda = set(spec.kda_layers)  # type: ignore[attr-defined]  # a KimiLinearSpec
     heads_kv = tuple(0 if layer in kda else 1 for layer in range(spec.num_hidden_layers))
-    keys = {
-        "block_count": spec.num_hidden_layers,
-        "context_length": spec.max_position_embeddings,
-        "embedding_length": spec.hidden_size,
-        "feed_forward_length": spec.intermediate_size,
-        "attention.head_count": spec.num_attention_heads,
-        "attention.head_count_kv": GGUFArray(GGUFValueType.UINT32.name, len(heads_kv), heads_kv),
-        "leading_dense_block_count": spec.first_k_dense_replace,
-        "vocab_size": spec.vocab_size,
-        "attention.kv_lora_rank": spec.kv_lora_rank,
-        "attention.key_length": spec.kv_lora_rank + spec.qk_rope_head_dim,
-        "attention.key_length_mla": spec.qk_head_dim,
-        "attention.value_length_mla": spec.v_head_dim,
-        "expert_feed_forward_length": spec.moe_intermediate_size,
-        "expert_count": spec.n_routed_experts,
-        "expert_shared_count": spec.n_shared_experts,
-        "expert_used_count": spec.num_experts_per_tok,
-        "expert_gating_func": 2,
-        "rope.dimension_count": spec.qk_rope_head_dim,
-        "ssm.conv_kernel": spec.kda.conv_kernel,  # type: ignore[attr-defined]
-        "kda.head_dim": spec.kda.head_dim,  # type: ignore[attr-defined]
-    }
-    if spec.q_lora_rank:
-        keys["attention.q_lora_rank"] = spec.q_lora_rank
+    # the MLA and MoE keys are deepseek2's, written by the same add_* calls (value_length aside: a
+    # kimi-linear file keeps TextModel's head_dim, 72, there; nothing kimicount reads)
+    keys = {key.removeprefix(f"{arch}."): value for key, value in _deepseek2_metadata(spec, arch).items()}
+    keys["attention.head_count_kv"] = GGUFArray(GGUFValueType.UINT32.name, len(heads_kv), heads_kv)
+    keys["ssm.conv_kernel"] = spec.kda.conv_kernel  # type: ignore[attr-defined]
+    keys["kda.head_dim"] = spec.kda.head_dim  # type: ignore[attr-defined]
     if arch == "kimi-k3":
         keys["expert_latent_length"] = spec.routed_expert_hidden_size  # type: ignore[attr-defined]
         keys["attn_res.block_size"] = spec.attn_res_block_size  # type: ignore[attr-defined]
