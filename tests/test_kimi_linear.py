@@ -249,12 +249,9 @@ def test_human_readable_kv_cache_shows_both_parts():
 # --- families, refusals, bad configs -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["measure", "gguf"])
+@pytest.mark.parametrize("command", ["measure"])  # gguf serves the family: tests/test_llama_kimi_*.py
 def test_commands_that_cannot_serve_the_family_refuse_in_one_line(command, tmp_path):
-    extra = {
-        "explore": ["--output", str(tmp_path / "k3.html")],
-        "gguf": ["--quant", "Q4_K_M"],
-    }.get(command, [])
+    extra = {"explore": ["--output", str(tmp_path / "k3.html")]}.get(command, [])
     result = invoke(command, *(["kv_b_proj"] if command == "show" else []), "--config", str(K3), *extra)
     fails_cleanly(result, f"{command}: kimi-k3 (kimi_k3, the Kimi Linear layout", "not supported")
 

@@ -62,6 +62,7 @@ def test_the_published_two_3090_run_from_its_header(ud_file):
         "bytes_per_token": 61 * 612,
         "context": 2048,
         "cells": 2048,
+        "layers": list(range(61)),  # every layer of a deepseek2 model has KV cells
         "total_bytes": 61 * 612 * 2048,  # "KV self size = 72.91 MiB"
     }
     assert ram["name"] == "RAM" and ram["tensors"] == 181

@@ -80,8 +80,9 @@ def gguf(
     as_json: JsonOption = False,
 ) -> None:
     """Bytes and bits per weight of every component of a GGUF (llama.cpp, arch deepseek2: Kimi K2,
-    DeepSeek-V3/R1; glm-dsa: GLM-5), every tensor's name and shape checked against the architecture
-    its metadata implies, and the total as llama.cpp prints it ("file size"). Exit 1 on a mismatch.
+    DeepSeek-V3/R1; glm-dsa: GLM-5; kimi-linear, kimi-k3: Kimi Linear, K3), every tensor's name and
+    shape checked against the architecture its metadata implies, and the total as llama.cpp prints it
+    ("file size"). Exit 1 on a mismatch.
 
     With --quant, the same figures for a conversion of the model (the bundled Kimi K2, --config,
     --repo, or FILE's metadata) to one llama-quantize type: an estimate, labelled.

@@ -524,6 +524,16 @@ def plan_command(
     ubatch: Annotated[
         str, typer.Option("--ubatch", "-ub", metavar="N", help="Local run: tokens per ubatch.")
     ] = "512",
+    parallel: Annotated[
+        str | None,
+        typer.Option(
+            "--parallel",
+            "-np",
+            metavar="N",
+            help="Local run: llama-server's sequences (slots; default: its auto, 4).",
+            show_default=False,
+        ),
+    ] = None,
     no_mmap: Annotated[
         bool, typer.Option("--no-mmap", help="Local run: copy the host tensors into RAM.")
     ] = False,

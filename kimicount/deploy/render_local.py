@@ -12,7 +12,7 @@ from kimicount.deploy.local.builds import CacheLayout
 from kimicount.deploy.local.choice import QuantChoice, QuantFit
 from kimicount.deploy.local.floor import DISK_BANDWIDTH, DISK_SOURCE
 from kimicount.deploy.local.placement import COMPUTE_SOURCE, DeviceLoad
-from kimicount.deploy.local.plan import LocalPlan
+from kimicount.deploy.local.plan import LocalPlan, pool_words, pools
 from kimicount.deploy.render_command import command_lines, print_command
 from kimicount.render import Column, fitted, human_bytes, plural, say, show, show_fitted
 
@@ -54,14 +54,28 @@ def render_local_plan(console: Console, plan: LocalPlan) -> None:
     if plan.estimate:
         say(console, f"Sizes are an {plan.estimate}.")
     say(console)
-    per_token = cache.token_bytes() * spec.num_hidden_layers
+    layers = len(cache.layers)
+    per_token = cache.token_bytes() * layers
     types = f"K {cache.type_k}" + ("" if cache.choice.layout is CacheLayout.latent else f", V {cache.type_v}")
+    kind = "" if cache.state is None else " MLA"
     say(
         console,
         f"KV cache: {cache.choice.layout.value} ({cache.choice.reason}); {types}: {per_token:,} B per token "
-        f"({spec.num_hidden_layers} layers); {cache.cells:,} cells for {plan.context:,} tokens: "
-        f"{mib(cache.layer_bytes * spec.num_hidden_layers)}.",
+        f"({layers}{kind} layers); {cache.cells:,} cells for {plan.context:,} tokens: "
+        f"{mib(cache.layer_bytes * layers)}.",
     )
+    found = pools(plan)
+    if found is not None:
+        state = cache.state
+        assert state is not None  # pools() is None without one
+        say(
+            console,
+            f"Recurrent state (per sequence, F32): {found.state_layers} KDA layers × (r {state.r_elements:,} "
+            f"+ s {state.s_elements:,} values: {found.formula}) × 4 B = "
+            f"{found.state_bytes_per_sequence:,} B per sequence; {state.cells} cells for {state.cells} "
+            f"sequences: {mib(found.state_bytes)}.",
+        )
+        say(console, pool_words(found, plan.context, plan.options.parallel))
     show(console)
     show_fitted(console, *_devices(console, plan))
     show(console)
@@ -76,14 +90,15 @@ def render_local_plan(console: Console, plan: LocalPlan) -> None:
 
 
 def _devices(console: Console, plan: LocalPlan) -> tuple[Table, list[Column]]:
-    names = ("Weights", "Tensors", "KV cache", "Compute (estimate)", "Total", "Has")
+    kv = "KV cache" if plan.cache.state is None else "KV + state"
+    names = ("Weights", "Tensors", kv, "Compute (estimate)", "Total", "Has")
     columns = [Column("Device"), *(Column(name, number=True) for name in names), Column("Holds", wraps=True)]
     rows = [
         [
             load.name,
             mib(load.weights),
             f"{load.tensors:,}",
-            mib(load.cache),
+            mib(load.cache + load.state),
             mib(load.compute),
             mib(load.total),
             _has(plan, load),

@@ -107,6 +107,7 @@ class PlanArgs:
     cache_type_v: str = "f16"
     tensor_split: str | None = None
     ubatch: str = "512"
+    parallel: str | None = None
     no_mmap: bool = False
     ram_bandwidth: str | None = None
     ram_channels: str | None = None
@@ -229,6 +230,13 @@ def _server_request(
 ) -> PlanRequest:
     from kimicount.deploy.serve_command import deployment_settings, engine_kv_dtype
     from kimicount.kvcache import parse_layout, parse_mamba_dtype
+
+    if args.parallel is not None:
+        raise UsageError(
+            "--parallel: llama-server's -np, for a llama.cpp or ik_llama.cpp plan (give --engine "
+            "llama.cpp, --gguf or --quant); vLLM's sequences are --max-num-seqs, SGLang's "
+            "--max-running-requests"
+        )
 
     nodes, count, gpu = parse_gpu_nodes(args.gpus)
     gpu = typed_gpu(

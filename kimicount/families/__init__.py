@@ -82,7 +82,9 @@ FAMILIES = (
         ("kimi_k3",),
         ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration"),
         "kimicount.families.kimi_linear",
-        frozenset({"params", "kv-cache", "verify", "models", "flops", "show", "explore", "plan", "compare"}),
+        frozenset(
+            {"params", "kv-cache", "verify", "models", "flops", "show", "explore", "plan", "compare", "gguf"}
+        ),
     ),
     Family(
         "deepseek_v4",

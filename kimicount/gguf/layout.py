@@ -1,5 +1,6 @@
-"""llama.cpp's tensor layout of arch `deepseek2` (Kimi K2, DeepSeek-V3/R1, V2) and `glm-dsa` (GLM-5,
-5.1, 5.2), on the component tree.
+"""llama.cpp's tensor layout of arch `deepseek2` (Kimi K2, DeepSeek-V3/R1, V2), `glm-dsa` (GLM-5,
+5.1, 5.2), `kimi-linear` (Kimi-Linear-48B-A3B) and `kimi-k3` (Kimi K3's language model), on the
+component tree.
 
 The names and shapes are those llama.cpp's convert_hf_to_gguf.py writes (DeepseekV2Model, whose
 modify_tensors stacks each layer's experts into one 3-D tensor and, for MLA, splits kv_b_proj per head
@@ -16,6 +17,10 @@ blk.N.indexer.attn_q_b, attn_k, proj, k_norm) and the MTP layer, which it keeps 
 num_hidden_layers + num_nextn_predict_layers; MODEL_TENSOR.NEXTN_*: blk.N.nextn.eh_proj, enorm, hnorm,
 shared_head_norm). Its metadata keys are deepseek2's under the `glm-dsa.` prefix, with
 nextn_predict_layers and attention.indexer.head_count / key_length / top_k.
+
+`kimi-linear` and `kimi-k3` (conversion/kimi_linear.py, kimi_k3.py; src/models/kimi-linear.cpp,
+kimi-k3.cpp @ 3af988f) keep the MLA tensors above in their MLA layers and the KDA ones (ssm_*, attn_q/k/v)
+in the others, which the per-layer `attention.head_count_kv` marks 0.
 
 Nothing here is written twice: the expected tensors are read off the anatomy's own tensor references
 (kimicount.anatomy), each Hugging Face name translated to its GGUF tensor, so the component tree that
@@ -38,16 +43,26 @@ from kimicount.verify import Mismatch
 
 ARCH = "deepseek2"
 GLM_DSA = "glm-dsa"
-#: The architectures read (general.architecture), each with the config model_type its metadata becomes.
-ARCHS = {ARCH: "deepseek_v3", GLM_DSA: "glm_moe_dsa"}
+KIMI_LINEAR = "kimi-linear"
+KIMI_K3 = "kimi-k3"
+#: The architectures read (general.architecture), each with the config model_type its metadata becomes
+#: (a kimi-k3 GGUF holds K3's language model, whose text_config is a kimi_linear one).
+ARCHS = {ARCH: "deepseek_v3", GLM_DSA: "glm_moe_dsa", KIMI_LINEAR: "kimi_linear", KIMI_K3: "kimi_linear"}
 
 
 def gguf_arch(spec: ModelSpec) -> str:
-    """The architecture convert_hf_to_gguf.py converts the model to: glm-dsa for GLM-5, else deepseek2.
+    """The architecture convert_hf_to_gguf.py converts the model to: glm-dsa for GLM-5, kimi-linear for
+    Kimi Linear (conversion/kimi_linear.py, KimiLinearModel), kimi-k3 for Kimi K3's language model
+    (conversion/kimi_k3.py, KimiK3Model: the Kimi Linear layout with attention residuals, which only
+    K3 has), else deepseek2.
 
     >>> gguf_arch(k2)
     'deepseek2'
     """
+    if spec.model_type == "kimi_k3" or getattr(spec, "attn_res_block_size", None) is not None:
+        return KIMI_K3
+    if spec.model_type == "kimi_linear":
+        return KIMI_LINEAR
     return GLM_DSA if spec.model_type == "glm_moe_dsa" else ARCH
 
 
@@ -98,6 +113,58 @@ _LAYER_NAMES = {
     "embed_tokens.weight": "nextn.embed_tokens.weight",
     "shared_head.head.weight": "nextn.shared_head_head.weight",
 }
+#: Kimi Linear's own modules (arch kimi-linear), as gguf-py tensor_mapping.py maps them ("# kimi",
+#: "# Kimi Linear KDA": MODEL_TENSOR.SSM_CONV1D_Q "blk.{bid}.ssm_conv1d_q", SSM_F_A, SSM_F_B, SSM_BETA,
+#: SSM_A, SSM_DT, SSM_G_A, SSM_G_B, SSM_NORM; block_sparse_moe.gate / shared_experts; experts w1 gate,
+#: w2 down, w3 up stacked by KimiLinearModel.modify_tensors) and llama.cpp loads them
+#: (src/models/kimi-linear.cpp @ 3af988f, load_arch_tensors, lines 35–190): conversion renames
+#: dt_bias to dt_proj.bias (ssm_dt.bias) and stores -exp(A_log) as ssm_a, a name without ".weight".
+_KIMI_LINEAR_NAMES = {
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.q_conv1d.weight": "ssm_conv1d_q.weight",
+    "self_attn.k_conv1d.weight": "ssm_conv1d_k.weight",
+    "self_attn.v_conv1d.weight": "ssm_conv1d_v.weight",
+    "self_attn.f_a_proj.weight": "ssm_f_a.weight",
+    "self_attn.f_b_proj.weight": "ssm_f_b.weight",
+    "self_attn.A_log": "ssm_a",
+    "self_attn.dt_bias": "ssm_dt.bias",
+    "self_attn.b_proj.weight": "ssm_beta.weight",
+    "self_attn.g_a_proj.weight": "ssm_g_a.weight",
+    "self_attn.g_b_proj.weight": "ssm_g_b.weight",
+    "self_attn.o_norm.weight": "ssm_norm.weight",
+    "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+    "block_sparse_moe.gate.e_score_correction_bias": "exp_probs_b.bias",
+    "block_sparse_moe.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+    "block_sparse_moe.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+    "block_sparse_moe.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+    "block_sparse_moe.experts.{expert}.w1.weight": "ffn_gate_exps.weight",
+    "block_sparse_moe.experts.{expert}.w3.weight": "ffn_up_exps.weight",
+    "block_sparse_moe.experts.{expert}.w2.weight": "ffn_down_exps.weight",
+}
+#: Kimi K3's modules beyond Kimi Linear's (arch kimi-k3; gguf-py tensor_mapping.py "# Kimi K3 latent
+#: MoE", src/models/kimi-k3.cpp @ 3af988f load_arch_tensors lines 55–170). KimiK3Model._try_fuse_res
+#: writes each <x>_res_norm ⊙ <x>_res_proj as one [n_embd] score (attn_res_score, ffn_res_score,
+#: output_res_score: the norm's elements, the projection's none); g_proj is ssm_g in a KDA layer and
+#: attn_gate (the MLA output gate) in an MLA one; ssm_a keeps A_log's first n_head values.
+_KIMI_K3_NAMES = {
+    "self_attention_res_norm.weight": "attn_res_score.weight",
+    "self_attention_res_proj.weight": "attn_res_score.weight",
+    "mlp_res_norm.weight": "ffn_res_score.weight",
+    "mlp_res_proj.weight": "ffn_res_score.weight",
+    "block_sparse_moe.routed_expert_down_proj.weight": "ffn_routed_down.weight",
+    "block_sparse_moe.routed_expert_up_proj.weight": "ffn_routed_up.weight",
+    "block_sparse_moe.routed_expert_norm.weight": "ffn_routed_norm.weight",
+    "self_attn.g_proj.weight": "ssm_g.weight",
+}
+_K3_TOP_NAMES = {
+    "model.output_attn_res_norm.weight": "output_res_score.weight",
+    "model.output_attn_res_proj.weight": "output_res_score.weight",
+}
+_FUSED_PART = "_res_proj.weight"  # the fused score's second factor: no elements of its own
+#: KimiLinearModel.modify_tensors reshapes each short convolution [d_inner, 1, d_conv] to numpy
+#: (1, d_inner, 1, d_conv): GGUF dims (d_conv, 1, d_inner, 1), what load_arch_tensors asks first.
+_CONV_SUFFIX = "_conv1d.weight"
 _TOP_NAMES = {
     "model.embed_tokens.weight": "token_embd.weight",
     "model.norm.weight": "output_norm.weight",
@@ -126,18 +193,25 @@ def _gguf_tensors(
     """The GGUF tensors (name with {layer}, shape, elements owned) one copy of an anatomy reference
     stands for, per layer."""
     pattern = ref.pattern.removeprefix(spec.weight_prefix)
+    arch = gguf_arch(spec)
     if pattern in _TOP_NAMES:
         return [(_TOP_NAMES[pattern], tuple(reversed(ref.shape)), ref.elements)]
-    indexer_outside_dsa = ".indexer." in pattern and gguf_arch(spec) != GLM_DSA  # llama.cpp: glm-dsa only
-    if not pattern.startswith(_LAYER) or pattern[len(_LAYER) :] not in _LAYER_NAMES or indexer_outside_dsa:
+    if arch == KIMI_K3 and pattern in _K3_TOP_NAMES:
+        return [(_K3_TOP_NAMES[pattern], (spec.hidden_size,), _fused_elements(pattern, ref))]
+    names = {
+        KIMI_LINEAR: {**_LAYER_NAMES, **_KIMI_LINEAR_NAMES},
+        KIMI_K3: {**_LAYER_NAMES, **_KIMI_LINEAR_NAMES, **_KIMI_K3_NAMES},
+    }.get(arch, _LAYER_NAMES)
+    indexer_outside_dsa = ".indexer." in pattern and arch != GLM_DSA  # llama.cpp: glm-dsa only
+    if not pattern.startswith(_LAYER) or pattern[len(_LAYER) :] not in names or indexer_outside_dsa:
         # a part llama.cpp's layout has no tensor for (DeepSeek-V3.2's lightning indexer in deepseek2)
         raise UsageError(
             f"{spec.name}: {ref.pattern.replace('{layer}', 'N')} has no tensor in llama.cpp's "
-            f"{gguf_arch(spec)} GGUF layout, the one kimicount sizes and checks; a GGUF of this model "
+            f"{arch} GGUF layout, the one kimicount sizes and checks; a GGUF of this model "
             "cannot be planned here"
         )
     module = pattern[len(_LAYER) :]
-    name = "blk.{layer}." + _LAYER_NAMES[module]
+    name = "blk.{layer}." + names[module]
     if ref.experts:  # every expert of the layer in one tensor (in, out, E)
         return [(name, (*reversed(ref.shape), ref.experts), ref.elements * ref.experts)]
     if module == "self_attn.kv_b_proj.weight" and split_kv_b:
@@ -145,6 +219,30 @@ def _gguf_tensors(
         if ref.rows.offset == 0:  # type: ignore[union-attr]  # the key content rows: k_b [H, rank, qk_nope] → (qk_nope, rank, H)
             return [("blk.{layer}.attn_k_b.weight", (spec.qk_nope_head_dim, rank, heads), ref.elements)]
         return [("blk.{layer}.attn_v_b.weight", (rank, spec.v_head_dim, heads), ref.elements)]
+    if arch in (KIMI_LINEAR, KIMI_K3) and module.endswith(_CONV_SUFFIX):
+        d_inner, _, d_conv = ref.shape
+        return [(name, (d_conv, 1, d_inner, 1), ref.elements)]
+    if arch == KIMI_K3:
+        return _k3_tensor(module, name, ref, spec)
+    return [(name, tuple(reversed(ref.shape)), ref.elements)]
+
+
+def _fused_elements(pattern: str, ref: TensorRef) -> int:
+    """The elements a fused attention-residual score takes from one of its two factors: the norm's."""
+    return 0 if pattern.endswith(_FUSED_PART) else ref.elements
+
+
+def _k3_tensor(
+    module: str, name: str, ref: TensorRef, spec: ModelSpec
+) -> list[tuple[str, tuple[int, ...], int]]:
+    """A kimi-k3 tensor where K3's converter does more than rename (see _KIMI_K3_NAMES)."""
+    if module.endswith(("_res_norm.weight", _FUSED_PART)):
+        return [(name, (spec.hidden_size,), _fused_elements(module, ref))]
+    if module == "self_attn.A_log":  # -exp(A_log[:n_head]), 1-D (kimi-k3.cpp: ssm_a {n_head})
+        heads = spec.num_attention_heads
+        return [(name, (heads,), heads)]
+    if module == "self_attn.g_proj.weight" and not set(ref.layers or ()) <= set(spec.kda_layers):  # type: ignore[attr-defined]
+        name = "blk.{layer}.attn_gate.weight"
     return [(name, tuple(reversed(ref.shape)), ref.elements)]
 
 
@@ -241,9 +339,11 @@ def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSp
         value = metadata.get("general.architecture")
         found = "missing" if value is None else value_text(value)
         raise CheckpointError(
-            f"{where}: key 'general.architecture': {found}, expected '{ARCH}' (Kimi K2, DeepSeek-V2/V3/R1) "
-            f"or '{GLM_DSA}' (GLM-5)"
+            f"{where}: key 'general.architecture': {found}, expected '{ARCH}', '{GLM_DSA}', "
+            f"'{KIMI_LINEAR}' or '{KIMI_K3}'"
         )
+    if arch in (KIMI_LINEAR, KIMI_K3):
+        return _kimi_linear_spec(listing, name)
     config: dict[str, object] = {"model_type": ARCHS[arch], "moe_layer_freq": 1}
     for key, hf in _REQUIRED_KEYS.items():
         config[hf] = _integer(metadata, f"{arch}.{key}", where)
@@ -284,6 +384,120 @@ def spec_from_metadata(listing: GGUFListing, name: str | None = None) -> ModelSp
         for key, hf in _metadata_keys(arch).items():
             message = message.replace(f"key '{hf}'", f"key '{key}'")
         raise CheckpointError(message) from error
+
+
+#: kimi-linear.* key → the config.json key KimiLinearModel.set_gguf_parameters wrote it from
+#: (conversion/kimi_linear.py @ 3af988f; TextModel.set_gguf_parameters for the first eight).
+_KIMI_LINEAR_KEYS = {
+    "block_count": "num_hidden_layers",
+    "embedding_length": "hidden_size",
+    "feed_forward_length": "intermediate_size",
+    "attention.head_count": "num_attention_heads",
+    "expert_count": "num_experts",
+    "expert_used_count": "num_experts_per_token",
+    "expert_feed_forward_length": "moe_intermediate_size",
+    "expert_shared_count": "num_shared_experts",
+    "leading_dense_block_count": "first_k_dense_replace",
+    "attention.kv_lora_rank": "kv_lora_rank",
+    "rope.dimension_count": "qk_rope_head_dim",
+    "attention.key_length_mla": "qk_nope_head_dim",
+    "attention.value_length_mla": "v_head_dim",
+    "ssm.conv_kernel": "linear_attn_config.short_conv_kernel_size",
+    "kda.head_dim": "linear_attn_config.head_dim",
+}
+
+
+def _kimi_linear_spec(listing: GGUFListing, name: str | None) -> ModelSpec:
+    """The Kimi Linear spec the `kimi-linear.*` (or `kimi-k3.*`) metadata implies. Which layers are KDA
+    the per-layer `attention.head_count_kv` array says: 0 for a KDA layer, 1 for an MLA one
+    (KimiLinearModel and KimiK3Model write it from full_attn_layers; llama.cpp's load_arch_hparams
+    marks is_recr where it is 0). The KDA heads are attention.head_count (llama.cpp sizes d_inner as
+    n_head × kda.head_dim); key_length_mla is qk_nope + qk_rope (192), value_length_mla v_head_dim.
+    kimi-k3 adds the latent MoE (expert_latent_length), the attention residuals (attn_res.block_size),
+    the full-rank KDA gate (ssm_g) and, where the file has its tensors, the MLA output gate (attn_gate)
+    and the latent norm (ffn_routed_norm), both TENSOR_NOT_REQUIRED in kimi-k3.cpp."""
+    where, metadata = listing.files[0], listing.metadata
+    arch = KIMI_K3 if listing.architecture == KIMI_K3 else KIMI_LINEAR
+    values = {key: _integer(metadata, f"{arch}.{key}", where) for key in _KIMI_LINEAR_KEYS}
+    layers, rope = values["block_count"], values["rope.dimension_count"]
+    assert layers is not None and rope is not None  # required keys
+    heads_kv = metadata.get(f"{arch}.attention.head_count_kv")
+    kv = heads_kv.values if isinstance(heads_kv, GGUFArray) else None
+    if kv is None or len(kv) != layers or any(type(v) is not int or v not in (0, 1) for v in kv):
+        found = "missing" if heads_kv is None else value_text(heads_kv)
+        raise CheckpointError(
+            f"{where}: key '{arch}.attention.head_count_kv': {found}, expected one 0 (KDA) or 1 (MLA) "
+            f"for each of the {layers} blocks"
+        )
+    key_length = values["attention.key_length_mla"]
+    assert key_length is not None
+    if key_length <= rope:
+        raise CheckpointError(
+            f"{where}: key '{arch}.attention.key_length_mla': {key_length} is not more than the rotary "
+            f"dimensions ({rope})"
+        )
+    q_lora = _integer(metadata, f"{arch}.attention.q_lora_rank", where, required=False)
+    config: dict[str, object] = {
+        "model_type": "kimi_linear",
+        "vocab_size": vocab_size(metadata, where, arch),
+        "hidden_size": values["embedding_length"],
+        "intermediate_size": values["feed_forward_length"],
+        "num_hidden_layers": layers,
+        "num_attention_heads": values["attention.head_count"],
+        "q_lora_rank": q_lora or None,
+        "kv_lora_rank": values["attention.kv_lora_rank"],
+        "qk_nope_head_dim": key_length - rope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": values["attention.value_length_mla"],
+        "mla_use_nope": True,  # Kimi Linear's MLA has no rotary position; no GGUF key records it
+        "moe_intermediate_size": values["expert_feed_forward_length"],
+        "num_experts": values["expert_count"],
+        "num_experts_per_token": values["expert_used_count"],
+        "num_shared_experts": values["expert_shared_count"],
+        "first_k_dense_replace": values["leading_dense_block_count"],
+        "model_max_length": _integer(metadata, f"{arch}.context_length", where, required=False) or 1,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "linear_attn_config": {
+            "kda_layers": [i + 1 for i, v in enumerate(kv) if v == 0],
+            "full_attn_layers": [i + 1 for i, v in enumerate(kv) if v == 1],
+            "num_heads": values["attention.head_count"],
+            "head_dim": values["kda.head_dim"],
+            "short_conv_kernel_size": values["ssm.conv_kernel"],
+        },
+    }
+    if arch == KIMI_K3:
+        extra = _kimi_k3_config(listing, where)
+        linear = extra.pop("linear_attn_config")
+        config["linear_attn_config"].update(linear)  # type: ignore[attr-defined]
+        config.update(extra)
+    label = name or str(metadata.get("general.name") or where)
+    try:
+        return spec_from_config(config, name=label, where=where)
+    except ConfigError as error:  # it names config.json's keys: say which GGUF key each came from
+        message = str(error)
+        for key, hf in _KIMI_LINEAR_KEYS.items():
+            message = message.replace(f"key '{hf.rpartition('.')[2]}'", f"key '{arch}.{key}'")
+        raise CheckpointError(message) from error
+
+
+def _kimi_k3_config(listing: GGUFListing, where: str) -> dict[str, object]:
+    """kimi-k3's config keys beyond kimi-linear's (KimiK3Model.set_gguf_parameters)."""
+    metadata, names = listing.metadata, {t.name for t in listing.tensors}
+    lower = metadata.get(f"{KIMI_K3}.kda.gate_lower_bound")
+    if lower is not None and (isinstance(lower, bool) or not isinstance(lower, int | float)):
+        raise CheckpointError(
+            f"{where}: key '{KIMI_K3}.kda.gate_lower_bound': {value_text(lower)}, expected a number"
+        )
+    return {
+        "routed_expert_hidden_size": _integer(metadata, f"{KIMI_K3}.expert_latent_length", where),
+        "attn_res_block_size": _integer(metadata, f"{KIMI_K3}.attn_res.block_size", where),
+        "hidden_act": "situ",
+        "mla_use_output_gate": any(n.endswith(".attn_gate.weight") for n in names),
+        "latent_moe_use_norm": any(n.endswith(".ffn_routed_norm.weight") for n in names),
+        "linear_attn_config": {"use_full_rank_gate": True}
+        | ({} if lower is None else {"gate_lower_bound": lower}),
+    }
 
 
 def _glm_dsa_config(listing: GGUFListing, config: dict[str, object], where: str) -> dict[str, object]:
@@ -419,6 +633,8 @@ def check_listing(
     whole = any(re.fullmatch(r"blk\.[0-9]+\.attn_kv_b\.weight", name) for name in found)
     tree = gguf_tree(build_anatomy(spec))
     expected, leaves = expected_tensors(tree, spec, split_kv_b=split)
+    # what the file holds of the tree (K3's converter fuses and trims a few tensors; else tree.params)
+    held = sum(sum(t.owners.values()) for t in expected.values())
     if split and whole:
         # Some conversions write attn_kv_b beside attn_k_b and attn_v_b (llama.cpp's loader takes it as
         # optional, llama-model.cpp TENSOR_NOT_REQUIRED): the same weights stored twice, both counted in
@@ -464,7 +680,7 @@ def check_listing(
         tensors=len(listing.tensors),
         tensor_bytes=listing.tensor_bytes,
         elements=listing.elements,
-        parameters_expected=tree.params,
+        parameters_expected=held,
         by_type={k: tuple(v) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1][2])},  # type: ignore[misc]
         components=components,
         mismatches=tuple(mismatches),

@@ -7,8 +7,11 @@ applied to the tensors convert_hf_to_gguf.py writes (kimicount.gguf.layout; for 
 its MTP layer and indexers too, and n_layer is glm-dsa's block_count, which counts the MTP layer):
 
 - Stays F32: what the converter writes in F32 and llama-quantize leaves alone (tensor_allows_quantization,
-  lines 289–365): 1-D tensors (every norm, exp_probs_b.bias: "quantize only 2D and 3D tensors") and the
-  router ffn_gate_inp.weight ("do not quantize expert gating tensors").
+  lines 289–365): 1-D tensors (every norm, exp_probs_b.bias: "quantize only 2D and 3D tensors"), the
+  router ffn_gate_inp.weight ("do not quantize expert gating tensors"), and for Kimi Linear (arch
+  kimi-linear) a name not ending in "weight" (ssm_a, line 299) and the short convolutions ssm_conv1d_*
+  ("do not quantize Mamba/Kimi's small conv1d weights", line 326; convert forces them F32 too,
+  conversion/base.py lines 934–972).
 - BF16, F16, F32: every other tensor in that type (convert_hf_to_gguf.py --outtype); llama_tensor_get_type
   (679–721) applies the rules below only when the ftype's default type is quantized.
 - A quantized type: the ftype's default type (llama_ftype_get_default_type, 810–854), then
@@ -28,9 +31,15 @@ its MTP layer and indexers too, and n_layer is glm-dsa's block_count, which coun
   would write any is sized as made with an imatrix (the rules that read has_imatrix then apply); the
   others as made without.
 
-Not modelled (they do not apply to deepseek2 / glm-dsa or need an input we do not have): the attn_v /
-attn_qkv / attn_kv_b rules (the MLA layout writes attn_k_b and attn_v_b instead), the n_expert == 8
-rules (Mixtral), --pure, --tensor-type, --output-tensor-type and --token-embedding-type.
+- attn_v.weight (Kimi Linear's KDA layers; 505–566): the rules of category_is_attn_v by ftype, with
+  n_gqa() read at layer 0 (llama-hparams.cpp n_gqa: 0 where n_head_kv is 0, as in Kimi Linear's first,
+  KDA, layer), n_expert, and i_attention_wv, the attn_v tensors before this one in load order, of
+  n_attention_wv in all (init_quantize_state_counters, 856–869).
+
+Not modelled (they do not apply to deepseek2 / glm-dsa / kimi-linear or need an input we do not have):
+the attn_qkv / attn_kv_b rules (the MLA layout writes attn_k_b and attn_v_b instead), the n_expert == 8
+rules (Mixtral), the LLM_TYPE_70B rule, --pure, --tensor-type, --output-tensor-type and
+--token-embedding-type.
 """
 
 from __future__ import annotations
@@ -147,6 +156,47 @@ _ATTN_K_Q = {"IQ3_XS": "IQ3_XXS", "IQ3_XXS": "IQ2_S"}
 _BLOCK_NAME = re.compile(r"blk\.(\d+)\.")
 
 
+def _attn_v(ftype: str, new_type: str, seen: int, total: int, n_gqa: int, imatrix: bool) -> str:
+    """attn_v.weight outside the IQ1/IQ2 branch (llama-quant.cpp 528–566) for a model whose n_expert is
+    not 8 and whose type is not LLM_TYPE_70B; `seen` is i_attention_wv, `total` n_attention_wv."""
+    wide = n_gqa >= 4
+    if ftype == "Q2_K":
+        return "Q4_K" if wide else "Q3_K"
+    if ftype == "Q2_K_S":
+        return "Q4_K" if wide else new_type
+    if ftype == "IQ3_XXS":
+        return "Q4_K" if wide else "IQ3_XXS" if imatrix else "IQ3_S"
+    if ftype in ("IQ3_XS", "IQ3_S"):
+        return "Q4_K" if wide else new_type
+    if ftype == "IQ3_M":
+        return "Q4_K"
+    if ftype == "Q3_K_M":
+        return "Q5_K" if seen < 2 else "Q4_K"
+    if ftype == "Q3_K_L":
+        return "Q5_K"
+    if ftype in ("IQ4_NL", "IQ4_XS"):
+        return "Q5_K" if wide else new_type
+    if ftype in ("Q4_K_M", "Q5_K_M") and _use_more_bits(seen, total):
+        return "Q6_K"
+    if ftype == "Q4_K_S" and seen < 4:
+        return "Q5_K"
+    return new_type
+
+
+def kept_f32(name: str, shape: tuple[int, ...]) -> bool:
+    """A tensor convert writes in F32 and llama-quantize does not quantize (see the module docstring).
+
+    >>> kept_f32("blk.0.ssm_a", (1, 32, 1, 1)), kept_f32("blk.0.ssm_conv1d_q.weight", (4, 1, 4096, 1))
+    (True, True)
+    """
+    return (
+        len(shape) < 2
+        or name.endswith("ffn_gate_inp.weight")
+        or not name.endswith("weight")
+        or "ssm_conv1d" in name
+    )
+
+
 def tensor_type(
     ftype: str,
     name: str,
@@ -155,15 +205,17 @@ def tensor_type(
     *,
     ffn_down_seen: int = 0,
     imatrix: bool = False,
+    attn_v: tuple[int, int, int] = (0, 0, 0),
 ) -> str:
     """The ggml type llama.cpp gives one tensor of a deepseek2 or glm-dsa GGUF at `ftype` (see the module
     docstring). `ffn_down_seen`: the ffn_down tensors before this one in load order (the IQ1/IQ2 rule
-    counts them); `imatrix`: quantized with an importance matrix.
+    counts them); `imatrix`: quantized with an importance matrix; `attn_v`: (attn_v tensors before this
+    one, attn_v tensors in all, n_gqa at layer 0), which the attn_v rules read.
 
     >>> tensor_type("IQ1_S", "blk.9.attn_output.weight", (8192, 7168), 61), tensor_type("Q2_K", "output.weight", (7168, 163840), 61)
     ('IQ2_XXS', 'Q6_K')
     """
-    if len(shape) < 2 or name.endswith("ffn_gate_inp.weight"):
+    if kept_f32(name, shape):
         return "F32"
     new_type = FTYPES[ftype]
     if ftype in _FLOATS:
@@ -182,6 +234,8 @@ def tensor_type(
     elif ftype in _IQ12:
         if "ffn_down" in name and ffn_down_seen < n_layer // 8:
             new_type = "IQ3_S" if ftype in ("IQ2_S", "IQ2_M") else "Q2_K"
+        elif "attn_v.weight" in name:  # n_expert >= 4 in every model here (508)
+            new_type = "Q4_K"
         elif "attn_output.weight" in name:
             new_type = (
                 "IQ2_XXS"
@@ -190,6 +244,9 @@ def tensor_type(
                 if ftype in ("IQ2_S", "IQ2_M")
                 else new_type
             )
+    elif "attn_v.weight" in name:
+        seen, total, n_gqa = attn_v
+        new_type = _attn_v(ftype, new_type, seen, total, n_gqa, imatrix)
     elif "attn_k.weight" in name or "attn_q.weight" in name:
         new_type = _ATTN_K_Q.get(ftype, new_type)
     elif "attn_output.weight" in name:
@@ -230,18 +287,28 @@ def load_order(name: str) -> tuple[int, str]:
 
 
 def listing_types(
-    ftype: str, tensors: Iterable[tuple[str, tuple[int, ...]]], n_layer: int
+    ftype: str, tensors: Iterable[tuple[str, tuple[int, ...]]], n_layer: int, n_gqa: int = 0
 ) -> tuple[dict[str, str], bool]:
-    """Every tensor's type at `ftype`, in load order (the IQ1/IQ2 ffn_down rule counts), and whether the
-    file needs an importance matrix: when the types made without one include a type llama-quantize only
-    writes with one (tensor_requires_imatrix), they are made again with one."""
+    """Every tensor's type at `ftype`, in load order (the IQ1/IQ2 ffn_down rule and the attn_v rules
+    count), and whether the file needs an importance matrix: when the types made without one include a
+    type llama-quantize only writes with one (tensor_requires_imatrix), they are made again with one."""
     ordered = sorted(tensors, key=lambda tensor: load_order(tensor[0]))
+    values = sum("attn_v.weight" in name for name, _ in ordered)
 
     def types(imatrix: bool) -> dict[str, str]:
-        out, seen = {}, 0
+        out, seen, seen_v = {}, 0, 0
         for name, shape in ordered:
-            out[name] = tensor_type(ftype, name, shape, n_layer, ffn_down_seen=seen, imatrix=imatrix)
+            out[name] = tensor_type(
+                ftype,
+                name,
+                shape,
+                n_layer,
+                ffn_down_seen=seen,
+                imatrix=imatrix,
+                attn_v=(seen_v, values, n_gqa),
+            )
             seen += "ffn_down" in name and len(shape) >= 2
+            seen_v += "attn_v.weight" in name and not kept_f32(name, shape)
         return out
 
     plain = types(False)
@@ -306,10 +373,15 @@ def estimate_uniform(spec: ModelSpec, quant: str) -> GGUFListing:
     arch = gguf_arch(spec)
     tree = gguf_tree(build_anatomy(spec))
     expected, _ = expected_tensors(tree, spec, split_kv_b=True)
-    keys = _deepseek2_metadata(spec, arch)
+    kimi = arch in ("kimi-linear", "kimi-k3")
+    keys = _kimi_linear_metadata(spec, arch) if kimi else _deepseek2_metadata(spec, arch)
     n_layer = keys[f"{arch}.block_count"]  # hparams.n_layer_all: glm-dsa's counts the MTP layer
     assert isinstance(n_layer, int)
-    types, imatrix = listing_types(ftype, ((name, want.shape) for name, want in expected.items()), n_layer)
+    # n_gqa() at layer 0: n_head / n_head_kv(0), 0 where that layer has no KV heads (a KDA layer)
+    kda = getattr(spec, "kda_layers", ())  # a KimiLinearSpec's
+    n_gqa = 0 if 0 in kda else spec.num_attention_heads
+    shapes = ((name, want.shape) for name, want in expected.items())
+    types, imatrix = listing_types(ftype, shapes, n_layer, n_gqa)
     metadata = MappingProxyType(
         {
             "general.architecture": arch,
@@ -360,4 +432,30 @@ def _deepseek2_metadata(spec: ModelSpec, arch: str = "deepseek2") -> dict[str, o
         keys["nextn_predict_layers"] = spec.num_nextn_predict_layers
         keys["attention.indexer.head_count"] = spec.indexer.n_heads
         keys["attention.indexer.key_length"] = spec.indexer.head_dim
+    return {f"{arch}.{key}": value for key, value in keys.items()}
+
+
+def _kimi_linear_metadata(spec: ModelSpec, arch: str) -> dict[str, object]:
+    """The kimi-linear.* keys KimiLinearModel.set_gguf_parameters writes (conversion/kimi_linear.py @
+    3af988f): head_count_kv per block, 0 for a KDA layer and 1 for an MLA one; ssm.conv_kernel and
+    kda.head_dim from linear_attn_config; key_length the latent 576, key_length_mla 192. kimi-k3's
+    (conversion/kimi_k3.py, KimiK3Model) add expert_latent_length, attn_res.block_size and
+    kda.gate_lower_bound."""
+    from gguf import GGUFValueType
+
+    from kimicount.gguf.reader import GGUFArray
+
+    kda = set(spec.kda_layers)  # type: ignore[attr-defined]  # a KimiLinearSpec
+    heads_kv = tuple(0 if layer in kda else 1 for layer in range(spec.num_hidden_layers))
+    # the MLA and MoE keys are deepseek2's, written by the same add_* calls (value_length aside: a
+    # kimi-linear file keeps TextModel's head_dim, 72, there; nothing kimicount reads)
+    keys = {key.removeprefix(f"{arch}."): value for key, value in _deepseek2_metadata(spec, arch).items()}
+    keys["attention.head_count_kv"] = GGUFArray(GGUFValueType.UINT32.name, len(heads_kv), heads_kv)
+    keys["ssm.conv_kernel"] = spec.kda.conv_kernel  # type: ignore[attr-defined]
+    keys["kda.head_dim"] = spec.kda.head_dim  # type: ignore[attr-defined]
+    if arch == "kimi-k3":
+        keys["expert_latent_length"] = spec.routed_expert_hidden_size  # type: ignore[attr-defined]
+        keys["attn_res.block_size"] = spec.attn_res_block_size  # type: ignore[attr-defined]
+        if spec.kda.gate_lower_bound is not None:  # type: ignore[attr-defined]
+            keys["kda.gate_lower_bound"] = spec.kda.gate_lower_bound  # type: ignore[attr-defined]
     return {f"{arch}.{key}": value for key, value in keys.items()}

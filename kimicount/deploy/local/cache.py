@@ -147,15 +147,97 @@ def padded_cells(context: int, pad: int) -> int:
     return -(-context // pad) * pad
 
 
+#: llama-server's slots when -np is not given: n_parallel −1 ("auto by default", common/arg.cpp line
+#: 1401 @ 3af988f) becomes 4 with a unified KV cache (tools/server/server.cpp lines 152–156).
+SERVER_SLOTS = 4
+#: The recurrent state's types: llama_model::create_memory passes GGML_TYPE_F32 for both r and s to
+#: the hybrid memory (src/llama-model.cpp lines 2399–2400 @ 3af988f); no flag changes them (-ctk and
+#: -ctv are the attention cache's).
+STATE_TYPE = "f32"
+
+
+@dataclass(frozen=True)
+class RecurrentState:
+    """llama.cpp's recurrent memory of a hybrid (Kimi Linear's KDA layers): per layer one r tensor
+    [n_embd_r, cells] (the short convolutions' windows) and one s tensor [n_embd_s, cells] (the delta
+    rule's state), F32, with one cell per sequence: rs_size = max(1, n_seq_max) rows × (1 + n_rs_seq),
+    n_rs_seq 0 for an arch without recurrent rollback (src/llama-memory-recurrent.cpp lines 99–101,
+    src/llama-context.cpp lines 104–108 @ 3af988f). n_embd_r and n_embd_s are the family's state
+    tensors (kimicount.cache_groups): for KDA 3 × (d_conv − 1) × n_head × head_dim and
+    head_dim² × n_head, as llama-hparams.cpp n_embd_r / n_embd_s give them (lines 183–220)."""
+
+    layers: tuple[int, ...]  # 0-based, the recurrent layers
+    r_elements: int  # n_embd_r
+    s_elements: int  # n_embd_s
+    cells: int  # n_seq_max: --parallel
+    formula: str  # n_embd_r + n_embd_s in config keys
+
+    @property
+    def sequence_bytes(self) -> int:
+        """One sequence's state in one layer. [bytes/sequence/layer]"""
+        return row_bytes(STATE_TYPE, self.r_elements) + row_bytes(STATE_TYPE, self.s_elements)
+
+    @property
+    def layer_bytes(self) -> int:
+        """One layer's r and s for every cell, unpadded (what "RS buffer size" sums). [bytes]"""
+        return self.sequence_bytes * self.cells
+
+    def layer_device_bytes(self, cuda: bool) -> int:
+        """One layer's r and s as a device buffer holds them (each tensor aligned). [bytes]"""
+        return sum(
+            device_bytes(STATE_TYPE, row_bytes(STATE_TYPE, n) * self.cells, None, cuda)
+            for n in (self.r_elements, self.s_elements)
+        )
+
+
+def recurrent_state(spec: ModelSpec, cells: int) -> RecurrentState | None:
+    """The recurrent memory of a hybrid's state layers at `cells` sequences; None for a model without
+    per-sequence state. The sizes are the family's state group's (one formula, kimicount.cache_groups).
+
+    >>> from kimicount.models import known_model
+    >>> state = recurrent_state(known_model("kimi-linear-48b-a3b").spec(), 4)
+    >>> state.r_elements, state.s_elements, state.sequence_bytes, len(state.layers)
+    (36864, 524288, 2244608, 20)
+    """
+    from kimicount.cache_groups import CONV, state_groups
+    from kimicount.families import cache_groups
+
+    groups = state_groups(cache_groups(spec))
+    if not groups:
+        return None
+    (group,) = groups
+    r = sum(t.elements() for t in group.state if t.holds == CONV)
+    s = sum(t.elements() for t in group.state if t.holds != CONV)
+    formula = " + ".join(t.formula for t in group.state)
+    return RecurrentState(group.layers, r, s, cells, formula)
+
+
+def kv_layers(spec: ModelSpec) -> tuple[int, ...]:
+    """The layers that get KV cells: the per-token MLA group's (a hybrid's attention layers only: the
+    hybrid memory filters the rest out, src/llama-memory-hybrid.cpp lines 48–50, !is_recr(il)).
+
+    >>> from kimicount.models import known_model
+    >>> kv_layers(known_model("kimi-linear-48b-a3b").spec())
+    (3, 7, 11, 15, 19, 23, 26)
+    """
+    from kimicount.cache_groups import per_token_group
+    from kimicount.families import cache_groups
+
+    return per_token_group(cache_groups(spec)).layers
+
+
 @dataclass(frozen=True)
 class Cache:
-    """The cache of a run: its layout and why, types, cells, and the tensors of one layer."""
+    """The cache of a run: its layout and why, types, cells, the tensors of one layer, the layers that
+    have them, and a hybrid's recurrent state (None for the DeepSeek-V3 family)."""
 
     choice: CacheChoice
     type_k: str
     type_v: str
     cells: int
     tensors: tuple[CacheTensor, ...]
+    layers: tuple[int, ...] = ()  # the layers with KV cells
+    state: RecurrentState | None = None
 
     @property
     def layer_bytes(self) -> int:
@@ -176,8 +258,18 @@ class Cache:
 
 
 def make_cache(
-    spec: ModelSpec, choice: CacheChoice, type_k: str, type_v: str, context: int, *, ik: bool
+    spec: ModelSpec,
+    choice: CacheChoice,
+    type_k: str,
+    type_v: str,
+    context: int,
+    *,
+    ik: bool,
+    sequences: int = SERVER_SLOTS,
 ) -> Cache:
-    """The cache for `context` tokens."""
+    """The cache for `context` tokens (one unified buffer the sequences share) and, for a hybrid, the
+    recurrent state of `sequences` sequences."""
     tensors = layer_tensors(spec, choice.layout, type_k, type_v, rows=choice.rows, ik=ik)
-    return Cache(choice, type_k, type_v, padded_cells(context, choice.pad), tensors)
+    state = recurrent_state(spec, sequences)
+    layers = kv_layers(spec) if state is not None else tuple(range(spec.num_hidden_layers))
+    return Cache(choice, type_k, type_v, padded_cells(context, choice.pad), tensors, layers, state)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from kimicount.deploy.hardware import Accelerator
+from kimicount.deploy.local.cache import Cache
 from kimicount.deploy.local.placement import Layout, Tensor, is_routed_expert, tensor_device
 from kimicount.errors import UsageError
 from kimicount.spec import ModelSpec
@@ -115,6 +116,16 @@ def _elements(tensor: Tensor) -> int:
     return count
 
 
+def _cache_read(cache: Cache, layers: tuple[int, ...], context: int) -> int:
+    """What one decoded token reads of a device's cache: the KV of its attention layers at `context`
+    and, for a hybrid, one sequence's recurrent state in its recurrent layers. [bytes/token]"""
+    held = set(layers)
+    read = cache.token_bytes() * len(held.intersection(cache.layers)) * context
+    if cache.state is not None:
+        read += cache.state.sequence_bytes * len(held.intersection(cache.state.layers))
+    return read
+
+
 def floors(
     spec: ModelSpec,
     tensors: list[Tensor] | tuple[Tensor, ...],
@@ -152,7 +163,6 @@ def floors(
         else:
             weights[slot] += tensor.nbytes
             activated += _elements(tensor)
-    per_layer_token = layout.cache.token_bytes()
     host = layout.host
     uncached = 0 if page_cache is None else min(max(host.weights - page_cache, 0), host.experts)
     on_disk = Fraction(uncached, host.experts) if host.experts else Fraction(0)
@@ -162,7 +172,7 @@ def floors(
             load.name,
             weights[i],
             experts[i] * (1 - on_disk) if i == slots - 1 else experts[i],
-            per_layer_token * len(load.layers) * context,
+            _cache_read(layout.cache, load.layers, context),
             ram_bandwidth if i == slots - 1 else gpu.hbm_bandwidth,
         )
         for i, load in enumerate(loads)

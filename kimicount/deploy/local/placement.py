@@ -19,7 +19,8 @@ ik_llama.cpp's src/llama.cpp):
   llm_ffn_exps_block_regex).
 - The KV cache of a layer lives on that layer's device (src/llama-kv-cache.cpp: model.dev_layer(il)),
   so it splits across GPUs by whole layers, following the blocks; a block kept in RAM keeps its cache
-  there.
+  there. A hybrid's recurrent state (Kimi Linear's KDA layers) is placed the same way
+  (src/llama-memory-recurrent.cpp lines 85–88: model.dev_layer(i)), in its own "RS buffer".
 - A GPU buffer holds each tensor padded as kimicount.deploy.local.cache.device_bytes says (that is how the
   printed "CUDA0 buffer size" comes out); host tensors are the file's bytes (mmap) or a copy of them.
 
@@ -171,11 +172,12 @@ class DeviceLoad:
     compute: int  # estimate
     output: bool  # holds the output layer
     memory: int | None  # what it has (CUDA total; --ram for the host)
+    state: int = 0  # its recurrent-state (RS) buffer: a hybrid's per-sequence state
 
     @property
     def total(self) -> int:
-        """weights + cache + compute. [bytes]"""
-        return self.weights + self.cache + self.compute
+        """weights + cache + state + compute. [bytes]"""
+        return self.weights + self.cache + self.state + self.compute
 
     @property
     def fits(self) -> bool | None:
@@ -253,6 +255,13 @@ def place(
         host = i == gpus
         holds_output = (devices[-1] is None) if host else devices[-1] == i
         per_layer = cache.layer_device_bytes(cuda=not host)
+        kv_count = len(set(layer_lists[i]).intersection(cache.layers))
+        state = cache.state
+        state_bytes = (
+            0
+            if state is None
+            else state.layer_device_bytes(cuda=not host) * len(set(layer_lists[i]).intersection(state.layers))
+        )
         compute = (
             PUBLISHED_HOST_COMPUTE * ubatch // PUBLISHED_UBATCH
             if host
@@ -266,10 +275,11 @@ def place(
                 other[i],
                 counts[i],
                 tuple(layer_lists[i]),
-                per_layer * len(layer_lists[i]),
+                per_layer * kv_count,
                 compute,
                 holds_output,
                 ram if host else (gpu.cuda_memory_bytes if gpu else None),
+                state_bytes,
             )
         )
     file_bytes = sum(t.nbytes for t in tensors)

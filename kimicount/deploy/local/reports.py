@@ -8,7 +8,7 @@ from typing import Any
 from kimicount.deploy.local.choice import QuantChoice
 from kimicount.deploy.local.floor import DISK_BANDWIDTH, DISK_SOURCE
 from kimicount.deploy.local.placement import COMPUTE_SOURCE, DeviceLoad
-from kimicount.deploy.local.plan import LocalPlan
+from kimicount.deploy.local.plan import LocalPlan, pool_words, pools
 
 
 def _device(load: DeviceLoad) -> dict[str, Any]:
@@ -19,11 +19,33 @@ def _device(load: DeviceLoad) -> dict[str, Any]:
         "tensors": load.tensors,
         "layers": list(load.layers),
         "kv_cache_bytes": load.cache,
+        "state_bytes": load.state,
         "compute_bytes_estimate": load.compute,
         "total_bytes": load.total,
         "memory_bytes": load.memory,
         "output_layer": load.output,
         "fits": load.fits,
+    }
+
+
+def _state_json(plan: LocalPlan) -> dict[str, Any] | None:
+    """A hybrid's recurrent state (None without one) and which pool limits (plan.pools)."""
+    found, state = pools(plan), plan.cache.state
+    if found is None or state is None:
+        return None
+    return {
+        "layers": list(state.layers),
+        "type": "f32",
+        "r_elements_per_layer": state.r_elements,
+        "s_elements_per_layer": state.s_elements,
+        "formula": found.formula,
+        "bytes_per_sequence": found.state_bytes_per_sequence,
+        "sequences": state.cells,
+        "parallel": plan.options.parallel,
+        "cells": state.cells,
+        "total_bytes": found.state_bytes,
+        "limit": found.limit,
+        "limit_words": pool_words(found, plan.context, plan.options.parallel),
     }
 
 
@@ -46,11 +68,13 @@ def local_plan_json(plan: LocalPlan) -> dict[str, Any]:
             "reason": cache.choice.reason,
             "type_k": cache.type_k,
             "type_v": None if not any(t.name == "V" for t in cache.tensors) else cache.type_v,
-            "bytes_per_token": cache.token_bytes() * plan.spec.num_hidden_layers,
+            "bytes_per_token": cache.token_bytes() * len(cache.layers),
             "context": plan.context,
             "cells": cache.cells,
-            "total_bytes": cache.layer_bytes * plan.spec.num_hidden_layers,
+            "layers": list(cache.layers),
+            "total_bytes": cache.layer_bytes * len(cache.layers),
         },
+        "per_sequence_state": _state_json(plan),
         "devices": [_device(load) for load in (*plan.layout.gpus, plan.layout.host)],
         "compute_estimate_source": COMPUTE_SOURCE,
         "longest_context": plan.fit.longest,

@@ -133,6 +133,7 @@ def read_local(args: PlanArgs, engine: str, release: str | None, model: ModelCho
         disk_bandwidth=DISK_BANDWIDTH if disk is None else disk,
         mmap=not args.no_mmap,
         ubatch=parse_count(args.ubatch, "--ubatch"),
+        parallel=None if args.parallel is None else parse_count(args.parallel, "--parallel"),
     )
     asked = offload is not None or args.n_cpu_moe is not None or layers is not None
     return LocalRequest(model, args.gguf, args.quant, count, gpu, options, asked)
