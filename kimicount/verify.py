@@ -480,7 +480,8 @@ def _check_packable(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoin
     the rest as themselves); any other goes to `_check_each_packable`. Returns None when every Linear
     is verified, else which are."""
     triples = [_form_names(group.names, suffix) for suffix in PACKED_SUFFIXES]
-    findings.claimed += [(group.without_names(), None, suffix) for suffix in PACKED_SUFFIXES]
+    lazy = group.without_names()
+    findings.claimed += [(lazy, None, suffix) for suffix in PACKED_SUFFIXES]
     count = group.count
     every = checkpoint.tensor_names
     plain = set() if every.isdisjoint(group.names) else every.intersection(group.names)
@@ -590,7 +591,8 @@ def _check_fp4(spec: ModelSpec, group: ExpectedGroup, checkpoint: Checkpoint, fi
     parts = [
         (suffix, kind_of(dtype, shape)) for suffix, (shape, dtype) in fp4_layout(spec, group.shape).items()
     ]
-    findings.claimed += [(group.without_names(), quantized, suffix) for suffix, _ in parts]
+    lazy = group.without_names()
+    findings.claimed += [(lazy, quantized, suffix) for suffix, _ in parts]
     found = checkpoint.kind_counts(plain)
     # a missing tensor's kind is None, which no {kind} holds: one pass over each part's names, made in turn
     if found.keys() <= group.kinds and all(
